@@ -1,0 +1,52 @@
+"""Common base for the pack's callbacks: one status line per part, reported once.
+
+Every callback of the pack records whether it applied and why (``"active"`` or ``"skipped"`` with a
+one-line reason). The :class:`~lightning_speedups.callbacks.summary.SpeedupsSummary` callback prints
+these lines when training starts, so a user sees at a glance what is on, what was skipped and why.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Optional
+
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+
+
+class SpeedupCallback(Callback):
+    """Base class of the pack's callbacks.
+
+    Subclasses set ``tip`` (the registry id, e.g. ``"T24"``) and ``part`` (a short name shown in the
+    start-up summary, e.g. ``"channels_last"``) and call :meth:`report` once they know whether they
+    apply. ``report`` is idempotent per (state, reason): the same line is never logged twice.
+    """
+
+    tip: ClassVar[str] = ""
+    part: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._status: Optional[tuple[str, str]] = None
+        self._printed: set[tuple[str, str]] = set()
+
+    @property
+    def status(self) -> Optional[tuple[str, str]]:
+        """``("active" | "skipped", reason)`` once the part has decided, else ``None``."""
+        return self._status
+
+    @property
+    def active(self) -> bool:
+        return self._status is not None and self._status[0] == "active"
+
+    def report(self, active: bool, reason: str, *, echo: bool = False) -> None:
+        """Record whether this part applies, with a one-line reason.
+
+        Args:
+            active: ``True`` when the part changed something, ``False`` when it skipped.
+            reason: one short line: what it did, or why it did nothing.
+            echo: also print the line now (rank zero only), once.
+        """
+        self._status = ("active" if active else "skipped", reason)
+        if echo and self._status not in self._printed:
+            self._printed.add(self._status)
+            rank_zero_info(f"{self.part}: {self._status[0]}, {reason}")
