@@ -1,0 +1,112 @@
+"""T22 fusion as a callback: ``torch.compile`` the model's inner modules, falling back to eager on failure."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional, Union
+
+import lightning.pytorch as pl
+from typing_extensions import override
+
+from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.functional.checkpointing import Target, normalize_targets
+from lightning_speedups.functional.compile import (
+    compile_modules,
+    compile_status,
+    default_compile_targets,
+    validate_compile_options,
+)
+
+
+class CompileModules(SpeedupCallback):
+    """T22: compile the LightningModule's inner modules with ``torch.compile``.
+
+    Card:
+        What: in ``setup`` the chosen sub-modules are compiled in place
+        (:func:`~lightning_speedups.functional.compile.compile_modules`); the LightningModule itself
+        stays eager, so ``training_step`` and ``self.log`` work as usual. ``state_dict`` keys do not
+        change (no ``_orig_mod.`` prefix), so checkpoints load with or without this callback.
+        Compilation happens at the first call; a module whose compilation fails switches to eager
+        with one warning carrying the compiler's first line of reason (or raises with
+        ``strict=True``). Seed tip: B#8 (fuse element-wise ops). Expected gain: 1.1x-2x step time on
+        GPUs for element-wise-heavy models, less on CPU; the first steps pay the compile time.
+        When it hurts: short runs, shapes that change every batch, untraceable code.
+
+    Args:
+        modules: ``None`` (default): the LightningModule's top-level children that hold parameters
+            (losses and metrics without parameters stay eager). Or class(es), class names, or
+            qualified-name globs / ``"re:<regex>"``; an entry matching nothing is an error.
+        mode: ``torch.compile`` mode: ``None``, ``"default"``, ``"reduce-overhead"``,
+            ``"max-autotune"`` or ``"max-autotune-no-cudagraphs"``.
+        dynamic: ``torch.compile``'s ``dynamic``.
+        fullgraph: make graph breaks errors.
+        backend: backend name (``"inductor"``) or callable.
+        strict: raise the compiler's error instead of falling back to eager.
+
+    Example::
+
+        trainer = Trainer(callbacks=[CompileModules(mode="max-autotune")])
+    """
+
+    tip = "T22"
+    part = "compile"
+
+    def __init__(
+        self,
+        modules: Union[None, Target, Iterable[Target]] = None,
+        mode: Optional[str] = None,
+        dynamic: Optional[bool] = None,
+        fullgraph: bool = False,
+        backend: Union[str, Callable[..., Any]] = "inductor",
+        strict: bool = False,
+    ) -> None:
+        super().__init__()
+        self.modules = None if modules is None else normalize_targets(modules, argument="modules")
+        validate_compile_options(mode, dynamic, fullgraph, backend, strict)
+        self.mode = mode
+        self.dynamic = dynamic
+        self.fullgraph = fullgraph
+        self.backend = backend
+        self.strict = strict
+        self._checked = False
+
+    @override
+    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        if self.modules is None and not default_compile_targets(pl_module):
+            self.report(False, "skipped, the model has no sub-module with parameters to compile", echo=True)
+            return
+        names = compile_modules(
+            pl_module,
+            self.modules,
+            mode=self.mode,
+            dynamic=self.dynamic,
+            fullgraph=self.fullgraph,
+            backend=self.backend,
+            strict=self.strict,
+        )
+        if not names:
+            self.report(False, "skipped, the chosen modules were already compiled by the user", echo=True)
+            return
+        self._checked = False
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        self.report(True, f"{len(names)} modules compiled lazily ({shown})")
+
+    def _check(self, pl_module: "pl.LightningModule") -> None:
+        if self._checked or not self.active:
+            return
+        self._checked = True
+        status = compile_status(pl_module)
+        failed = {n: s for n, s in status.items() if s.startswith("eager")}
+        if failed:
+            compiled = len(status) - len(failed)
+            first = next(iter(failed.items()))
+            self.report(compiled > 0, f"{compiled} compiled, {len(failed)} fell back to eager ({first[0]}: {first[1]})")
+
+    @override
+    def on_train_batch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", *args: Any, **kwargs: Any) -> None:
+        self._check(pl_module)
+
+    @override
+    def on_validation_batch_end(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", *args: Any, **kwargs: Any
+    ) -> None:
+        self._check(pl_module)

@@ -1,0 +1,251 @@
+"""``python -m lightning_speedups``: LightningCLI with the ``speedups:`` section, plus the pack's own commands.
+
+Commands:
+    fit / validate / test / predict   LightningCLI, with presets by name and the embedded default
+    presets                           list the packaged presets
+    tips                              the tip registry (T01-T24) and the status of each
+    doctor                            which tips apply to a config, with evidence
+    lint PATH...                      static rules for the habits no callback can fix
+    bench                             measure each tip on the user's own setup
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import traceback
+from typing import Any, Optional, Sequence
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightning_speedups.config import Speedups
+from lightning_speedups.presets import PresetError, list_presets, resolve_config
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_MODEL = "lightning_speedups.demo.digits.DigitsCNN"
+DEFAULT_DATA = "lightning_speedups.demo.digits.DigitsDataModule"
+DEFAULT_DEMO_EPOCHS = 5
+TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
+PACK_COMMANDS = ("presets", "tips", "doctor", "lint", "bench")
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+def resolve_config_args(argv: Sequence[str]) -> list[str]:
+    """Replace every ``--config NAME`` / ``-c NAME`` / ``--config=NAME`` by a file path.
+
+    A local file wins; a bare name that is not a file resolves to the packaged preset of that name.
+
+    Raises:
+        UsageError: a config that is neither a file nor a packaged preset.
+    """
+    out: list[str] = []
+    it = iter(range(len(argv)))
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            out += [arg, _resolve(args[i + 1])]
+            i += 2
+            continue
+        if arg.startswith("--config="):
+            out.append("--config=" + _resolve(arg.split("=", 1)[1]))
+        else:
+            out.append(arg)
+        i += 1
+    del it
+    return out
+
+
+def _resolve(value: str) -> str:
+    try:
+        return resolve_config(value)
+    except PresetError as err:
+        raise UsageError(str(err)) from None
+
+
+def _same_class(path: str, other: str) -> bool:
+    from jsonargparse._util import import_object  # noqa: PLC2701 - same resolver the parser used
+
+    try:
+        return import_object(path) is import_object(other)
+    except Exception:
+        return False
+
+
+def _trainer_defaults() -> dict[str, Any]:
+    return {
+        name: p.default
+        for name, p in inspect.signature(Trainer.__init__).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+
+
+class SpeedupsCLI(LightningCLI):
+    """LightningCLI with the typed ``speedups:`` section and the embedded default model and data.
+
+    - ``speedups:`` is turned into Trainer arguments and callbacks when the Trainer is built; a value
+      the config sets explicitly under ``trainer:`` wins over what a preset would pick.
+    - With no model in the config, :class:`~lightning_speedups.demo.DigitsCNN` trains on the digits
+      that scikit-learn ships (:class:`~lightning_speedups.demo.DigitsDataModule`), for
+      ``DEFAULT_DEMO_EPOCHS`` epochs unless the config says otherwise.
+    - A one-cycle / cyclic ``--lr_scheduler`` is stepped per optimizer step, not per epoch.
+    """
+
+    def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        super().__init__(model_class=None, datamodule_class=None, args=args, **kwargs)
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_class_arguments(Speedups, "speedups", fail_untyped=True)
+        parser.set_defaults({"model": {"class_path": DEFAULT_MODEL}})
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        model = cfg.get("model")
+        model_path = model.get("class_path") if model is not None else None
+        if model_path is not None and _same_class(model_path, DEFAULT_MODEL):
+            if cfg.get("data") is None:
+                from jsonargparse import Namespace
+
+                cfg["data"] = Namespace(class_path=DEFAULT_DATA, init_args=Namespace())
+            trainer = cfg["trainer"]
+            if trainer.get("max_epochs") is None and trainer.get("max_steps", -1) == -1:
+                trainer["max_epochs"] = DEFAULT_DEMO_EPOCHS
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
+        speedups: Speedups = self._get(self.config_init, "speedups") or Speedups()
+        accelerator = config.get("accelerator", "auto")
+        kwargs, notes = speedups.trainer_kwargs(accelerator=accelerator)
+        defaults = _trainer_defaults()
+        for key, value in kwargs.items():
+            current = config.get(key, defaults.get(key))
+            if key in config and current != defaults.get(key) and current != value:
+                notes.append((f"{key}", False, f"kept trainer.{key}={current!r} from the config (speedups wanted {value!r})"))
+                continue
+            config[key] = value
+        callbacks = list(callbacks) + speedups.callbacks(notes)
+        return super()._instantiate_trainer(config, callbacks)
+
+    @staticmethod
+    def configure_optimizers(lightning_module: Any, optimizer: Any, lr_scheduler: Any = None) -> Any:
+        import torch
+
+        if lr_scheduler is None:
+            return optimizer
+        if isinstance(lr_scheduler, (torch.optim.lr_scheduler.OneCycleLR, torch.optim.lr_scheduler.CyclicLR)):
+            # T01: Lightning steps a plain scheduler once per epoch; these are per-step schedules.
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": lr_scheduler, "interval": "step"}}
+        return LightningCLI.configure_optimizers(lightning_module, optimizer, lr_scheduler)
+
+
+def _print_presets() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="lightning_speedups presets", show_lines=False)
+    table.add_column("preset", style="bold")
+    table.add_column("what it turns on and why")
+    for name, description in list_presets().items():
+        table.add_row(name, description)
+    Console().print(table)
+    print("Use: python -m lightning_speedups fit --config NAME.yaml [--config OTHER.yaml ...]")
+    return 0
+
+
+def _print_tips() -> int:
+    from lightning_speedups.tips import print_tips
+
+    print_tips()
+    return 0
+
+
+HELP = """usage: python -m lightning_speedups COMMAND [options]
+
+Training commands (LightningCLI; --config takes a file or a packaged preset name):
+  fit        train:              python -m lightning_speedups fit --config fast.yaml
+  validate   validate a model
+  test       test a model
+  predict    predict with a model
+
+The pack's commands:
+  presets    list the packaged presets
+  tips       the tip registry (T01-T24), what implements each and its status
+  doctor     inspect a config's model, data and trainer and say which tips apply
+  lint       static rules for the code habits no callback can fix: lint PATH...
+  bench      time each tip on your own setup and pick the fastest preset
+
+`python -m lightning_speedups COMMAND --help` describes each one.
+"""
+
+
+def _user_error(err: BaseException) -> bool:
+    """Whether an exception was raised by the pack's own validation (so it is the user's input)."""
+    if not isinstance(err, (ValueError, TypeError, PresetError)):
+        return False
+    tb = err.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last is not None and os.path.abspath(last).startswith(PACKAGE_DIR + os.sep)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``python -m lightning_speedups``; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(HELP)
+        return 0 if args else 2
+    command = args[0]
+    try:
+        if command == "presets":
+            return _print_presets()
+        if command == "tips":
+            return _print_tips()
+        if command == "lint":
+            from lightning_speedups.lint import main as lint_main
+
+            return lint_main(args[1:])
+        if command == "doctor":
+            from lightning_speedups.doctor import main as doctor_main
+
+            return doctor_main(resolve_config_args(args[1:]))
+        if command == "bench":
+            from lightning_speedups.bench import main as bench_main
+
+            return bench_main(resolve_config_args(args[1:]))
+        if command not in TRAINER_COMMANDS and not command.startswith("-"):
+            raise UsageError(
+                f"unknown command {command!r}; commands: {', '.join(TRAINER_COMMANDS + PACK_COMMANDS)}"
+            )
+        resolved = resolve_config_args(args)
+        saved_argv = sys.argv
+        # LightningCLI reads sys.argv (and its DDP launcher re-runs it): give it the resolved paths.
+        sys.argv = [saved_argv[0] if saved_argv else "lightning_speedups", *resolved]
+        try:
+            SpeedupsCLI(args=None)
+        finally:
+            sys.argv = saved_argv
+        return 0
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # argparse / jsonargparse already printed the message
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:
+        if _user_error(err):
+            print(f"error: {err}", file=sys.stderr)
+            if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
+                traceback.print_exc()
+            return 2
+        raise

@@ -1,0 +1,354 @@
+"""Loader decisions that need no Trainer: usable CPUs, ``num_workers="auto"``, pinning, pickling.
+
+Card (tips T02 ``loader-workers``, T03 ``pin-memory``, T21 ``non-blocking``):
+
+* **What it does.** :func:`available_cpus` counts the CPUs this process may really use (scheduler
+  affinity and the cgroup CPU quota, v1 and v2 — not the host's count). :func:`auto_num_workers`
+  turns that, the accelerator and the processes per node into a worker count, with the reason.
+  :func:`unpinned_tensors` lists the tensors of a batch that a CUDA copy could not overlap
+  (``non_blocking=True`` only overlaps from pinned memory). :func:`worker_pickle_problem` says
+  why a loader's dataset cannot be sent to worker processes, if it cannot.
+* **Seed tips.** "``num_workers`` = 4 x GPUs" (A#2, B#2); ``pin_memory=True`` (A#2, B#3);
+  ``.to(non_blocking=True)`` (B#7).
+* **Expected gain.** Up to 2x per epoch on a GPU when the step waits for data; none on a CPU-only
+  machine with few cores.
+* **When it hurts.** Workers compete with the training step for the same cores: on a 2-core CPU
+  machine, 1 or 2 workers were 10% to 55% slower than 0 (benchmarks/data.md). Pinned memory on a
+  machine without CUDA only costs. This is why ``auto`` looks at the machine, not at a rule.
+
+Example:
+    >>> choice = auto_num_workers(accelerator="cuda", devices=1, cpus=16)
+    >>> choice.num_workers
+    4
+    >>> auto_num_workers(accelerator="cpu", cpus=2).num_workers
+    0
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+
+__all__ = [
+    "CpuCount",
+    "WorkersChoice",
+    "available_cpus",
+    "auto_num_workers",
+    "cgroup_cpu_quota",
+    "unpinned_tensors",
+    "worker_pickle_problem",
+    "worker_start_method",
+]
+
+#: accelerators whose compute does not run on the host CPUs (workers can overlap with it).
+_DEVICE_ACCELERATORS = ("cuda", "gpu", "mps", "xla", "tpu", "hpu", "xpu", "mtia")
+
+
+@dataclass(frozen=True)
+class CpuCount:
+    """How many CPUs this process may use, and where the figure comes from."""
+
+    count: int
+    affinity: int
+    quota: Optional[float]
+    reason: str
+
+
+@dataclass(frozen=True)
+class WorkersChoice:
+    """A ``num_workers`` decision and the one-line reason for it."""
+
+    num_workers: int
+    reason: str
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_quota(
+    proc_cgroup: Union[str, Path] = "/proc/self/cgroup", cgroup_root: Union[str, Path] = "/sys/fs/cgroup"
+) -> Optional[float]:
+    """The CPU quota of this process's cgroup, in CPUs, or ``None`` when there is no limit.
+
+    Reads cgroup v2 (``cpu.max``) and v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), at the
+    process's own cgroup and its parents (a limit set on a parent applies too), and at the root of
+    the hierarchy (what a container sees of its own limit). The smallest limit found wins.
+
+    Args:
+        proc_cgroup: the file that names this process's cgroups (for tests).
+        cgroup_root: where the cgroup file systems are mounted (for tests).
+
+    Example:
+        >>> q = cgroup_cpu_quota()
+        >>> q is None or q > 0
+        True
+    """
+    root = Path(cgroup_root)
+    text = _read(Path(proc_cgroup)) or ""
+    limits: list[float] = []
+
+    def candidates(base: Path, rel: str) -> list[Path]:
+        rel = rel.strip("/")
+        out = [base]
+        if rel:
+            parts = rel.split("/")
+            out += [base.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)]
+        return out
+
+    for line in text.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, rel = fields
+        if controllers == "":  # cgroup v2 unified hierarchy
+            bases = [root] if (root / "cgroup.controllers").exists() else [root / "unified"]
+            for base in bases:
+                for d in candidates(base, rel):
+                    value = _read(d / "cpu.max")
+                    if not value:
+                        continue
+                    quota, _, period = value.partition(" ")
+                    if quota != "max":
+                        try:
+                            limits.append(int(quota) / int(period or "100000"))
+                        except ValueError:
+                            pass
+        elif "cpu" in controllers.split(","):  # cgroup v1
+            names = [controllers, "cpu", "cpu,cpuacct", "cpuacct,cpu"]
+            for name in dict.fromkeys(names):
+                for d in candidates(root / name, rel):
+                    quota_s, period_s = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+                    if quota_s is None or period_s is None:
+                        continue
+                    try:
+                        quota, period = int(quota_s), int(period_s)
+                    except ValueError:
+                        continue
+                    if quota > 0 and period > 0:
+                        limits.append(quota / period)
+    return min(limits) if limits else None
+
+
+def available_cpus() -> CpuCount:
+    """The CPUs this process may really use: scheduler affinity, capped by the cgroup quota.
+
+    A fractional quota is rounded down (1.5 CPUs leave one CPU's worth of full-time work), and
+    the result is at least 1.
+
+    Example:
+        >>> available_cpus().count >= 1
+        True
+    """
+    if hasattr(os, "sched_getaffinity"):
+        affinity = len(os.sched_getaffinity(0))
+        source = "affinity"
+    else:  # pragma: no cover - macOS / Windows
+        affinity = os.cpu_count() or 1
+        source = "os.cpu_count"
+    quota = cgroup_cpu_quota()
+    count = affinity
+    reason = f"{affinity} CPUs by {source}"
+    if quota is not None and math.floor(quota) < affinity:
+        count = max(1, math.floor(quota))
+        reason = f"{count} CPUs (cgroup quota {quota:g} of {affinity} by {source})"
+    return CpuCount(count=count, affinity=affinity, quota=quota, reason=reason)
+
+
+def _is_in_memory(dataset: Any) -> bool:
+    """Datasets whose ``__getitem__`` only indexes tensors: workers would only add IPC."""
+    from torch.utils.data import Subset
+
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return isinstance(dataset, TensorDataset)
+
+
+def auto_num_workers(
+    *,
+    accelerator: str = "cpu",
+    devices: int = 1,
+    processes_per_node: Optional[int] = None,
+    cpus: Optional[int] = None,
+    dataset: Optional[Dataset] = None,
+) -> WorkersChoice:
+    """Choose ``num_workers`` for one process's DataLoader from the machine it runs on.
+
+    Rules, in order:
+
+    1. An ``IterableDataset`` gets 0: each worker would replay the whole stream unless the dataset
+       shards itself with ``get_worker_info()`` (set a number explicitly when it does).
+    2. An in-memory ``TensorDataset`` gets 0: indexing is cheap and workers only add IPC.
+    3. With a device accelerator (CUDA, MPS, XLA, ...): the seeds' 4 per device, capped by the
+       CPUs of this process's share of the node minus one for the main process.
+    4. On the CPU the step itself uses the cores the workers would need: 0 workers with 2 CPUs or
+       fewer per process (measured 10-55% slower with workers on 2 cores), else one worker per 4
+       CPUs, at most 4.
+
+    Args:
+        accelerator: where the batches are computed (``"cpu"``, ``"cuda"``, ``"mps"``, ...).
+        devices: devices this node trains on (all processes together).
+        processes_per_node: training processes on this node; defaults to ``devices`` for a device
+            accelerator (one process per device) and 1 on the CPU.
+        cpus: CPUs available to the whole node's training; defaults to :func:`available_cpus`.
+        dataset: the loader's dataset, for rules 1 and 2.
+
+    Returns:
+        The choice and a one-line reason.
+
+    Example:
+        >>> auto_num_workers(accelerator="cuda", devices=8, cpus=32).num_workers
+        3
+    """
+    if devices < 1:
+        raise ValueError(f"`devices` must be >= 1, got {devices}.")
+    cpu_info = None
+    if cpus is None:
+        cpu_info = available_cpus()
+        cpus = cpu_info.count
+    if cpus < 1:
+        raise ValueError(f"`cpus` must be >= 1, got {cpus}.")
+    cpu_text = cpu_info.reason if cpu_info is not None else f"{cpus} CPUs"
+    accelerator = str(accelerator).lower()
+    on_device = accelerator in _DEVICE_ACCELERATORS
+    if processes_per_node is None:
+        processes_per_node = devices if on_device else 1
+    processes_per_node = max(1, int(processes_per_node))
+    per_process = cpus // processes_per_node
+    share = f"{cpu_text}, {processes_per_node} process(es) per node -> {per_process} per process"
+
+    if isinstance(dataset, IterableDataset):
+        return WorkersChoice(
+            0, "IterableDataset: workers would each replay the stream unless it shards by get_worker_info()"
+        )
+    if dataset is not None and _is_in_memory(dataset):
+        return WorkersChoice(0, "in-memory TensorDataset: indexing is cheap, workers would only add IPC")
+    if on_device:
+        devices_per_process = max(1, devices // processes_per_node)
+        want = 4 * devices_per_process
+        cap = max(0, per_process - 1)
+        n = min(want, cap)
+        why = f"{accelerator}: 4 x {devices_per_process} device(s) per process, capped at {cap} ({share}, 1 for the main process)"
+        return WorkersChoice(n, why)
+    if per_process <= 2:
+        return WorkersChoice(0, f"CPU training with {share}: workers would compete with the step for the same cores")
+    n = min(4, per_process // 4) if per_process >= 4 else 0
+    return WorkersChoice(n, f"CPU training with {share}: 1 worker per 4 CPUs, at most 4, the rest for the step")
+
+
+def worker_start_method(loader: DataLoader) -> str:
+    """How the loader's worker processes start: ``"fork"``, ``"spawn"`` or ``"forkserver"``."""
+    ctx = loader.multiprocessing_context
+    if ctx is not None:
+        return ctx.get_start_method()
+    method = mp.get_start_method(allow_none=True)
+    if method is None:
+        # what the first use would pick on this platform
+        method = mp.get_context().get_start_method()
+    return method
+
+
+def worker_pickle_problem(loader: DataLoader, start_method: Optional[str] = None) -> Optional[str]:
+    """Why the loader's dataset could not be sent to worker processes, or ``None`` when it can.
+
+    Only ``spawn`` and ``forkserver`` workers receive the dataset, ``collate_fn`` and
+    ``worker_init_fn`` by pickling; ``fork`` workers inherit them, so nothing is checked then.
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> worker_pickle_problem(DataLoader(TensorDataset(torch.zeros(2))), "spawn") is None
+        True
+    """
+    method = start_method or worker_start_method(loader)
+    if method == "fork":
+        return None
+    for name in ("dataset", "collate_fn", "worker_init_fn"):
+        obj = getattr(loader, name, None)
+        if obj is None:
+            continue
+        try:
+            pickle.dumps(obj)
+        except Exception as ex:  # noqa: BLE001 - any pickling failure means workers cannot start
+            return f"the loader's {name} cannot be pickled for {method} workers ({type(ex).__name__}: {ex})"
+    return None
+
+
+def _walk(batch: Any, prefix: str = "batch"):
+    if isinstance(batch, torch.Tensor):
+        yield prefix, batch
+    elif isinstance(batch, dict):
+        for k, v in batch.items():
+            yield from _walk(v, f"{prefix}[{k!r}]")
+    elif isinstance(batch, (list, tuple)):
+        for i, v in enumerate(batch):
+            yield from _walk(v, f"{prefix}[{i}]")
+    elif hasattr(batch, "__dataclass_fields__"):
+        for k in batch.__dataclass_fields__:
+            yield from _walk(getattr(batch, k), f"{prefix}.{k}")
+
+
+def named_tensors(batch: Any, prefix: str = "batch") -> list[tuple[str, torch.Tensor]]:
+    """The tensors of a (nested) batch with readable names such as ``batch[0]`` or ``batch['image']``."""
+    return list(_walk(batch, prefix))
+
+
+def non_tensor_leaves(batch: Any, prefix: str = "batch") -> list[tuple[str, str]]:
+    """Leaves of a batch that are not tensors (numpy arrays, PIL images, lists of numbers...)."""
+    out: list[tuple[str, str]] = []
+
+    def walk(x: Any, name: str) -> None:
+        if isinstance(x, torch.Tensor):
+            return
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{name}[{k!r}]")
+        elif isinstance(x, (list, tuple)) and not (x and all(isinstance(v, (str, bytes)) for v in x)):
+            for i, v in enumerate(x):
+                walk(v, f"{name}[{i}]")
+        elif isinstance(x, (str, bytes, type(None))):
+            return
+        else:
+            out.append((name, type(x).__module__ + "." + type(x).__qualname__))
+
+    walk(batch, prefix)
+    return out
+
+
+def unpinned_tensors(batch: Any, device: Union[str, torch.device]) -> list[str]:
+    """Names of the CPU tensors of ``batch`` whose copy to ``device`` cannot overlap compute.
+
+    A host-to-CUDA copy with ``non_blocking=True`` is asynchronous only from page-locked (pinned)
+    memory; from pageable memory the host waits for it. Nothing is reported for other devices.
+
+    Example:
+        >>> import torch
+        >>> unpinned_tensors([torch.zeros(2)], "cuda")
+        ['batch[0]']
+        >>> unpinned_tensors([torch.zeros(2)], "cpu")
+        []
+    """
+    if torch.device(device).type != "cuda":
+        return []
+    out = []
+    for name, t in named_tensors(batch):
+        if t.device.type != "cpu":
+            continue
+        try:
+            pinned = t.is_pinned()
+        except RuntimeError:  # no CUDA runtime to ask
+            pinned = False
+        if not pinned:
+            out.append(name)
+    return out

@@ -1,0 +1,242 @@
+"""LS1xx: getting data into tensors and onto the device (tips T02, T03, T13, T21)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator, Optional
+
+from lightning_speedups.lint.context import (
+    DATALOADER,
+    FileContext,
+    argument,
+    is_const,
+    keyword,
+    snippet,
+)
+from lightning_speedups.lint.rules.base import Hit, Rule
+
+# DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
+_NUM_WORKERS_POS = 5
+_PIN_MEMORY_POS = 7
+
+
+def _tensor_from_numpy(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        if not call.args or ctx.call_name(call) != "torch.tensor":
+            continue
+        arg = call.args[0]
+        if ctx.is_numpy(arg):
+            yield call, f"torch.tensor({snippet(arg)}) copies a numpy array"
+
+
+def _tensor_of_tensors(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        if not call.args or ctx.call_name(call) != "torch.tensor":
+            continue
+        arg = call.args[0]
+        if isinstance(arg, (ast.ListComp, ast.GeneratorExp)):
+            tensors = ctx.is_tensor(arg.elt)
+        elif isinstance(arg, (ast.List, ast.Tuple)) and arg.elts:
+            tensors = all(ctx.is_tensor(e) for e in arg.elts)
+        else:
+            tensors = False
+        if tensors:
+            yield call, (
+                f"torch.tensor({snippet(arg)}) builds a tensor from tensors one Python scalar at a "
+                "time (a host copy, and a device sync per element on GPU)"
+            )
+
+
+def _loaders(ctx: FileContext) -> Iterator[ast.Call]:
+    for call in ctx.calls:
+        if ctx.call_name(call) == DATALOADER:
+            yield call
+
+
+def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
+    if not ctx.mentions_cuda:
+        return
+    for call in _loaders(ctx):
+        state, value = argument(call, "num_workers", _NUM_WORKERS_POS)
+        if state == "missing":
+            yield call, "DataLoader without num_workers loads every batch in the main process while the GPU waits"
+        elif state == "given" and is_const(value, 0):
+            yield call, "DataLoader with num_workers=0 loads every batch in the main process while the GPU waits"
+
+
+def _pin_state(call: ast.Call) -> Optional[str]:
+    """``"missing"`` / ``"False"`` when the loader visibly does not pin, else ``None``."""
+    state, value = argument(call, "pin_memory", _PIN_MEMORY_POS)
+    if state == "missing":
+        return "missing"
+    if state == "given" and is_const(value, False):
+        return "False"
+    return None
+
+
+def _loader_pin_memory(ctx: FileContext) -> Iterator[Hit]:
+    if not ctx.mentions_cuda:
+        return
+    for call in _loaders(ctx):
+        state = _pin_state(call)
+        if state == "missing":
+            yield call, "DataLoader without pin_memory=True in a file that moves batches to CUDA"
+        elif state == "False":
+            yield call, "DataLoader with pin_memory=False in a file that moves batches to CUDA"
+
+
+# ---------------------------------------------------------------------------------- LS104
+_LOOP_WRAPPERS = ("enumerate", "tqdm", "iter")
+
+
+def _unwrap_iter(node: ast.AST) -> ast.AST:
+    """``enumerate(tqdm(loader))`` -> ``loader``."""
+    while (
+        isinstance(node, ast.Call)
+        and node.args
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id in _LOOP_WRAPPERS)
+            or (isinstance(node.func, ast.Attribute) and node.func.attr in _LOOP_WRAPPERS)
+        )
+    ):
+        node = node.args[0]
+    return node
+
+
+def _unpinned_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> Optional[ast.Call]:
+    """The DataLoader call ``source`` visibly is (directly, a local/module name, or ``self.attr``),
+    if every such loader does not pin memory; else ``None``."""
+    values: list[ast.AST]
+    if isinstance(source, ast.Call):
+        values = [source]
+    elif isinstance(source, ast.Name):
+        prior = ctx.bindings_before(source)
+        if prior is None:
+            module = ctx.bindings(ctx.tree).get(source.id)
+            if ctx.scope_of(source) is ctx.tree or not module:
+                return None
+            prior = module
+        if any(b.kind != "value" or b.value is None for b in prior):
+            return None
+        values = [b.value for b in prior]  # type: ignore[misc]
+    elif isinstance(source, ast.Attribute) and isinstance(source.value, ast.Name) and source.value.id == "self":
+        cls = ctx.enclosing_class(at)
+        if cls is None:
+            return None
+        values = ctx.self_attrs(cls)[0].get(source.attr, [])
+    else:
+        return None
+    if not values:
+        return None
+    for value in values:
+        if not (isinstance(value, ast.Call) and ctx.call_name(value) == DATALOADER and _pin_state(value)):
+            return None
+    return values[0]  # type: ignore[return-value]
+
+
+def _root_name(node: ast.AST) -> Optional[ast.Name]:
+    """``batch["x"][0]`` -> ``batch``; ``x`` -> ``x``; anything else -> ``None``."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node if isinstance(node, ast.Name) else None
+
+
+def _target_names(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _batch_source(ctx: FileContext, name: ast.Name, call: ast.Call, hops: int = 0) -> Optional[ast.Call]:
+    """If ``name`` is (unpacked from) the target of a ``for ... in <unpinned loader>`` loop, that loader."""
+    scope = ctx.scope_of(name)
+    for anc, child in ctx.ancestors(call):
+        if anc is scope:
+            return None
+        if not isinstance(anc, (ast.For, ast.AsyncFor)) or not any(child is s for s in anc.body):
+            continue
+        later = [
+            b
+            for b in ctx.bindings(scope).get(name.id, ())
+            if anc.lineno < b.line < call.lineno
+        ]
+        if name.id in _target_names(anc.target):
+            if later:
+                return None  # rebound inside the loop before the copy: cannot tell
+            return _unpinned_loader(ctx, _unwrap_iter(anc.iter), call)
+        if hops == 0 and len(later) == 1 and later[0].kind in ("value", "unpack") and later[0].value is not None:
+            root = _root_name(later[0].value)
+            if root is not None and root.id in _target_names(anc.target):
+                return _batch_source(ctx, root, call, hops + 1)
+    return None
+
+
+def _non_blocking_unpinned(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr not in ("to", "cuda"):
+            continue
+        kw = keyword(call, "non_blocking")
+        if kw is None or not is_const(kw.value, True):
+            continue
+        if func.attr == "to" and call.args and is_const(call.args[0], "cpu"):
+            continue  # device-to-host: another matter
+        receiver = func.value
+        if isinstance(receiver, ast.Call) and ctx.call_name(receiver) in ("torch.from_numpy", "torch.as_tensor"):
+            if keyword(receiver, "device") is None:
+                yield call, (
+                    f"non_blocking=True on {snippet(receiver)}: a fresh tensor in pageable memory, "
+                    "so the copy cannot overlap"
+                )
+            continue
+        root = _root_name(receiver)
+        if root is None:
+            continue
+        loader = _batch_source(ctx, root, call)
+        if loader is not None:
+            yield call, (
+                f"non_blocking=True on `{root.id}`, a batch of the DataLoader at line {loader.lineno} "
+                "that does not pin memory: a copy from pageable memory cannot overlap"
+            )
+
+
+RULES = [
+    Rule(
+        "LS101",
+        "T13",
+        "tensor-from-numpy",
+        "torch.tensor(<numpy array>) copies the array",
+        "torch.from_numpy(arr) (shares memory) or torch.as_tensor(arr, dtype=..., device=...)",
+        _tensor_from_numpy,
+    ),
+    Rule(
+        "LS102",
+        "T02",
+        "loader-no-workers",
+        "DataLoader without num_workers (or 0) in a file that moves batches to CUDA",
+        "num_workers=4 (about 4 per GPU, at most the CPUs you have) and persistent_workers=True",
+        _loader_workers,
+    ),
+    Rule(
+        "LS103",
+        "T03",
+        "loader-no-pin-memory",
+        "DataLoader without pin_memory=True in a file that moves batches to CUDA",
+        "pin_memory=True (only when training on a GPU)",
+        _loader_pin_memory,
+    ),
+    Rule(
+        "LS104",
+        "T21",
+        "non-blocking-from-pageable",
+        "non_blocking=True on a tensor that is visibly not pinned (a loader without pin_memory=True, torch.from_numpy)",
+        "pin the source: DataLoader(..., pin_memory=True) or tensor.pin_memory(); non_blocking only overlaps from pinned memory",
+        _non_blocking_unpinned,
+    ),
+    Rule(
+        "LS105",
+        "T13",
+        "tensor-of-tensors",
+        "torch.tensor([...]) of tensors (a list comprehension or literal)",
+        "torch.stack([...]) keeps the data on its device in one kernel",
+        _tensor_of_tensors,
+    ),
+]

@@ -1,0 +1,188 @@
+"""Find, list, load and compose the packaged presets (``lightning_speedups/configs/*.yaml``).
+
+A preset is a YAML file that LightningCLI reads: plain Trainer flags under ``trainer:`` and the
+pack's parts under the typed ``speedups:`` section (see :mod:`lightning_speedups.config`).
+
+Example::
+
+    from lightning_speedups import preset
+    p = preset("fast")                        # or preset("fast", "memory"), or a path to a YAML
+    trainer = Trainer(**p.trainer_kwargs(), callbacks=p.callbacks(), max_epochs=10)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+from lightning.pytorch.callbacks import Callback
+
+from lightning_speedups.config import Speedups
+
+PRESET_SUFFIXES = (".yaml", ".yml")
+
+
+class PresetError(ValueError):
+    """A preset name or file that cannot be used; the message says what exists and what to do."""
+
+
+def preset_dir() -> Path:
+    """The folder of the packaged presets."""
+    return Path(str(resources.files("lightning_speedups") / "configs"))
+
+
+@lru_cache(maxsize=1)
+def list_presets() -> dict[str, str]:
+    """``{name: one-line description}`` of every packaged preset, from the first line of its header comment."""
+    out: dict[str, str] = {}
+    for path in sorted(preset_dir().glob("*.yaml")):
+        description = ""
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("#"):
+                description = line.lstrip("# ").strip()
+                if description:
+                    break
+        out[path.stem] = description
+    return out
+
+
+def _preset_name(value: str) -> str:
+    name = os.path.basename(value)
+    for suffix in PRESET_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def resolve_config(value: Union[str, os.PathLike]) -> str:
+    """Turn a ``--config`` value into a path: a local file wins, else the packaged preset of that name.
+
+    Raises:
+        PresetError: neither a file nor a packaged preset; the message lists the presets.
+    """
+    text = os.fspath(value)
+    if os.path.isfile(text):
+        return text
+    if os.sep not in text:
+        candidate = preset_dir() / f"{_preset_name(text)}.yaml"
+        if candidate.is_file():
+            return str(candidate)
+    raise PresetError(
+        f"config {text!r} is neither a file nor a packaged preset; presets: {', '.join(list_presets())}"
+        " (python -m lightning_speedups presets describes them)."
+    )
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@lru_cache(maxsize=1)
+def _speedups_parser():
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(Speedups, "speedups", fail_untyped=True)
+    return parser
+
+
+def parse_speedups(section: Optional[dict[str, Any]], source: str = "<dict>") -> Speedups:
+    """Validate a ``speedups:`` mapping and return the :class:`Speedups` it describes.
+
+    Raises:
+        PresetError: an unknown key or a bad value; the message names the key and the source.
+    """
+    parser = _speedups_parser()
+    try:
+        cfg = parser.parse_object({"speedups": section or {}})
+        return parser.instantiate_classes(cfg).speedups
+    except Exception as err:  # jsonargparse raises its own ArgumentError
+        raise PresetError(f"{source}: {first_line(err)}") from None
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines[:3]) if lines else type(err).__name__
+
+
+@dataclass
+class Preset:
+    """One or more presets composed: the Trainer flags and the ``speedups:`` section.
+
+    Attributes:
+        names: what was composed, in order.
+        trainer: plain Trainer flags from the YAML ``trainer:`` sections (merged key by key).
+        speedups: the merged ``speedups:`` section.
+    """
+
+    names: list[str]
+    trainer: dict[str, Any] = field(default_factory=dict)
+    speedups: Speedups = field(default_factory=Speedups)
+
+    def trainer_kwargs(self, accelerator: Optional[str] = None, **overrides: Any) -> dict[str, Any]:
+        """Arguments for ``Trainer(...)``: the presets' flags and what the ``speedups:`` section resolves to.
+
+        Args:
+            accelerator: the accelerator the Trainer will use (default: the preset's, else ``"auto"``).
+            overrides: Trainer arguments that win over the preset's.
+        """
+        accel = overrides.get("accelerator", accelerator or self.trainer.get("accelerator", "auto"))
+        kwargs, self._notes = self.speedups.trainer_kwargs(accelerator=accel)
+        merged = {**{k: v for k, v in self.trainer.items() if k != "callbacks"}, **kwargs, **overrides}
+        return merged
+
+    def callbacks(self) -> list[Callback]:
+        """Fresh callback instances for the ``speedups:`` section (call once per Trainer)."""
+        notes = getattr(self, "_notes", None)
+        if notes is None:
+            _, notes = self.speedups.trainer_kwargs(accelerator=self.trainer.get("accelerator", "auto"))
+        return self.speedups.callbacks(notes)
+
+    def parts(self) -> set[str]:
+        """The parts turned on (see :meth:`Speedups.active_parts`)."""
+        return self.speedups.active_parts()
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except yaml.YAMLError as err:
+        raise PresetError(f"{path}: not valid YAML: {first_line(err)}") from None
+    if not isinstance(data, dict):
+        raise PresetError(f"{path}: a preset must be a mapping with `trainer:` and/or `speedups:` sections.")
+    return data
+
+
+def preset(*names: Union[str, os.PathLike]) -> Preset:
+    """Load and compose presets (packaged names or YAML paths), later ones winning key by key.
+
+    Example::
+
+        p = preset("fast", "memory")
+        trainer = Trainer(**p.trainer_kwargs(), callbacks=p.callbacks())
+    """
+    if not names:
+        raise PresetError(f"preset() needs at least one name; presets: {', '.join(list_presets())}.")
+    trainer: dict[str, Any] = {}
+    section: dict[str, Any] = {}
+    sources = []
+    for name in names:
+        path = resolve_config(name)
+        data = load_yaml(path)
+        trainer = _deep_merge(trainer, data.get("trainer") or {})
+        section = _deep_merge(section, data.get("speedups") or {})
+        sources.append(path)
+    return Preset(names=[os.fspath(n) for n in names], trainer=trainer, speedups=parse_speedups(section, " + ".join(sources)))
