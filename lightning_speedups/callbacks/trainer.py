@@ -109,6 +109,10 @@ class CudnnBenchmark(SpeedupCallback):
             torch.backends.cudnn.benchmark = self._previous
             self._previous = None
 
+    @override
+    def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+        self.teardown(trainer, pl_module, "fit")
+
 
 class MatmulPrecision(SpeedupCallback):
     """TF32: ``torch.set_float32_matmul_precision("high")`` on GPUs with TF32 tensor cores, restored after.
@@ -146,6 +150,10 @@ class MatmulPrecision(SpeedupCallback):
         if self._previous is not None:
             torch.set_float32_matmul_precision(self._previous)
             self._previous = None
+
+    @override
+    def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+        self.teardown(trainer, pl_module, "fit")
 
 
 def loader_batch_size(loader: Any) -> Optional[int]:
@@ -424,8 +432,9 @@ class FusedOptimizer(SpeedupCallback):
     """T06: switch the model's optimizers to their fused (or foreach) implementation.
 
     Fused kernels update all parameters in one kernel per step instead of several per parameter.
-    The switch is made in place when training starts (after ``configure_optimizers``), so schedulers
-    built on the optimizer keep working and the optimizer state is untouched.
+    The switch is made in place when training starts (after ``configure_optimizers`` and after a
+    checkpoint's optimizer state is restored), so schedulers built on the optimizer keep working and
+    the optimizer state is untouched.
 
     Under fp16 mixed precision a fused optimizer unscales gradients inside its own ``step``, so
     Lightning cannot unscale them first and gradient clipping fails ("does not allow for gradient
@@ -460,7 +469,8 @@ class FusedOptimizer(SpeedupCallback):
         return any(getattr(cb, "needs_unscaled_grads", False) for cb in trainer.callbacks)
 
     @override
-    def on_fit_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+    def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        # After the checkpoint's optimizer state was restored (it would overwrite the flags).
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         avoid_fused = scaler is not None and self._clips_gradients(trainer)
         self.changed = []

@@ -10,7 +10,9 @@ Card:
     kernels avoid layout transposes); about neutral in fp32, and on CPU it depends on the kernels.
     When it hurts: models with few convolutions and many ops that expect contiguous NCHW (views,
     ``flatten`` followed by custom kernels) pay extra layout copies; on CPU without oneDNN-friendly
-    shapes it can be slower. Measure with the bench.
+    shapes it can be slower. Measure with the bench. Random ops on 4D activations (dropout) draw
+    their random numbers in memory order, so in training the masks differ from the contiguous
+    model's (same distribution, different elements); everything deterministic is equal.
 
 Example::
 

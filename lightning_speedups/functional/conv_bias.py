@@ -328,20 +328,36 @@ def _self_rooted(node: ast.AST) -> bool:
     return _is_self(node)
 
 
-def _reaches_in(trees: list[ast.AST], tokens: set[str]) -> Optional[str]:
-    """Find code in an untraceable ancestor that reaches below its direct children."""
+def _chain(node: ast.AST) -> Optional[list[str]]:
+    """``self.a.b[0]`` -> ``["a", "b", "0"]`` (``"*"`` for a computed index); None if not self-rooted."""
+    parts: list[str] = []
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+        else:
+            sl = node.slice
+            parts.append(str(sl.value) if isinstance(sl, ast.Constant) else "*")
+        node = node.value
+    return parts[::-1] if _is_self(node) else None
+
+
+def _reaches_in(trees: list[ast.AST], tokens: set[str], path: list[str]) -> Optional[str]:
+    """Find code in an untraceable ancestor that reaches below the submodule at ``path`` (relative).
+
+    Flags ``self.<path>.<token>`` / ``self.<path>[<token>]`` chains, any ``<expr>.<token>`` attribute
+    access not rooted at ``self`` and any string equal to a non-numeric token.
+    """
+    named = {t for t in tokens if not t.isdigit()}
     for node in _walk(trees):
-        if isinstance(node, ast.Attribute) and node.attr in tokens and not _is_self(node.value):
+        chain = _chain(node) if isinstance(node, (ast.Attribute, ast.Subscript)) else None
+        if chain is not None:
+            n = len(path)
+            if len(chain) > n and all(c in (p, "*") for c, p in zip(chain, path)) and chain[n] in tokens | {"*"}:
+                return f"'self.{'.'.join(chain)}' is accessed directly (line {node.lineno})"
+        elif isinstance(node, ast.Attribute) and node.attr in named:
             return f"'.{node.attr}' is accessed directly (line {node.lineno})"
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in tokens:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in named:
             return f"the name '{node.value}' appears as a string (line {node.lineno})"
-        if (
-            isinstance(node, ast.Subscript)
-            and isinstance(node.slice, ast.Constant)
-            and str(node.slice.value) in tokens
-            and _self_rooted(node.value)
-        ):
-            return f"'[{node.slice.value}]' indexes a submodule directly (line {node.lineno})"
     return None
 
 
@@ -530,9 +546,8 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
             if _biased(child) and full not in found:
                 rejected.setdefault(
                     full,
-                    f"called in the untraceable forward of {where} ({reason_untraced}) without the "
-                    "`self.bn(self.conv(x))` pattern; move conv+BN into a traceable submodule "
-                    "(e.g. nn.Sequential)",
+                    f"used in the untraceable forward of {where} ({reason_untraced}), not as "
+                    "`self.bn(self.conv(x))`; put conv+BN in a traceable submodule (e.g. nn.Sequential)",
                 )
             visit(child, full)
 
@@ -554,14 +569,15 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
                     continue
                 rel = [p[len(decider) + 1 :] if decider else p for p in (cname, bname)]
                 tokens = {t for r in rel for t in r.split(".")}
+                dec_rel = (decider[len(anc_name) + 1 :] if anc_name else decider).split(".")
                 trees = _class_trees(anc)
-                where = f"'{anc_name}'" if anc_name else "the model"
+                where = f"'{anc_name}'" if anc_name else "model"
                 if trees is None:
                     reason = f"source of the untraceable {where} is unavailable to check direct accesses"
                 else:
-                    hit = _reaches_in(trees, tokens)
+                    hit = _reaches_in(trees, tokens, dec_rel)
                     if hit:
-                        reason = f"untraceable {where} may use it directly: {hit}"
+                        reason = f"the untraceable {where} may use it directly: {hit}"
         if reason is None and (_has_forward_hooks(conv) or _has_forward_hooks(bn)):
             reason = "the conv or its BatchNorm has forward hooks that would see the change"
         if reason is None and (_lazy(conv) or _lazy(bn)):

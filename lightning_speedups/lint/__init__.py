@@ -1,1 +1,29 @@
-"""lint."""
+"""Static lint rules for the training-speed habits no callback can fix.
+
+``python -m lightning_speedups lint PATH...`` (or ``python -m lightning_speedups.lint``) parses the
+files with :mod:`ast` (nothing is imported or executed, torch is not needed) and reports each finding
+as ``path:line:col: CODE [Txx] message (fix: ...)``. See ``lint/README.md`` for the rules.
+
+Example:
+    >>> from lightning_speedups.lint import lint_source
+    >>> src = "import torch\\nx = torch.zeros(3).cuda()\\n"
+    >>> [(f.line, f.code, f.tip) for f in lint_source(src)]
+    [(2, 'LS203', 'T20')]
+"""
+
+from lightning_speedups.lint.command import main
+from lightning_speedups.lint.rules import RULES, rules_for_tip
+from lightning_speedups.lint.rules.base import Rule
+from lightning_speedups.lint.runner import Finding, LintResult, lint_paths, lint_source, select_rules
+
+__all__ = [
+    "RULES",
+    "Finding",
+    "LintResult",
+    "Rule",
+    "lint_paths",
+    "lint_source",
+    "main",
+    "rules_for_tip",
+    "select_rules",
+]

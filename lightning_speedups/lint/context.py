@@ -579,14 +579,16 @@ class FileContext:
                 return None
         return None
 
-    def is_exempt(self, node: ast.AST, words: tuple[str, ...]) -> bool:
+    def is_exempt(self, node: ast.AST, words: tuple[str, ...], flag_words: tuple[str, ...] = ()) -> bool:
         """``node`` is in code meant for debugging/profiling.
 
         True in test files (``test_*.py``, ``*_test.py``, ``conftest.py``, a ``tests``/``test``
         directory), in files or directories whose name contains one of ``words``, inside a function
-        or class whose name contains one (or a function named ``test*``), and in the body of an
-        ``if`` whose condition mentions one (``if args.debug:``).
+        or class whose name contains one (or a function named ``test*``), and in the body (not the
+        ``else``) of an ``if`` whose condition mentions one of ``words`` or ``flag_words``
+        (``if args.debug:``, ``if cfg.detect_anomaly:``).
         """
+        cond_words = words + flag_words
         parts = [p.lower() for p in self.path.parts]
         if parts:
             name = parts[-1]
@@ -612,6 +614,6 @@ class FileContext:
                         text = n.attr
                     elif isinstance(n, ast.Constant) and isinstance(n.value, str):
                         text = n.value
-                    if any(w in text.lower() for w in words):
+                    if any(w in text.lower() for w in cond_words):
                         return True
         return False

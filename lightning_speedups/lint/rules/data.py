@@ -170,6 +170,8 @@ def _batch_source(ctx: FileContext, name: ast.Name, call: ast.Call, hops: int = 
 
 
 def _non_blocking_unpinned(ctx: FileContext) -> Iterator[Hit]:
+    if not ctx.mentions_cuda:
+        return
     for call in ctx.calls:
         func = call.func
         if not isinstance(func, ast.Attribute) or func.attr not in ("to", "cuda"):
@@ -227,7 +229,8 @@ RULES = [
         "LS104",
         "T21",
         "non-blocking-from-pageable",
-        "non_blocking=True on a tensor that is visibly not pinned (a loader without pin_memory=True, torch.from_numpy)",
+        "non_blocking=True on a tensor that is visibly not pinned (a batch of a loader without pin_memory=True, "
+        "torch.from_numpy(...)) in a file that moves data to CUDA",
         "pin the source: DataLoader(..., pin_memory=True) or tensor.pin_memory(); non_blocking only overlaps from pinned memory",
         _non_blocking_unpinned,
     ),

@@ -1,0 +1,609 @@
+"""T04 largest batch that fits, with learning-rate scaling, as a callback."""
+
+from __future__ import annotations
+
+import math
+from copy import deepcopy
+from typing import Any, Optional, Union
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import GradientAccumulationScheduler
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.memory import garbage_collection_cuda
+from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_hasattr, lightning_setattr
+from lightning.pytorch.utilities.seed import isolate_rng
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from typing_extensions import override
+
+from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.functional.batch_size import (
+    MemoryBudget,
+    find_largest_batch_size,
+    format_bytes,
+    is_out_of_memory,
+    largest_divisor_batch,
+    lr_scale_factor,
+    measure_peak_memory,
+    parse_memory_budget,
+    round_down,
+    scale_lr_scheduler,
+    scale_optimizer_lrs,
+    total_memory_bytes,
+)
+
+_LR_RULES = ("linear", "sqrt", None)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _to_cpu(obj: Any) -> Any:
+    """A deep copy of a state dict with every tensor copied to the CPU (GPU memory stays untouched)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return type(obj)((k, _to_cpu(v)) for k, v in obj.items()) if type(obj) is not dict else {
+            k: _to_cpu(v) for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_to_cpu(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_to_cpu(v) for v in obj)
+    return deepcopy(obj)
+
+
+def _loops(loop: Any) -> list[Any]:
+    found = [loop]
+    for value in vars(loop).values():
+        if isinstance(value, pl.loops.loop._Loop):
+            found.extend(_loops(value))
+    return found
+
+
+class LargestBatch(SpeedupCallback):
+    """T04: train with the largest batch that fits, and scale the learning rate to match.
+
+    Card:
+        What: when ``fit`` starts, runs a few real training steps at growing batch sizes (multiples
+        of ``multiple``: doubling, then bisection), keeps the largest that fits, sets it where
+        Lightning's ``BatchSizeFinder`` does (the ``batch_size`` attribute of the model, its
+        ``hparams`` or the datamodule, through ``lightning_setattr``), rebuilds the loaders, and
+        scales every optimizer group's learning rate by the linear rule (or the square root)
+        relative to ``base_batch_size``. Model, optimizer and scheduler states and the random
+        number generators are put back after the trials, so training starts as if the batch size had
+        been set by hand. Seed tips: A#3, B#10 ("take the largest batch that fits; when the batch
+        doubles, double the learning rate"). Expected gain: fewer, fuller steps per epoch (better
+        device utilisation, less per-step overhead). When it hurts: very large batches may
+        generalise worse, and the linear rule breaks down beyond a few thousand samples without a
+        warm-up; the search costs ``2 log2(size / multiple)`` short trials at start-up.
+
+    Fits means: on a CUDA device without ``memory_budget``, no out-of-memory error (then the size
+    is reduced by ``margin``); with a ``memory_budget`` (required on the CPU, where nothing runs out
+    of memory in time), a peak memory of the trial steps at most ``(1 - margin) * memory_budget``.
+    The peak is ``torch.cuda.max_memory_allocated`` on CUDA and, elsewhere, the peak bytes of live
+    tensors counted by :class:`~lightning_speedups.functional.batch_size.LiveTensorMemory` (parameters,
+    buffers, gradients, optimizer state, activations, batch; see its module for what it cannot see).
+    A CPU trial stops as soon as it goes over the budget, so a search never takes more memory than
+    that. Trials run Lightning's own fit loop for ``steps_per_trial`` optimizer steps, with loggers,
+    callbacks and validation off (as ``BatchSizeFinder`` does), with ``accumulate_grad_batches`` 2
+    when the run accumulates (gradients then stay alive during the next forward).
+
+    Learning rates: ``factor = new effective batch / base_batch_size`` (``"linear"``) or its square
+    root (``"sqrt"``), the effective batch being ``batch_size x accumulate_grad_batches x
+    world_size``. Scaled: every group's ``lr`` (and ``initial_lr``, ``OneCycleLR``'s ``max_lr`` and
+    ``min_lr``), schedulers' ``base_lrs``, ``CyclicLR.max_lrs``, ``ReduceLROnPlateau.min_lrs``,
+    cosine ``eta_min``. With ``scale_schedule_lengths``, schedulers stepped every optimizer step
+    (``interval="step"``) keep their length in samples: ``OneCycleLR.total_steps``, warm-up
+    ``total_iters``, ``T_max``, ``step_size``, milestones and cyclic periods are multiplied by
+    ``old effective batch / new effective batch``. Epoch-interval schedulers keep their lengths.
+
+    Resuming: the chosen batch size, accumulation and learning rates are in the callback's
+    ``state_dict``; a run resumed from a checkpoint sets them again and does not search (the
+    optimizer and scheduler states in the checkpoint already hold the scaled rates).
+
+    Multi-process runs: the trials would need every process in lockstep, so the callback does not
+    search there. Run the search once single-process (``devices=1``, e.g. with ``max_steps=1``),
+    then pass the batch size it prints as ``LargestBatch(batch_size=...)``, which applies it and
+    scales the learning rates on every rank without a search; resuming from a checkpoint of a run
+    that searched works too. Otherwise the callback raises in ``setup`` on every rank (no hang).
+
+    Args:
+        memory_budget: bytes (``int`` or ``"2GiB"`` / ``"512MB"``) or a fraction of the memory
+            (``0.25``, ``"0.25"``, ``"25%"``) of the machine's RAM (CPU) or the GPU's memory.
+            Required on the CPU; ``None`` on CUDA searches until out of memory.
+        multiple: the batch size is a multiple of this (8 suits tensor cores).
+        base_batch_size: the effective batch the configured learning rates are meant for; ``None``
+            for the effective batch before the search.
+        lr_rule: ``"linear"``, ``"sqrt"`` or ``None`` (learning rates unchanged).
+        keep_effective_batch: hold ``batch x accumulate_grad_batches x world_size`` constant: the
+            batch may only grow up to the effective batch, to a size that divides it, and
+            ``accumulate_grad_batches`` shrinks to match (the learning rates then stay unless
+            ``base_batch_size`` says otherwise).
+        max_batch_size: the largest batch to try (also capped at the training set's length).
+        margin: safety margin in ``[0, 1)``: the share of ``memory_budget`` kept free, or (without a
+            budget, on CUDA) the share taken off the largest batch that ran.
+        batch_size: skip the search and use this batch size (e.g. one found single-process, for a
+            multi-process run); learning rates are scaled as after a search.
+        steps_per_trial: optimizer steps per trial (2 sees the optimizer state allocated).
+        max_trials: the most trials.
+        batch_arg_name: the attribute holding the batch size, as for ``BatchSizeFinder``.
+        scale_schedule_lengths: rescale lengths of step-interval schedulers (see above).
+
+    Example::
+
+        # the module reads self.batch_size in train_dataloader(); lr 0.1 was tuned for batch 256
+        trainer = Trainer(callbacks=[LargestBatch(memory_budget="4GiB", base_batch_size=256)])
+        trainer.fit(model)   # prints e.g. "largest_batch: active, batch 32 -> 512, lr x2 (linear) ..."
+    """
+
+    tip = "T04"
+    part = "largest_batch"
+
+    def __init__(
+        self,
+        memory_budget: Optional[MemoryBudget] = None,
+        multiple: int = 8,
+        base_batch_size: Optional[int] = None,
+        lr_rule: Optional[str] = "linear",
+        keep_effective_batch: bool = False,
+        max_batch_size: Optional[int] = None,
+        margin: float = 0.1,
+        batch_size: Optional[int] = None,
+        steps_per_trial: int = 2,
+        max_trials: int = 25,
+        batch_arg_name: str = "batch_size",
+        scale_schedule_lengths: bool = True,
+    ) -> None:
+        super().__init__()
+        if memory_budget is not None:
+            # syntax and sign now; the size against the device's memory in ``setup``
+            parse_memory_budget(memory_budget, total=1 << 62)
+        if not _is_int(multiple) or multiple < 1:
+            raise ValueError(f"`multiple` must be an int >= 1 (8 suits tensor cores, 1 allows any size); got {multiple!r}.")
+        if base_batch_size is not None and (not _is_int(base_batch_size) or base_batch_size < 1):
+            raise ValueError(
+                "`base_batch_size` must be a positive int, the effective batch your learning rates were tuned for, "
+                f"or None to use the effective batch before the search; got {base_batch_size!r}."
+            )
+        if lr_rule not in _LR_RULES:
+            raise ValueError(f"`lr_rule` must be 'linear', 'sqrt' or None (learning rates unchanged); got {lr_rule!r}.")
+        if not isinstance(keep_effective_batch, bool):
+            raise TypeError(f"`keep_effective_batch` must be True or False; got {keep_effective_batch!r}.")
+        if max_batch_size is not None and (not _is_int(max_batch_size) or max_batch_size < multiple):
+            raise ValueError(
+                f"`max_batch_size` must be None or an int >= `multiple` ({multiple}); got {max_batch_size!r}."
+            )
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+            raise ValueError(f"`margin` must be a number in [0, 1), e.g. 0.1 to keep 10% free; got {margin!r}.")
+        if batch_size is not None and (not _is_int(batch_size) or batch_size < 1):
+            raise ValueError(f"`batch_size` must be None (search) or a positive int (use it); got {batch_size!r}.")
+        if not _is_int(steps_per_trial) or steps_per_trial < 1:
+            raise ValueError(f"`steps_per_trial` must be an int >= 1; got {steps_per_trial!r}.")
+        if not _is_int(max_trials) or max_trials < 1:
+            raise ValueError(f"`max_trials` must be an int >= 1; got {max_trials!r}.")
+        if not isinstance(batch_arg_name, str) or not batch_arg_name:
+            raise TypeError(f"`batch_arg_name` must be the name of the batch size attribute; got {batch_arg_name!r}.")
+        self.memory_budget = memory_budget
+        self.multiple = multiple
+        self.base_batch_size = base_batch_size
+        self.lr_rule = lr_rule
+        self.keep_effective_batch = keep_effective_batch
+        self.max_batch_size = max_batch_size
+        self.margin = float(margin)
+        self.batch_size = batch_size
+        self.steps_per_trial = steps_per_trial
+        self.max_trials = max_trials
+        self.batch_arg_name = batch_arg_name
+        self.scale_schedule_lengths = scale_schedule_lengths
+
+        self.budget_bytes: Optional[int] = None
+        self.trials: list[tuple[int, Optional[int]]] = []  # (batch size, peak bytes or None if over / OOM)
+        self._state: dict[str, Any] = {}
+        self._skip: Optional[str] = None
+        self._applied = False
+
+    # ------------------------------------------------------------------ checks
+    @override
+    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        self._skip = None
+        self._applied = False
+        if stage != "fit":
+            self._skip = f"skipped, only used in fit (stage {stage!r})"
+            return
+        if not lightning_hasattr(pl_module, self.batch_arg_name):
+            self._skip_with_warning(
+                f"no `{self.batch_arg_name}` attribute on the model, its hparams or the datamodule. Store the batch "
+                f"size there and read it in `train_dataloader()` (as for Lightning's BatchSizeFinder)."
+            )
+            return
+        source = getattr(trainer.fit_loop, "_data_source", None)
+        if source is not None and hasattr(source, "is_module") and not source.is_module():
+            self._skip_with_warning(
+                "the train dataloaders were passed to `fit()` directly, so their batch size cannot change. Build them "
+                f"in `train_dataloader()` of the LightningModule or a LightningDataModule from `{self.batch_arg_name}`."
+            )
+            return
+        if self.keep_effective_batch and any(isinstance(c, GradientAccumulationScheduler) for c in trainer.callbacks):
+            raise MisconfigurationException(
+                "LargestBatch(keep_effective_batch=True) sets `accumulate_grad_batches`, which a "
+                "GradientAccumulationScheduler callback also changes; remove one of them."
+            )
+        device = trainer.strategy.root_device
+        if self.memory_budget is None:
+            if device.type != "cuda" and self.batch_size is None:
+                self._skip_with_warning(
+                    f"on a {device.type.upper()} nothing runs out of memory in time, so a `memory_budget` is needed, "
+                    "e.g. LargestBatch(memory_budget='4GiB') or memory_budget=0.25 (a quarter of the RAM)."
+                )
+                return
+        else:
+            total = total_memory_bytes(device)
+            self.budget_bytes = parse_memory_budget(self.memory_budget, total=total)
+        if trainer.world_size > 1 and self.batch_size is None and trainer.ckpt_path is None:
+            raise MisconfigurationException(
+                f"LargestBatch cannot search for a batch size in a multi-process run (world size {trainer.world_size}): "
+                "the trial steps would need every process in lockstep. Run the search once single-process "
+                "(`devices=1, num_nodes=1`, e.g. with `max_steps=1`), note the batch size it prints, then pass "
+                "`LargestBatch(batch_size=<that size>, ...)` to this run (or resume from a checkpoint of a run "
+                "that searched)."
+            )
+
+    def _skip_with_warning(self, why: str) -> None:
+        self._skip = f"skipped, {why}"
+        rank_zero_warn(f"LargestBatch is off: {why}", category=PossibleUserWarning)
+        self.report(False, self._skip.split(". ")[0])
+
+    # ------------------------------------------------------------------ main
+    @override
+    def on_fit_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        if self._skip is not None:
+            self.report(False, self._skip)
+            return
+        if self._state:
+            self._apply_restored(trainer, pl_module)
+            return
+        if trainer.ckpt_path is not None:
+            if trainer.strategy.restore_checkpoint_after_setup:
+                return  # the callback state arrives after this hook: applied in ``on_train_start``
+            rank_zero_warn(
+                "LargestBatch: resuming from a checkpoint without LargestBatch state, so the batch size and learning "
+                "rates are kept as they are (no search on resume).",
+                category=PossibleUserWarning,
+            )
+            self.report(False, "skipped, resumed from a checkpoint without its state")
+            return
+
+        old_batch = int(lightning_getattr(pl_module, self.batch_arg_name))
+        old_accumulate = int(trainer.accumulate_grad_batches)
+        world = int(trainer.world_size)
+        old_effective = old_batch * old_accumulate * world
+        base = self.base_batch_size or old_effective
+        per_process = old_batch * old_accumulate  # batch x accumulation kept constant with keep_effective_batch
+        if self.keep_effective_batch and per_process % self.multiple:
+            raise ValueError(
+                f"LargestBatch(keep_effective_batch=True): the effective batch {old_effective} (batch {old_batch} x "
+                f"accumulate_grad_batches {old_accumulate} x {world} processes) cannot be split into per-process "
+                f"batches that are multiples of {self.multiple}: {per_process} is not divisible by {self.multiple}. "
+                f"Choose a batch size and accumulation whose product is a multiple of {self.multiple}, or lower `multiple`."
+            )
+
+        if self.batch_size is not None:
+            new_batch = self.batch_size
+            how = "given"
+        else:
+            new_batch = self._search(trainer, pl_module, old_batch, old_accumulate, per_process)
+            how = "searched"
+        if self.keep_effective_batch:
+            fitted = new_batch
+            new_batch = largest_divisor_batch(new_batch, per_process, 1 if how == "given" else self.multiple)
+            if new_batch == 0 or (how == "given" and new_batch != fitted):
+                raise ValueError(
+                    f"LargestBatch(keep_effective_batch=True): batch size {fitted} does not divide the per-process "
+                    f"effective batch {per_process} (batch {old_batch} x accumulate_grad_batches {old_accumulate}); "
+                    f"pass a `batch_size` that divides {per_process}."
+                )
+            new_accumulate = per_process // new_batch
+        else:
+            new_accumulate = old_accumulate
+
+        self._apply_batch(trainer, pl_module, new_batch, new_accumulate)
+        new_effective = new_batch * new_accumulate * world
+        factor = lr_scale_factor(new_effective, base, self.lr_rule)
+        length_factor = old_effective / new_effective if self.scale_schedule_lengths else None
+        lrs, changed = self._scale_lrs(trainer, factor, length_factor)
+        self._state = {
+            "batch_size": new_batch,
+            "accumulate_grad_batches": new_accumulate,
+            "previous_batch_size": old_batch,
+            "previous_accumulate_grad_batches": old_accumulate,
+            "effective_batch_size": new_effective,
+            "base_batch_size": base,
+            "lr_rule": self.lr_rule,
+            "lr_factor": factor,
+            "lrs": lrs,
+            "budget_bytes": self.budget_bytes,
+            "trials": list(self.trials),
+        }
+        self._applied = True
+        acc = f", accumulate {old_accumulate} -> {new_accumulate}" if new_accumulate != old_accumulate else ""
+        peak = self._peak_of(new_batch)
+        mem = f", peak {format_bytes(peak)} of {format_bytes(self.budget_bytes)}" if peak and self.budget_bytes else ""
+        lr_text = (
+            f"lr x{factor:.4g} ({self.lr_rule}, effective batch {new_effective} vs base {base}) -> "
+            + ", ".join(f"{lr:.4g}" for group in lrs for lr in group)
+            if self.lr_rule
+            else "learning rates unchanged"
+        )
+        self.report(True, f"batch {old_batch} -> {new_batch} ({how}{mem}){acc}, {lr_text}", echo=True)
+        if changed:
+            rank_zero_info(f"largest_batch: rescaled schedule lengths by {length_factor:.4g}: {', '.join(changed)}")
+        self._log(trainer)
+
+    @override
+    def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        # strategies that restore checkpoints after setup (FSDP, DeepSpeed) load our state after on_fit_start
+        if self._skip is None and self._state and not self._applied:
+            self._apply_restored(trainer, pl_module)
+
+    def _apply_restored(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        batch, accumulate = int(self._state["batch_size"]), int(self._state["accumulate_grad_batches"])
+        self._apply_batch(trainer, pl_module, batch, accumulate)
+        self._applied = True
+        self.report(
+            True,
+            f"batch {batch}, accumulate {accumulate} restored from the checkpoint (no search; learning rates come "
+            "from the restored optimizer state)",
+            echo=True,
+        )
+
+    def _apply_batch(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: int, accumulate: int) -> None:
+        lightning_setattr(pl_module, self.batch_arg_name, batch)
+        trainer.accumulate_grad_batches = accumulate
+        self._reset_loaders(trainer)
+
+    @staticmethod
+    def _reset_loaders(trainer: "pl.Trainer") -> None:
+        # what Lightning's own ``_reset_dataloaders`` does, without building them now: built on first use
+        trainer.fit_loop._combined_loader = None
+        trainer.fit_loop.epoch_loop.val_loop._combined_loader = None
+
+    def _scale_lrs(
+        self, trainer: "pl.Trainer", factor: float, length_factor: Optional[float]
+    ) -> tuple[list[list[float]], list[str]]:
+        lrs = []
+        for optimizer in trainer.optimizers:
+            if factor != 1.0:
+                scale_optimizer_lrs(optimizer, factor)
+            lrs.append([float(group["lr"]) for group in optimizer.param_groups])
+        changed: list[str] = []
+        for config in trainer.lr_scheduler_configs:
+            lengths = length_factor if config.interval == "step" else None
+            changed.extend(c for c in scale_lr_scheduler(config.scheduler, factor, lengths) if not c.endswith("lrs"))
+        return lrs, [c for c in changed if not c.endswith(("_last_lr", "eta_min"))]
+
+    def _log(self, trainer: "pl.Trainer") -> None:
+        metrics: dict[str, float] = {
+            "largest_batch/batch_size": float(self._state["batch_size"]),
+            "largest_batch/accumulate_grad_batches": float(self._state["accumulate_grad_batches"]),
+            "largest_batch/lr_factor": float(self._state["lr_factor"]),
+        }
+        for i, group_lrs in enumerate(self._state["lrs"]):
+            for j, lr in enumerate(group_lrs):
+                metrics[f"largest_batch/lr_opt{i}_group{j}"] = float(lr)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+    def _peak_of(self, batch: int) -> Optional[int]:
+        for size, peak in self.trials:
+            if size == batch and peak is not None:
+                return peak
+        return None
+
+    # ------------------------------------------------------------------ search
+    def _search(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", old_batch: int, old_accumulate: int, per_process: int
+    ) -> int:
+        limit = None if self.budget_bytes is None else int(self.budget_bytes * (1 - self.margin))
+        cap = self.max_batch_size
+        if self.keep_effective_batch:
+            cap = per_process if cap is None else min(cap, per_process)
+        dataset_len = self._train_set_length(trainer)
+        if dataset_len is not None:
+            cap = dataset_len if cap is None else min(cap, dataset_len)
+        if cap is not None and cap < self.multiple:
+            raise ValueError(
+                f"LargestBatch: the largest allowed batch ({cap}: max_batch_size, training set length or effective "
+                f"batch) is below `multiple={self.multiple}`; lower `multiple`."
+            )
+        self.trials = []
+        snapshot = self._enter_trials(trainer, pl_module)
+        try:
+            with isolate_rng():
+
+                def fits(batch: int) -> bool:
+                    accumulate = self._trial_accumulation(batch, old_accumulate, per_process)
+                    try:
+                        peak = self.measure_peak(trainer, pl_module, batch, accumulate, limit)
+                    except Exception as ex:
+                        if is_out_of_memory(ex):
+                            self.trials.append((batch, None))
+                            self._restore_trial_state(trainer, pl_module, snapshot)
+                            garbage_collection_cuda()
+                        raise
+                    self.trials.append((batch, peak))
+                    self._restore_trial_state(trainer, pl_module, snapshot)
+                    return limit is None or peak <= limit
+
+                found, _ = find_largest_batch_size(
+                    fits, multiple=self.multiple, max_batch_size=cap, max_trials=self.max_trials
+                )
+                if found == 0:
+                    raise self._too_small_error(trainer, pl_module, old_accumulate, per_process, limit)
+        finally:
+            self._exit_trials(trainer, pl_module, snapshot)
+        if limit is None and self.margin > 0:  # out-of-memory search: keep a margin of batch
+            found = max(self.multiple, round_down(int(found * (1 - self.margin)), self.multiple))
+        tried = ", ".join(f"{b}:{format_bytes(p) if p is not None else 'over'}" for b, p in self.trials)
+        rank_zero_info(f"largest_batch: trials {tried}; largest that fits: {found}")
+        return found
+
+    def _trial_accumulation(self, batch: int, old_accumulate: int, per_process: int) -> int:
+        will_accumulate = batch < per_process if self.keep_effective_batch else old_accumulate > 1
+        return 2 if will_accumulate else 1
+
+    def _too_small_error(
+        self,
+        trainer: "pl.Trainer",
+        pl_module: "pl.LightningModule",
+        old_accumulate: int,
+        per_process: int,
+        limit: Optional[int],
+    ) -> Exception:
+        if limit is None:
+            return MisconfigurationException(
+                f"LargestBatch: a batch of {self.multiple} does not fit in the device memory; lower `multiple`, use "
+                "activation checkpointing or mixed precision."
+            )
+        peak = None
+        try:  # measure once without a limit, to say how much is needed
+            accumulate = self._trial_accumulation(self.multiple, old_accumulate, per_process)
+            peak = self.measure_peak(trainer, pl_module, self.multiple, accumulate, None)
+        except Exception:  # noqa: BLE001 - only for the message
+            peak = None
+        need = (
+            f"needs {format_bytes(peak)} at peak, so at least memory_budget={math.ceil(peak / (1 - self.margin))} "
+            f"(~{format_bytes(peak / (1 - self.margin))}) with margin {self.margin:g}"
+            if peak
+            else "needs more than that"
+        )
+        return ValueError(
+            f"`memory_budget={self.memory_budget!r}` ({format_bytes(self.budget_bytes or 0)}, "
+            f"{format_bytes(limit)} after the margin of {self.margin:g}) is too small for a batch of {self.multiple}: "
+            f"one training step {need}. Raise `memory_budget`, lower `margin` or `multiple`."
+        )
+
+    def _train_set_length(self, trainer: "pl.Trainer") -> Optional[int]:
+        fit_loop = trainer.fit_loop
+        try:
+            fit_loop.setup_data()
+            loader = fit_loop._combined_loader
+            if loader is None:
+                return None
+            lengths = [len(dl.dataset) for dl in loader.flattened]
+        except (TypeError, AttributeError, NotImplementedError):
+            return None
+        finally:
+            self._reset_loaders(trainer)
+        return min(lengths) if lengths else None
+
+    def _enter_trials(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> dict[str, Any]:
+        fit_loop = trainer.fit_loop
+        snapshot: dict[str, Any] = {
+            "batch_size": lightning_getattr(pl_module, self.batch_arg_name),
+            "model": _to_cpu(pl_module.state_dict()),
+            "optimizers": [_to_cpu(opt.state_dict()) for opt in trainer.optimizers],
+            "schedulers": [_to_cpu(cfg.scheduler.state_dict()) for cfg in trainer.lr_scheduler_configs],
+            "precision": _to_cpu(trainer.precision_plugin.state_dict()),
+            "loop": deepcopy(fit_loop.state_dict()),
+            "loggers": trainer.loggers,
+            "callbacks": trainer.callbacks,
+            "max_steps": fit_loop.epoch_loop.max_steps,
+            "limit_train_batches": trainer.limit_train_batches,
+            "limit_val_batches": trainer.limit_val_batches,
+            "accumulate_grad_batches": trainer.accumulate_grad_batches,
+            "should_stop": trainer.should_stop,
+        }
+        from lightning.pytorch.loggers.logger import DummyLogger
+
+        trainer.loggers = [DummyLogger()] if trainer.loggers else []
+        trainer.callbacks = []
+        trainer.limit_train_batches = 1.0
+        trainer.limit_val_batches = 0
+        fit_loop.epoch_loop.max_steps = self.steps_per_trial
+        return snapshot
+
+    def _restore_trial_state(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any]) -> None:
+        pl_module.zero_grad(set_to_none=True)
+        pl_module.load_state_dict(snapshot["model"])
+        for opt, state in zip(trainer.optimizers, snapshot["optimizers"]):
+            opt.load_state_dict(state)
+        for cfg, state in zip(trainer.lr_scheduler_configs, snapshot["schedulers"]):
+            cfg.scheduler.load_state_dict(state)
+        trainer.precision_plugin.load_state_dict(snapshot["precision"])
+        fit_loop = trainer.fit_loop
+        fit_loop.load_state_dict(deepcopy(snapshot["loop"]))
+        for loop in _loops(fit_loop):
+            loop._restarting = False
+            for flag in ("_loaded_from_state_dict", "_resuming_from_checkpoint"):
+                if hasattr(loop, flag):
+                    setattr(loop, flag, False)
+        epoch_loop = fit_loop.epoch_loop
+        if pl_module.automatic_optimization:
+            epoch_loop.automatic_optimization.optim_progress.reset()
+        else:
+            epoch_loop.manual_optimization.optim_step_progress.reset()
+        fit_loop.epoch_progress.reset()
+        trainer.should_stop = False
+
+    def _exit_trials(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any]) -> None:
+        self._restore_trial_state(trainer, pl_module, snapshot)
+        trainer.loggers = snapshot["loggers"]
+        trainer.callbacks = snapshot["callbacks"]
+        trainer.fit_loop.epoch_loop.max_steps = snapshot["max_steps"]
+        trainer.limit_train_batches = snapshot["limit_train_batches"]
+        trainer.limit_val_batches = snapshot["limit_val_batches"]
+        trainer.accumulate_grad_batches = snapshot["accumulate_grad_batches"]
+        trainer.should_stop = snapshot["should_stop"]
+        lightning_setattr(pl_module, self.batch_arg_name, snapshot["batch_size"])
+        self._reset_loaders(trainer)
+        connector = trainer._logger_connector
+        connector.reset_results()
+        connector.reset_metrics()
+
+    def measure_peak(
+        self,
+        trainer: "pl.Trainer",
+        pl_module: "pl.LightningModule",
+        batch_size: int,
+        accumulate_grad_batches: int,
+        limit: Optional[int],
+    ) -> int:
+        """Run ``steps_per_trial`` real training steps at ``batch_size`` and return their peak memory in bytes.
+
+        Subclasses may override this to measure another way (the search only needs a monotone
+        peak). It may raise an out-of-memory error (``torch.cuda.OutOfMemoryError`` or
+        :class:`~lightning_speedups.functional.batch_size.MemoryBudgetExceeded` once ``limit`` is
+        passed), which counts as "does not fit". Model, optimizer and loop states are restored by the
+        caller after each trial.
+        """
+        lightning_setattr(pl_module, self.batch_arg_name, batch_size)
+        trainer.accumulate_grad_batches = accumulate_grad_batches
+        self._reset_loaders(trainer)
+        device = trainer.strategy.root_device
+        seed: list[torch.Tensor] = [*pl_module.parameters(), *pl_module.buffers()]
+        seed += [p.grad for p in pl_module.parameters() if p.grad is not None]
+        for opt in trainer.optimizers:
+            for state in opt.state.values():
+                seed += [v for v in state.values() if isinstance(v, torch.Tensor)]
+        fit_loop = trainer.fit_loop
+        peak = measure_peak_memory(fit_loop.run, device=device, seed=seed, limit=limit)
+        if fit_loop.epoch_loop.global_step == 0:
+            raise RuntimeError(
+                f"LargestBatch: no training step ran at batch size {batch_size} (is the training set smaller than the "
+                "batch, with drop_last=True?); set `max_batch_size`."
+            )
+        return peak
+
+    # ------------------------------------------------------------------ state
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self._state)
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("batch_size"):
+            self._state = dict(state_dict)
+            self._applied = False

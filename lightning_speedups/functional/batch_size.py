@@ -1,0 +1,563 @@
+"""T04 largest batch that fits, and learning-rate scaling: plain functions, no Trainer needed.
+
+Three pieces:
+
+* **Memory budgets** — :func:`parse_memory_budget` turns ``2_000_000_000``, ``"2GiB"``, ``"512MB"``,
+  ``0.25``, ``"0.25"`` or ``"25%"`` (a fraction of the machine's RAM, or of the GPU's memory) into bytes,
+  with clear errors for negative, zero and too-large budgets.
+* **Peak memory of real steps** — :class:`LiveTensorMemory` measures, on any device, the peak number
+  of bytes held by live tensor storages while code runs; :func:`measure_peak_memory` uses it on the CPU
+  and ``torch.cuda.max_memory_allocated`` on CUDA.
+* **The search** — :func:`find_largest_batch_size` finds the largest multiple of ``multiple`` for
+  which a ``fits(batch_size)`` predicate holds (doubling, then bisection), and
+  :func:`largest_divisor_batch` picks a batch that divides an effective batch.
+* **Learning-rate scaling** — :func:`lr_scale_factor` (linear or square-root rule),
+  :func:`scale_optimizer_lrs` and :func:`scale_lr_scheduler` (peak / base rates of one-cycle and
+  cyclic schedules, and schedule lengths counted in steps).
+
+Why a live-tensor count on the CPU: the default CPU allocator keeps no statistics that PyTorch
+exposes (there is no CPU twin of ``torch.cuda.max_memory_allocated`` in torch 2.4), the process RSS
+high-water mark never goes down within a process (so it cannot compare two batch sizes one after the
+other) and includes the interpreter, libraries and the data set, and a subprocess per trial would
+need the model, data and training step to be picklable. :class:`LiveTensorMemory` is a
+``TorchDispatchMode``: every ATen operation that runs while it is active reports its output tensors;
+their storages are counted (once each, views share their base's storage) until they are freed. Seed
+tensors (parameters, buffers, gradients, optimizer state) are counted from the start. The result is
+deterministic (it does not depend on the allocator, other threads or the OS) and covers activations,
+saved tensors, gradients, optimizer state, the collated batch (when collated in this process) and
+temporaries. Its limits: scratch memory allocated inside a kernel and freed before it returns (e.g.
+a convolution's workspace) and allocator fragmentation are not seen; batches made by worker processes
+are not seen until an operation produces a tensor from them; compiled (``torch.compile``) code is
+not measured op by op. The margin of the callback covers the first two.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Callable, Optional, Union
+
+import torch
+from torch import Tensor
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = [
+    "MemoryBudgetExceeded",
+    "LiveTensorMemory",
+    "total_memory_bytes",
+    "parse_memory_budget",
+    "format_bytes",
+    "measure_peak_memory",
+    "is_out_of_memory",
+    "find_largest_batch_size",
+    "largest_divisor_batch",
+    "round_down",
+    "lr_scale_factor",
+    "scale_optimizer_lrs",
+    "scale_lr_scheduler",
+]
+
+MemoryBudget = Union[int, float, str]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1024**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class MemoryBudgetExceeded(RuntimeError):
+    """Raised by :class:`LiveTensorMemory` as soon as live tensors exceed its ``limit``.
+
+    The message contains ``"DefaultCPUAllocator: can't allocate memory"`` so that code which
+    recognises a CPU out-of-memory error (e.g. Lightning's ``is_oom_error``) treats it as one.
+    """
+
+
+def format_bytes(n: float) -> str:
+    """``1536 -> '1.5 KiB'``: a human-readable size with binary units."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def _cgroup_limit() -> Optional[int]:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:
+            return int(text)
+    return None
+
+
+def total_memory_bytes(device: Union[str, torch.device, None] = None) -> int:
+    """The memory a budget fraction refers to: the GPU's total memory for a CUDA device, else the
+    machine's physical RAM (or the container's cgroup limit when that is lower)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    total: Optional[int] = None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        try:
+            import psutil  # type: ignore[import-untyped]
+
+            total = int(psutil.virtual_memory().total)
+        except Exception:
+            total = None
+    limit = _cgroup_limit()
+    if limit is not None:
+        total = min(total, limit) if total else limit
+    if not total:  # pragma: no cover
+        raise RuntimeError("Cannot tell how much memory this machine has; pass `memory_budget` in bytes.")
+    return int(total)
+
+
+def _budget_error(budget: Any, why: str) -> ValueError:
+    return ValueError(
+        f"`memory_budget={budget!r}` {why}. Pass a positive number of bytes (an int, or a string such as "
+        "'2GiB' or '512MB') or a fraction of the memory in (0, 1] (a float such as 0.25, or '25%')."
+    )
+
+
+def parse_memory_budget(budget: MemoryBudget, total: Optional[int] = None) -> int:
+    """Turn a memory budget into bytes.
+
+    Accepted forms: an ``int`` (bytes); a ``float`` in ``(0, 1]`` (a fraction of ``total``); a string
+    holding either (``"0.25"`` is a fraction, ``"4000000000"`` bytes), a percentage (``"25%"``) or a size
+    with a unit (``"2GiB"``, ``"2G"`` and ``"2048M"`` are binary, ``"2GB"`` is decimal).
+
+    Args:
+        budget: the budget.
+        total: the memory a fraction refers to, and that the budget may not exceed (e.g.
+            :func:`total_memory_bytes`); ``None`` to skip that check (fractions then fail).
+
+    Raises:
+        ValueError: naming ``memory_budget`` and the fix, for a malformed, negative, zero or too large
+            budget. TypeError for a value that is not a number or a string.
+
+    Example::
+
+        >>> parse_memory_budget("2GiB")
+        2147483648
+        >>> parse_memory_budget(0.25, total=8 * 2**30) == 2 * 2**30
+        True
+    """
+    fraction: Optional[float] = None
+    nbytes: Optional[float] = None
+    if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
+        raise TypeError(
+            f"`memory_budget` must be an int (bytes), a float fraction of the memory in (0, 1], or a string such "
+            f"as '2GiB' or '25%'; got {type(budget).__name__} {budget!r}."
+        )
+    if isinstance(budget, int):
+        nbytes = budget
+    elif isinstance(budget, float):
+        if not math.isfinite(budget):
+            raise _budget_error(budget, "is not a finite number")
+        if budget > 1:
+            raise _budget_error(
+                budget, "is a float above 1: a float is read as a fraction of the memory, an int as bytes"
+            )
+        fraction = budget
+    else:
+        text = budget.strip()
+        if text.endswith("%"):
+            try:
+                fraction = float(text[:-1]) / 100
+            except ValueError:
+                raise _budget_error(budget, "is not a percentage") from None
+        else:
+            if text.startswith("-"):
+                raise _budget_error(budget, "is negative")
+            match = _SIZE_RE.match(text)
+            if match is None or match.group(2).lower() not in _UNITS:
+                raise _budget_error(budget, "cannot be read as a size")
+            value, unit = float(match.group(1)), match.group(2).lower()
+            if unit == "" and "." in match.group(1) and value <= 1:
+                fraction = value
+            else:
+                nbytes = value * _UNITS[unit]
+    if fraction is not None:
+        if not 0 < fraction <= 1:
+            raise _budget_error(budget, "is not a fraction in (0, 1]")
+        if total is None:
+            raise _budget_error(budget, "is a fraction, but the total memory is unknown here")
+        return int(fraction * total)
+    assert nbytes is not None
+    if nbytes <= 0:
+        raise _budget_error(budget, "is negative or zero" if nbytes < 0 else "is zero")
+    if total is not None and nbytes > total:
+        raise _budget_error(
+            budget,
+            f"is larger than the memory available here ({format_bytes(total)}); a budget must fit in it",
+        )
+    return int(nbytes)
+
+
+class LiveTensorMemory(TorchDispatchMode):
+    """Count the bytes held by live tensor storages while code runs, and their peak.
+
+    A ``TorchDispatchMode``: the outputs of every ATen operation run under it are recorded (by
+    storage, so views are not counted twice) until their storage is freed. Tensors that exist before
+    (parameters, optimizer state, ...) are counted when passed as ``seed``. See the module docstring
+    for what this sees and what it does not.
+
+    Args:
+        seed: tensors alive at the start that belong to the measurement.
+        device: count only tensors on this device type (``"cpu"`` by default); ``None`` for all.
+        limit: when given, raise :class:`MemoryBudgetExceeded` as soon as the live bytes exceed it, so
+            that a too large trial stops before it takes the machine's memory.
+
+    Example::
+
+        >>> with LiveTensorMemory() as mem:
+        ...     a = torch.ones(1024)          # 4 KiB
+        ...     b = a * 2                     # 8 KiB live
+        ...     del a, b
+        ...     c = torch.ones(256)           # 1 KiB
+        >>> mem.peak, mem.current
+        (8192, 1024)
+    """
+
+    def __init__(
+        self,
+        seed: Iterable[Tensor] = (),
+        *,
+        device: Optional[str] = "cpu",
+        limit: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        self.device_type = device
+        self.limit = limit
+        self.current = 0
+        self.peak = 0
+        self.exceeded = False
+        self._live: dict[int, tuple[StorageWeakRef, int]] = {}
+        for t in seed:
+            self._add(t)
+        self.peak = self.current
+
+    def _add(self, t: Any) -> None:
+        if not isinstance(t, Tensor) or t.is_sparse or t.device.type == "meta":
+            return
+        if self.device_type is not None and t.device.type != self.device_type:
+            return
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, some subclasses)
+            return
+        nbytes = storage.nbytes()
+        ref = StorageWeakRef(storage)
+        key = ref.cdata
+        entry = self._live.get(key)
+        if entry is None:
+            self._live[key] = (ref, nbytes)
+            self.current += nbytes
+        elif entry[1] != nbytes:  # resized in place
+            self._live[key] = (entry[0], nbytes)
+            self.current += nbytes - entry[1]
+
+    def _sweep(self) -> None:
+        dead = [key for key, (ref, _) in self._live.items() if ref.expired()]
+        for key in dead:
+            self.current -= self._live.pop(key)[1]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self._sweep()
+        for t in tree_flatten(out)[0]:
+            self._add(t)
+        if self.current > self.peak:
+            self.peak = self.current
+            if self.limit is not None and self.peak > self.limit and not self.exceeded:
+                self.exceeded = True
+                raise MemoryBudgetExceeded(
+                    f"DefaultCPUAllocator: can't allocate memory: live tensors reached {format_bytes(self.peak)}, "
+                    f"over the budget of {format_bytes(self.limit)} (simulated out-of-memory)"
+                )
+        return out
+
+
+def is_out_of_memory(exception: BaseException) -> bool:
+    """Whether ``exception`` is an out-of-memory error (CUDA, CPU allocator, or a budget exceeded)."""
+    if isinstance(exception, MemoryBudgetExceeded):
+        return True
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exception, oom_type):
+        return True
+    if not isinstance(exception, RuntimeError) or not exception.args or not isinstance(exception.args[0], str):
+        return False
+    msg = exception.args[0]
+    return (
+        ("CUDA" in msg and "out of memory" in msg)
+        or "DefaultCPUAllocator: can't allocate memory" in msg
+        or "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED." in msg
+    )
+
+
+def measure_peak_memory(
+    fn: Callable[[], Any],
+    *,
+    device: Union[str, torch.device] = "cpu",
+    seed: Iterable[Tensor] = (),
+    limit: Optional[int] = None,
+) -> int:
+    """Run ``fn()`` and return the peak memory it used, in bytes.
+
+    On CUDA: ``torch.cuda.max_memory_allocated`` after a reset of the peak statistics (everything
+    allocated on the device counts, ``seed`` is ignored). Elsewhere: the peak of
+    :class:`LiveTensorMemory` with ``seed`` counted from the start.
+
+    Raises:
+        MemoryBudgetExceeded: (not on CUDA) as soon as the live bytes exceed ``limit``.
+
+    Example::
+
+        >>> measure_peak_memory(lambda: torch.ones(1024) * 2)
+        8192
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device))
+    with LiveTensorMemory(seed, device=device.type, limit=limit) as mem:
+        fn()
+    return mem.peak
+
+
+def round_down(value: int, multiple: int) -> int:
+    """``value`` rounded down to a multiple of ``multiple`` (0 when below it)."""
+    return (int(value) // multiple) * multiple
+
+
+def find_largest_batch_size(
+    fits: Callable[[int], bool],
+    *,
+    multiple: int = 8,
+    max_batch_size: Optional[int] = None,
+    max_trials: int = 25,
+) -> tuple[int, list[tuple[int, bool]]]:
+    """The largest multiple of ``multiple`` for which ``fits`` holds, assuming memory grows with the batch.
+
+    Tries ``multiple``, then doubles until a size does not fit (or ``max_batch_size`` is reached),
+    then bisects between the last size that fitted and the first that did not, on multiples of
+    ``multiple`` only. Never tries a size above twice the largest one that fits.
+
+    Args:
+        fits: ``fits(batch_size) -> bool``; may also raise an out-of-memory error
+            (:func:`is_out_of_memory`), which counts as "does not fit".
+        multiple: the granularity of the result (8 suits tensor cores; 1 for any size).
+        max_batch_size: the largest size to try (rounded down to ``multiple``).
+        max_trials: the most calls of ``fits``.
+
+    Returns:
+        ``(batch_size, trials)`` where ``batch_size`` is 0 when not even ``multiple`` fits and
+        ``trials`` lists ``(size, fitted)`` in the order tried.
+
+    Example::
+
+        >>> find_largest_batch_size(lambda b: b <= 100, multiple=8)[0]
+        96
+    """
+    if multiple < 1:
+        raise ValueError(f"`multiple` must be >= 1; got {multiple!r}.")
+    cap_k = None if max_batch_size is None else max_batch_size // multiple
+    if cap_k is not None and cap_k < 1:
+        return 0, []
+    trials: list[tuple[int, bool]] = []
+
+    def check(k: int) -> bool:
+        size = k * multiple
+        try:
+            ok = bool(fits(size))
+        except Exception as ex:  # noqa: BLE001 - only out-of-memory errors are swallowed
+            if not is_out_of_memory(ex):
+                raise
+            ok = False
+        trials.append((size, ok))
+        return ok
+
+    lo, hi, k = 0, None, 1
+    while hi is None and len(trials) < max_trials:
+        if check(k):
+            lo = k
+            if cap_k is not None and k >= cap_k:
+                break
+            k = 2 * k if cap_k is None else min(2 * k, cap_k)
+        else:
+            hi = k
+    while hi is not None and hi - lo > 1 and len(trials) < max_trials:
+        mid = (lo + hi) // 2
+        if check(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo * multiple, trials
+
+
+def largest_divisor_batch(limit: int, total: int, multiple: int = 8) -> int:
+    """The largest ``b <= limit``, multiple of ``multiple``, that divides ``total``; 0 if none.
+
+    Used to keep an effective batch ``total`` (= batch x accumulation) constant.
+
+    Example::
+
+        >>> largest_divisor_batch(96, 256, 8)
+        64
+    """
+    for b in range(round_down(min(limit, total), multiple), 0, -multiple):
+        if total % b == 0:
+            return b
+    return 0
+
+
+def lr_scale_factor(new_batch_size: float, base_batch_size: float, rule: Optional[str] = "linear") -> float:
+    """The learning-rate factor for a batch change: ``new / base`` (linear) or its square root (sqrt).
+
+    The linear rule (Goyal et al., 2017) suits SGD with momentum; the square-root rule (Krizhevsky,
+    2014; Hoffer et al., 2017) is often better for Adam-type optimizers. ``rule=None`` gives 1.
+
+    Example::
+
+        >>> lr_scale_factor(512, 256), lr_scale_factor(1024, 256, "sqrt")
+        (2.0, 2.0)
+    """
+    if rule is None:
+        return 1.0
+    if base_batch_size <= 0 or new_batch_size <= 0:
+        raise ValueError(f"batch sizes must be positive; got new={new_batch_size}, base={base_batch_size}.")
+    ratio = float(new_batch_size) / float(base_batch_size)
+    if rule == "linear":
+        return ratio
+    if rule == "sqrt":
+        return math.sqrt(ratio)
+    raise ValueError(f"`lr_rule` must be 'linear', 'sqrt' or None; got {rule!r}.")
+
+
+_GROUP_LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
+_SCHEDULER_LR_ATTRS = ("base_lrs", "max_lrs", "min_lrs", "_last_lr", "eta_min")
+
+
+def _times(value: Any, factor: float) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, Tensor):
+        with torch.no_grad():  # a new tensor: the same tensor may sit under several keys
+            return value * factor
+    if isinstance(value, (int, float)):
+        return value * factor
+    if isinstance(value, (list, tuple)):
+        return type(value)(_times(v, factor) for v in value)
+    return value
+
+
+def scale_optimizer_lrs(optimizer: torch.optim.Optimizer, factor: float) -> list[float]:
+    """Multiply every parameter group's learning rates by ``factor``, in place.
+
+    Scales ``lr`` and the keys schedulers keep in the groups: ``initial_lr`` (all schedulers),
+    ``max_lr`` / ``min_lr`` (``OneCycleLR``). Returns the new ``lr`` of each group.
+
+    Example::
+
+        >>> opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+        >>> [round(lr, 6) for lr in scale_optimizer_lrs(opt, 3.0)]
+        [0.3]
+    """
+    for group in optimizer.param_groups:
+        for key in _GROUP_LR_KEYS:
+            if key in group:
+                group[key] = _times(group[key], factor)
+    return [float(group["lr"]) for group in optimizer.param_groups]
+
+
+def _scale_len(value: Any, factor: float) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return value
+    return max(1, int(round(value * factor)))
+
+
+def scale_lr_scheduler(scheduler: Any, factor: float = 1.0, length_factor: Optional[float] = None) -> list[str]:
+    """Scale a scheduler's learning rates by ``factor`` and its lengths (in steps) by ``length_factor``.
+
+    The optimizer's own groups are scaled by :func:`scale_optimizer_lrs`; this scales what the
+    scheduler keeps itself: ``base_lrs``, ``CyclicLR.max_lrs``, ``ReduceLROnPlateau.min_lrs``,
+    ``eta_min`` of the cosine schedules. A freshly built schedule whose rates are all scaled by the same
+    factor is exactly the schedule built with scaled rates. ``SequentialLR`` / ``ChainedScheduler`` are
+    handled through their children.
+
+    ``length_factor`` (``old effective batch / new effective batch``) keeps a schedule stepped per
+    optimizer step equally long in *samples* when the batch changes: ``OneCycleLR.total_steps`` and its
+    phases, ``CyclicLR``'s cycle, ``LinearLR`` / ``ConstantLR`` / ``PolynomialLR.total_iters`` (warm-ups),
+    ``CosineAnnealingLR.T_max``, ``StepLR.step_size``, ``MultiStepLR.milestones``,
+    ``CosineAnnealingWarmRestarts.T_0``, ``SequentialLR.milestones``. Only pass it for schedulers that
+    step every optimizer step (Lightning's ``interval="step"``), and before they have stepped.
+
+    Returns:
+        The names of the attributes changed (for the log).
+    """
+    changed: list[str] = []
+    name = type(scheduler).__name__
+    if factor != 1.0:
+        for attr in _SCHEDULER_LR_ATTRS:
+            if hasattr(scheduler, attr) and not callable(getattr(scheduler, attr)):
+                value = getattr(scheduler, attr)
+                if isinstance(value, (int, float, list, tuple, Tensor)) and not isinstance(value, bool):
+                    setattr(scheduler, attr, _times(value, factor))
+                    changed.append(f"{name}.{attr}")
+    if length_factor is not None and length_factor != 1.0:
+        f = length_factor
+        if name == "OneCycleLR" and hasattr(scheduler, "total_steps"):
+            old = scheduler.total_steps
+            new = max(2, int(math.ceil(old * f)))
+            for phase in getattr(scheduler, "_schedule_phases", []):
+                phase["end_step"] = (phase["end_step"] + 1) * new / old - 1
+            phases = getattr(scheduler, "_schedule_phases", [])
+            if phases:
+                phases[-1]["end_step"] = new - 1
+            scheduler.total_steps = new
+            changed.append(f"{name}.total_steps")
+        if name == "CyclicLR" and hasattr(scheduler, "total_size"):
+            scheduler.total_size = max(2.0, float(round(scheduler.total_size * f)))
+            changed.append(f"{name}.total_size")
+        for attr in ("total_iters", "T_max", "step_size", "T_0", "T_i"):
+            if hasattr(scheduler, attr) and isinstance(getattr(scheduler, attr), (int, float)):
+                setattr(scheduler, attr, _scale_len(getattr(scheduler, attr), f))
+                changed.append(f"{name}.{attr}")
+        milestones = getattr(scheduler, "milestones", None)
+        if isinstance(milestones, Counter):  # MultiStepLR
+            scheduler.milestones = Counter({_scale_len(m, f): c for m, c in milestones.items()})
+            changed.append(f"{name}.milestones")
+        if isinstance(getattr(scheduler, "_milestones", None), list):  # SequentialLR
+            scheduler._milestones = [_scale_len(m, f) for m in scheduler._milestones]
+            changed.append(f"{name}.milestones")
+    for child in getattr(scheduler, "_schedulers", []) or []:
+        changed.extend(scale_lr_scheduler(child, factor, length_factor))
+    return changed

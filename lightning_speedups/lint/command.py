@@ -1,0 +1,76 @@
+"""``python -m lightning_speedups lint PATH...``: the command line of the linter."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from lightning_speedups.lint.report import format_text, rule_table, summary, to_json
+from lightning_speedups.lint.rules import RULES
+from lightning_speedups.lint.runner import lint_paths, select_rules
+
+_EPILOG = """\
+exit codes: 0 no findings, 1 findings, 2 errors (a path that does not exist, a file that does not
+parse: reported one line each on stderr; the other files are still linted).
+Suppress a finding with `# noqa: LS201` (or a bare `# noqa`) on its line.
+"""
+
+
+def _codes(text: str) -> list[str]:
+    return [c.strip() for c in text.split(",") if c.strip()]
+
+
+def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog or "python -m lightning_speedups lint",
+        description="Static checks for PyTorch / Lightning code habits that cost training speed.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="*", default=["."], help="files or directories (default: .)")
+    parser.add_argument(
+        "--select",
+        type=_codes,
+        default=None,
+        metavar="CODES",
+        help="comma-separated codes, code prefixes (LS2) or tip ids (T08) to check (default: all)",
+    )
+    parser.add_argument("--ignore", type=_codes, default=None, metavar="CODES", help="codes to skip (same forms)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    parser.add_argument("--list-rules", action="store_true", help="print the rules as a Markdown table and exit")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
+    """Run the linter; returns the exit code (0 clean, 1 findings, 2 errors).
+
+    Example:
+        >>> main(["src/", "--select", "LS2", "--json"])  # doctest: +SKIP
+    """
+    parser = build_parser(prog)
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help or a usage error (argparse already printed it)
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        rules = select_rules(args.select, args.ignore)
+    except ValueError as exc:
+        print(f"lint: error: {exc}", file=sys.stderr)
+        return 2
+    if args.list_rules:
+        print(rule_table(rules))
+        return 0
+    result = lint_paths(args.paths, select=args.select, ignore=args.ignore)
+    for error in result.errors:
+        print(f"lint: error: {error}", file=sys.stderr)
+    if args.json:
+        print(to_json(result))
+    else:
+        for line in format_text(result):
+            print(line)
+        print(summary(result), file=sys.stderr)
+    return result.exit_code
+
+
+__all__ = ["RULES", "build_parser", "main"]

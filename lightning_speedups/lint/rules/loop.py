@@ -1,0 +1,176 @@
+"""LS3xx: the training loop and its global switches (tips T07, T11, T12, T14)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet
+from lightning_speedups.lint.rules.base import Hit, Rule
+
+_DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.data_parallel")
+_DEBUG_WORDS = ("debug",)
+_PROFILE_WORDS = ("debug", "profil", "bench")
+_LIGHTNING_PROFILERS = ("simple", "advanced", "pytorch", "xla")
+
+
+def _data_parallel(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        if ctx.call_name(call) in _DATA_PARALLEL:
+            yield call, f"{snippet(call.func)}(...) runs one process for all GPUs (GIL, replicas rebuilt each step)"
+    for cls in ctx.classes:
+        for base in cls.bases:
+            if ctx.qualname(base) == "torch.nn.DataParallel":
+                yield base, f"class {cls.name} subclasses DataParallel (one process for all GPUs)"
+
+
+def _zero_grad_keep(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr != "zero_grad":
+            continue
+        kw = keyword(call, "set_to_none")
+        value = kw.value if kw is not None else (call.args[0] if call.args else None)
+        if is_const(value, False):
+            yield call, "zero_grad(set_to_none=False) writes zeros into every gradient (a memset per parameter)"
+
+
+def _is_grad(node: ast.AST) -> bool:
+    """``p.grad`` or ``p.grad.data``."""
+    if isinstance(node, ast.Attribute) and node.attr == "data":
+        node = node.value
+    return isinstance(node, ast.Attribute) and node.attr == "grad"
+
+
+def _zeroing_context(ctx: FileContext, node: ast.AST) -> bool:
+    """Inside a ``*zero_grad*`` function or a loop over ``.parameters()`` / ``group["params"]``."""
+    for anc, _ in ctx.ancestors(node):
+        if isinstance(anc, DEF_TYPES) and "zero_grad" in anc.name:
+            return True
+        if isinstance(anc, (ast.For, ast.AsyncFor)):
+            it = anc.iter
+            if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute):
+                if it.func.attr in ("parameters", "named_parameters"):
+                    return True
+            if isinstance(it, ast.Subscript) and is_const(it.slice, "params"):
+                return True
+    return False
+
+
+def _grad_zeroed_in_place(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        func = call.func
+        if not isinstance(func, ast.Attribute) or not _is_grad(func.value):
+            continue
+        zeroes = (
+            (func.attr == "zero_" and not call.args)
+            or (func.attr in ("fill_", "mul_") and len(call.args) == 1 and (is_const(call.args[0], 0) or is_const(call.args[0], 0.0)))
+        )
+        if zeroes and _zeroing_context(ctx, call):
+            yield call, f"{snippet(call)} writes zeros into the gradient instead of dropping it"
+
+
+def _benchmark_off(ctx: FileContext) -> Iterator[Hit]:
+    if ctx.deterministic:
+        return
+    for node in ctx.assigns:
+        if is_const(node.value, False) and any(
+            ctx.qualname(t) == "torch.backends.cudnn.benchmark" for t in node.targets
+        ):
+            yield node, "cudnn.benchmark = False turns off the cuDNN autotuner (set explicitly, without deterministic mode)"
+    for call in ctx.calls:
+        if ctx.is_trainer(call):
+            kw = keyword(call, "benchmark")
+            if kw is not None and is_const(kw.value, False):
+                yield call, "Trainer(benchmark=False) turns off the cuDNN autotuner (without deterministic=True)"
+
+
+def _anomaly_on(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        name = ctx.call_name(call)
+        hit = None
+        if name == "torch.autograd.set_detect_anomaly":
+            kw = keyword(call, "mode")
+            value = kw.value if kw is not None else (call.args[0] if call.args else None)
+            if is_const(value, True):
+                hit = "torch.autograd.set_detect_anomaly(True) re-runs checks on every backward op"
+        elif name == "torch.autograd.detect_anomaly":
+            hit = "torch.autograd.detect_anomaly() re-runs checks on every backward op"
+        elif name == TRAINER:
+            kw = keyword(call, "detect_anomaly")
+            if kw is not None and is_const(kw.value, True):
+                hit = "Trainer(detect_anomaly=True) re-runs checks on every backward op"
+        if hit and not ctx.is_exempt(call, _DEBUG_WORDS, ("anomaly",)):
+            yield call, hit + " (outside debugging code)"
+
+
+def _profiler_on(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        name = ctx.call_name(call)
+        hit = None
+        if name in ("torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx"):
+            kw = keyword(call, "enabled")
+            if kw is None or is_const(kw.value, True):  # enabled=<flag>: cannot tell
+                hit = f"{name.rsplit('.', 1)[1]}() records every autograd op"
+        elif name == TRAINER:
+            kw = keyword(call, "profiler")
+            if kw is not None:
+                v = kw.value
+                if isinstance(v, ast.Constant) and v.value in _LIGHTNING_PROFILERS:
+                    hit = f"Trainer(profiler={v.value!r}) times every hook"
+                elif isinstance(v, ast.Call) and (ctx.call_name(v) or "").endswith("Profiler"):
+                    hit = f"Trainer(profiler={snippet(v.func)}(...)) times every hook"
+        if hit and not ctx.is_exempt(call, _PROFILE_WORDS, ("profile",)):
+            yield call, hit + " (outside debugging/profiling code)"
+
+
+RULES = [
+    Rule(
+        "LS301",
+        "T11",
+        "data-parallel",
+        "nn.DataParallel / data_parallel (one process drives all GPUs)",
+        'DistributedDataParallel: Trainer(strategy="ddp", devices=N) (or the ddp preset)',
+        _data_parallel,
+    ),
+    Rule(
+        "LS302",
+        "T12",
+        "zero-grad-keep",
+        "zero_grad(set_to_none=False)",
+        "zero_grad() (set_to_none=True, the default since torch 2.0)",
+        _zero_grad_keep,
+    ),
+    Rule(
+        "LS303",
+        "T12",
+        "grad-zeroed-in-place",
+        "p.grad.zero_() / p.grad.data.zero_() in a zero_grad override or a loop over parameters",
+        "p.grad = None (what optimizer.zero_grad() does by default)",
+        _grad_zeroed_in_place,
+    ),
+    Rule(
+        "LS304",
+        "T07",
+        "cudnn-benchmark-off",
+        "torch.backends.cudnn.benchmark = False / Trainer(benchmark=False) without deterministic mode in the file",
+        "cudnn.benchmark = True (Trainer(benchmark=True)) when input shapes stay fixed; remove the line otherwise",
+        _benchmark_off,
+    ),
+    Rule(
+        "LS305",
+        "T14",
+        "anomaly-detection-on",
+        "set_detect_anomaly(True) / detect_anomaly() / Trainer(detect_anomaly=True) outside debugging code",
+        "remove it, or turn it on only while hunting a NaN (behind a --debug flag, or the debug preset)",
+        _anomaly_on,
+    ),
+    Rule(
+        "LS306",
+        "T14",
+        "profiler-on",
+        "torch.autograd.profiler.profile / emit_nvtx / Trainer(profiler=...) outside debugging or profiling code",
+        "remove it from training runs, or enable it behind a flag (profile a few steps, not the whole fit)",
+        _profiler_on,
+    ),
+]

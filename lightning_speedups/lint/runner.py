@@ -1,0 +1,250 @@
+"""Find the files, parse them, run the rules, honour ``# noqa``."""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import tokenize
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Sequence, Union
+
+from lightning_speedups.lint.context import FileContext
+from lightning_speedups.lint.rules import RULES, Rule
+
+#: Directory names never descended into when a directory is given.
+EXCLUDED_DIRS = frozenset(
+    {"__pycache__", "node_modules", "venv", "build", "dist", "site-packages", "__pypackages__"}
+)
+
+_NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d+)*))?", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding: where, which rule (code and tip), what, and how to fix it.
+
+    ``line`` and ``col`` are 1-based (``col`` like flake8/ruff).
+    """
+
+    code: str
+    tip: str
+    path: str
+    line: int
+    col: int
+    message: str
+    fix: str
+    end_line: int = field(default=0, compare=False, repr=False)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("end_line")
+        return d
+
+    def format(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.code} [{self.tip}] {self.message} (fix: {self.fix})"
+
+
+@dataclass
+class LintResult:
+    """What :func:`lint_paths` found: findings, how many files were read, and errors (one line each)."""
+
+    findings: list[Finding]
+    files: int
+    errors: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        """2 when any path could not be read or parsed, else 1 with findings, else 0."""
+        if self.errors:
+            return 2
+        return 1 if self.findings else 0
+
+
+def _matches(rule: Rule, selector: str) -> bool:
+    s = selector.strip().upper()
+    return s == "ALL" or rule.code.startswith(s) or rule.tip == s
+
+
+def select_rules(select: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None) -> list[Rule]:
+    """The rules chosen by ``select`` / ``ignore`` (code prefixes like ``"LS2"``, codes, tip ids, ``"ALL"``).
+
+    Raises:
+        ValueError: a selector matches no rule (a typo would otherwise silently select nothing).
+    """
+    select = [s for s in (select or ()) if s.strip()]
+    ignore = [s for s in (ignore or ()) if s.strip()]
+    for s in [*select, *ignore]:
+        if not any(_matches(r, s) for r in RULES):
+            raise ValueError(
+                f"unknown rule selector {s.strip()!r}: use a code or prefix (LS, LS2, LS201), a tip id (T08) or ALL"
+            )
+    chosen = [r for r in RULES if not select or any(_matches(r, s) for s in select)]
+    return [r for r in chosen if not any(_matches(r, s) for s in ignore)]
+
+
+def _noqa_lines(source: str) -> dict[int, Optional[tuple[str, ...]]]:
+    """``{line: codes}`` of the ``# noqa`` comments (``None`` = bare ``# noqa``: every code)."""
+    if "noqa" not in source.lower():
+        return {}
+    out: dict[int, Optional[tuple[str, ...]]] = {}
+
+    def add(line: int, comment: str) -> None:
+        m = _NOQA.search(comment)
+        if m:
+            codes = m.group("codes")
+            out[line] = None if codes is None else tuple(c.upper() for c in re.split(r"[\s,]+", codes) if c)
+
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                add(tok.start[0], tok.string)
+    except (tokenize.TokenError, SyntaxError):  # pragma: no cover - the file parsed, so this is rare
+        for i, text in enumerate(source.splitlines(), 1):
+            if "#" in text:
+                add(i, text[text.index("#"):])
+    return out
+
+
+def _suppressed(finding: Finding, noqa: dict[int, Optional[tuple[str, ...]]]) -> bool:
+    for line in {finding.line, finding.end_line}:
+        if line in noqa:
+            codes = noqa[line]
+            if codes is None or any(finding.code.startswith(c) for c in codes):
+                return True
+    return False
+
+
+def lint_tree(
+    tree: ast.Module,
+    source: str,
+    path: Union[str, os.PathLike] = "<string>",
+    rules: Optional[Sequence[Rule]] = None,
+    *,
+    noqa: bool = True,
+) -> list[Finding]:
+    """Run ``rules`` (default: all) on a parsed file."""
+    ctx = FileContext(tree, path)
+    display = str(path)
+    found: set[Finding] = set()
+    for rule in RULES if rules is None else rules:
+        for hit in rule.check(ctx):
+            node, message = hit[0], hit[1]
+            fix = hit[2] if len(hit) > 2 and hit[2] else rule.fix  # type: ignore[misc]
+            found.add(
+                Finding(
+                    code=rule.code,
+                    tip=rule.tip,
+                    path=display,
+                    line=node.lineno,  # type: ignore[attr-defined]
+                    col=node.col_offset + 1,  # type: ignore[attr-defined]
+                    message=message,
+                    fix=fix,
+                    end_line=getattr(node, "end_lineno", None) or node.lineno,  # type: ignore[attr-defined]
+                )
+            )
+    findings = sorted(found, key=lambda f: (f.line, f.col, f.code))
+    if noqa:
+        table = _noqa_lines(source)
+        findings = [f for f in findings if not _suppressed(f, table)]
+    return findings
+
+
+def lint_source(
+    source: Union[str, bytes],
+    path: Union[str, os.PathLike] = "<string>",
+    *,
+    select: Optional[Iterable[str]] = None,
+    ignore: Optional[Iterable[str]] = None,
+    noqa: bool = True,
+) -> list[Finding]:
+    """Lint one source text.
+
+    Example:
+        >>> [f.code for f in lint_source("import torch\\nm = torch.nn.DataParallel(net)\\n")]
+        ['LS301']
+
+    Raises:
+        SyntaxError: the source does not parse.
+    """
+    if isinstance(source, bytes):
+        tree = ast.parse(source, filename=str(path))
+        text = source.decode(tokenize.detect_encoding(io.BytesIO(source).readline)[0], errors="replace")
+    else:
+        tree = ast.parse(source, filename=str(path))
+        text = source
+    return lint_tree(tree, text, path, select_rules(select, ignore), noqa=noqa)
+
+
+def iter_python_files(paths: Iterable[Union[str, os.PathLike]]) -> tuple[list[Path], list[str]]:
+    """Expand ``paths``: files as given (any suffix), directories recursively to ``*.py`` files.
+
+    Hidden directories, ``__pycache__``, virtual environments (``venv``, ``site-packages``), ``build``,
+    ``dist`` and ``*.egg-info`` are skipped. Returns ``(files, errors)``.
+    """
+    files: list[Path] = []
+    errors: list[str] = []
+    seen: set[Path] = set()
+
+    def add(p: Path) -> None:
+        if p not in seen:
+            seen.add(p)
+            files.append(p)
+
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            add(p)
+        elif p.is_dir():
+            for root, dirs, names in os.walk(p):
+                dirs[:] = sorted(
+                    d for d in dirs if not d.startswith(".") and d not in EXCLUDED_DIRS and not d.endswith(".egg-info")
+                )
+                for name in sorted(names):
+                    if name.endswith(".py"):
+                        add(Path(root, name))
+        else:
+            errors.append(f"{raw}: no such file or directory")
+    return files, errors
+
+
+def lint_paths(
+    paths: Iterable[Union[str, os.PathLike]],
+    *,
+    select: Optional[Iterable[str]] = None,
+    ignore: Optional[Iterable[str]] = None,
+) -> LintResult:
+    """Lint files and directories (recursively over ``*.py``).
+
+    A path that does not exist or a file that cannot be read or parsed is reported as one error line
+    and the other files are still linted; :attr:`LintResult.exit_code` is then 2.
+
+    Example:
+        >>> result = lint_paths(["src/"], select=["LS2"])  # doctest: +SKIP
+        >>> for f in result.findings:  # doctest: +SKIP
+        ...     print(f.format())
+
+    Raises:
+        ValueError: ``select`` / ``ignore`` name no rule.
+    """
+    rules = select_rules(select, ignore)
+    files, errors = iter_python_files(paths)
+    findings: list[Finding] = []
+    linted = 0
+    for path in files:
+        try:
+            data = path.read_bytes()
+            tree = ast.parse(data, filename=str(path))
+            text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0], errors="replace")
+        except SyntaxError as exc:
+            where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
+            errors.append(f"{where}: cannot parse: {exc.msg}")
+            continue
+        except (OSError, ValueError, UnicodeError) as exc:
+            errors.append(f"{path}: cannot read: {exc}")
+            continue
+        linted += 1
+        findings.extend(lint_tree(tree, text, path, rules))
+    return LintResult(findings=findings, files=linted, errors=errors)

@@ -1,0 +1,33 @@
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_torch_state():
+    """Every test leaves torch's global flags as it found them (and a test that leaks fails loudly)."""
+    before = (
+        torch.backends.cudnn.benchmark,
+        torch.get_float32_matmul_precision(),
+        torch.is_anomaly_enabled(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_grad_enabled(),
+    )
+    yield
+    after = (
+        torch.backends.cudnn.benchmark,
+        torch.get_float32_matmul_precision(),
+        torch.is_anomaly_enabled(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_grad_enabled(),
+    )
+    torch.backends.cudnn.benchmark, _, _, _, _ = before
+    torch.set_float32_matmul_precision(before[1])
+    torch.autograd.set_detect_anomaly(before[2])
+    torch.use_deterministic_algorithms(before[3])
+    torch.set_grad_enabled(before[4])
+    assert after == before, f"global torch state leaked: {before} -> {after}"

@@ -1,0 +1,97 @@
+"""Small models and data shared by the tests (tiny, CPU, a few milliseconds per step)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+QUIET = dict(
+    accelerator="cpu",
+    devices=1,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    num_sanity_val_steps=0,
+)
+
+
+def quiet_trainer(**kwargs: Any) -> pl.Trainer:
+    """A CPU Trainer that prints nothing, with ``kwargs`` winning."""
+    return pl.Trainer(**{**QUIET, **kwargs})
+
+
+class TinyCNN(pl.LightningModule):
+    """conv(bias) -> BN -> ReLU -> conv(bias) -> BN -> pool -> linear, on 1x8x8 inputs, 10 classes."""
+
+    def __init__(self, lr: float = 0.05, batch_size: int = 16, n: int = 128, optimizer: str = "sgd") -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.batch_size = batch_size
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+        )
+        self.head = nn.Linear(8, 10)
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 1, 8, 8, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+        self.lrs: list[list[float]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(self.features(x), 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self(x), y))
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        self.lrs.append([g["lr"] for g in optimizer.param_groups])
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(self.x, self.y), batch_size=self.batch_size, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader(TensorDataset(self.x[:32], self.y[:32]), batch_size=self.batch_size)
+
+    def configure_optimizers(self):
+        if self.hparams.optimizer == "adamw":
+            return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+
+
+class TinyTransformer(pl.LightningModule):
+    """A two-layer transformer encoder language model on random tokens."""
+
+    def __init__(self, vocab: int = 64, d_model: int = 32, layers: int = 2, seq: int = 16, n: int = 64, batch_size: int = 8) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.embed = nn.Embedding(vocab, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, nhead=4, dim_feedforward=64, batch_first=True, dropout=0.0)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False)
+        self.lm_head = nn.Linear(d_model, vocab)
+        g = torch.Generator().manual_seed(0)
+        self.tokens = torch.randint(0, vocab, (n, seq + 1), generator=g)
+
+    def forward(self, x):
+        return self.lm_head(self.encoder(self.embed(x)))
+
+    def training_step(self, batch, batch_idx):
+        (tokens,) = batch
+        logits = self(tokens[:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1))
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(self.tokens), batch_size=self.hparams.batch_size)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
