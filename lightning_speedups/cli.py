@@ -88,6 +88,87 @@ def _trainer_defaults() -> dict[str, Any]:
     }
 
 
+def _config_files(argv: Sequence[str]) -> list[str]:
+    files = []
+    for i, arg in enumerate(argv):
+        if arg in ("--config", "-c") and i + 1 < len(argv):
+            files.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            files.append(arg.split("=", 1)[1])
+    return files
+
+
+def _find_key(files: Sequence[str], dotted: str) -> Optional[str]:
+    """The last config file that sets ``dotted`` (e.g. ``speedups.precision``), if any."""
+    import yaml
+
+    found = None
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                node: Any = yaml.safe_load(fh)
+        except Exception:
+            continue
+        for part in dotted.split("."):
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, dict) and "init_args" in node and part in (node["init_args"] or {}):
+                node = node["init_args"][part]
+            else:
+                break
+        else:
+            found = path
+    return found
+
+
+def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -> str:
+    """A short message for a config error: the key, the file that set it, the allowed values or close keys."""
+    import difflib
+    import re
+
+    files = _config_files(argv)
+    match = re.search(r"does not accept option '([^']+)'", message) or re.search(r"Parser key \"([^\"]+)\"", message)
+    key = match.group(1) if match else None
+    lines = [message.strip().splitlines()[0]]
+    if key is not None and "does not accept option" in message:
+        lines = [f"unknown key {key!r}"]
+    detail = [line.strip() for line in message.strip().splitlines()[1:] if line.strip()]
+    literal = next((re.search(r"Literal\[(.*)\]\. Got value: (.*)", d) for d in detail if "Literal[" in d), None)
+    if literal:
+        lines = [f"bad value {literal.group(2).strip()!r} for {key}; allowed: {literal.group(1).replace(chr(39), '')}"]
+    elif detail:
+        lines.append(detail[0][:300])
+    if key is not None:
+        where = _find_key(files, key)
+        if where:
+            lines[0] += f" (set in {where})"
+        if "does not accept option" in message and parser is not None:
+            known = [d for a in parser._actions for d in [getattr(a, "dest", "")] if d]
+            parent = key.rsplit(".", 1)[0] if "." in key else ""
+            siblings = [k for k in known if k.rsplit(".", 1)[0] == parent] or known
+            close = difflib.get_close_matches(key, siblings, n=3, cutoff=0.6)
+            if close:
+                lines.append(f"did you mean: {', '.join(close)}?")
+            elif siblings:
+                lines.append(f"keys under {parent or 'the top level'}: {', '.join(sorted(k.rsplit('.', 1)[-1] for k in siblings)[:25])}")
+    return "\n".join(lines)
+
+
+class SpeedupsArgumentParser(LightningArgumentParser):
+    """LightningArgumentParser whose errors are a few lines naming the key, its file and the fix."""
+
+    def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
+        from jsonargparse._common import debug_mode_active  # noqa: PLC2701
+
+        if not self.exit_on_error or debug_mode_active():
+            return super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        text = explain_parse_error(message, sys.argv[1:], parser)
+        sys.stderr.write(f"error: {text}\n")
+        sys.stderr.write(f"(all options: python -m lightning_speedups {sys.argv[1] if len(sys.argv) > 1 else 'fit'} --help)\n")
+        self.exit(2)
+
+
 class SpeedupsCLI(LightningCLI):
     """LightningCLI with the typed ``speedups:`` section and the embedded default model and data.
 
@@ -101,6 +182,7 @@ class SpeedupsCLI(LightningCLI):
 
     def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("parser_class", SpeedupsArgumentParser)
         super().__init__(model_class=None, datamodule_class=None, args=args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:

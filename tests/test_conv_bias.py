@@ -465,7 +465,7 @@ def test_state_dict_fold_and_unfold():
     with pytest.warns(UserWarning, match="folded the bias"):
         new2.load_state_dict(old_sd)
     for k, v in new2.state_dict().items():
-        torch.testing.assert_close(v, new.state_dict()[k])
+        torch.testing.assert_close(v, folded[k])
     # and back into an unchanged model
     plain = ResNet()
     plain.load_state_dict(unfold_conv_bias_state_dict(new.state_dict(), plan))
@@ -495,7 +495,7 @@ class LitNet(LightningModule):
 
     def train_dataloader(self):
         g = torch.Generator().manual_seed(0)
-        data = torch.utils.data.TensorDataset(torch.randn(32, 3, 8, 8, generator=g), torch.randint(0, 5, (32,), generator=g))
+        data = torch.utils.data.TensorDataset(torch.randn(16, 3, 8, 8, generator=g), torch.randint(0, 5, (16,), generator=g))
         return torch.utils.data.DataLoader(data, batch_size=8)
 
 

@@ -3,6 +3,7 @@ watch (T17), shape tracking (T07)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -218,7 +219,8 @@ FAKE_TORCH_TENSOR = _fake_module(
 )
 FAKE_LIBRARY = _fake_module(
     os.path.join(SITE_DIR, "fakemetrics", "metric.py"),
-    "def compute(inner):\n    return inner()\n",
+    "def compute(inner):\n    return inner()\n"
+    "def sync_here(classify):\n    return classify(sys._getframe(0))\n",
 )
 
 
@@ -258,6 +260,9 @@ def test_classify_library_points_at_the_user_call():
     site = FAKE_LIBRARY["compute"](lambda: classify_sync_frame(sys._getframe(1)))
     assert site.owner == "library" and site.kind == "fakemetrics"
     assert "test_debug.py" in site.location
+    # called from Lightning, not from user code: the library's own frame is the location
+    site = FAKE_STRATEGY["reduce"](functools.partial(FAKE_LIBRARY["sync_here"], classify_sync_frame))
+    assert site.owner == "library" and "metric.py" in site.location and "in sync_here" in site.location
 
 
 # --------------------------------------------------------------------------------------------------

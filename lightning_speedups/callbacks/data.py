@@ -191,7 +191,7 @@ class LoaderTuning(SpeedupCallback):
             return loader
         resolved = resolve_loader_settings(self.settings, loader, **self._machine)
         for w in resolved.warnings:
-            _warn_once(self._said, f"LoaderTuning ({stage}): {w}")
+            _warn_once(self._said, f"LoaderTuning: {w}")  # once per run, not once per loader
         changed = {k: v for k, v in resolved.kwargs.items() if getattr(loader, k, None) != v}
         text = resolved.summary()
         why = "; ".join(resolved.reasons)

@@ -180,10 +180,14 @@ class SyncGuard(SpeedupCallback):
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._watcher.stop()
+        # Lightning does not call `teardown` after an exception: restore everything here too
+        self._release()
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._release()
+
+    def _release(self) -> None:
         self._watcher.uninstall()
         self._enabled = False
 
@@ -199,7 +203,8 @@ class DebugMode(SpeedupCallback):
     Anomaly detection is switched on when training starts (inside Lightning's own
     ``detect_anomaly`` context, which would otherwise switch it back off), deterministic algorithms
     in ``setup``, and a :class:`SyncGuard` watches the training step. Everything is restored in
-    ``teardown``. :class:`DebugToolsCheck` does not warn about the tools this callback turned on.
+    ``teardown`` (and in ``on_exception``: Lightning skips ``teardown`` when a run fails).
+    :class:`DebugToolsCheck` does not warn about the tools this callback turned on.
 
     Card:
         Seed: A#13 (debugging tools on only while debugging). Expected gain: none, this is the
@@ -210,7 +215,8 @@ class DebugMode(SpeedupCallback):
         anomaly: turn on autograd anomaly detection during training.
         check_nan: with ``anomaly``, also raise on NaN in backward outputs.
         sync_guard: mode of the inner :class:`SyncGuard` (``"count"``, ``"warn"``, ``"error"``), or
-            ``None`` for no sync guard.
+            ``None`` for no sync guard. When the trainer has a :class:`SyncGuard` of its own, that one
+            does the job and the inner one stays off (no double reports).
         deterministic: ``True`` or ``"warn"`` turns on ``torch.use_deterministic_algorithms`` and
             ``cudnn.deterministic`` for the run (``"warn"``: warn instead of failing on ops without
             a deterministic implementation).
@@ -242,6 +248,7 @@ class DebugMode(SpeedupCallback):
         self.check_nan = check_nan
         self.deterministic = deterministic
         self.sync_guard: Optional[SyncGuard] = SyncGuard(sync_guard) if sync_guard is not None else None
+        self._guard_on = False
         self._saved: Optional[dict[str, Any]] = None
 
     @property
@@ -273,8 +280,11 @@ class DebugMode(SpeedupCallback):
         if self.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=self.deterministic == "warn")
             torch.backends.cudnn.deterministic = True
-        if self.sync_guard is not None:
-            self.sync_guard.setup(trainer, pl_module, stage)
+        # a SyncGuard of the trainer's own (e.g. the preset's `monitors.sync_guard`) takes precedence
+        other_guard = any(isinstance(cb, SyncGuard) for cb in getattr(trainer, "callbacks", []))
+        self._guard_on = self.sync_guard is not None and not other_guard
+        if self._guard_on:
+            self.sync_guard.setup(trainer, pl_module, stage)  # type: ignore[union-attr]
         on = sorted(self.deliberate_tools)
         self.report(True, "debugging tools on: " + (", ".join(on) if on else "none"))
 
@@ -286,30 +296,36 @@ class DebugMode(SpeedupCallback):
 
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        if self.sync_guard is not None:
+        if self._guard_on:
             self.sync_guard.on_train_batch_start(trainer, pl_module, batch, batch_idx)
 
     @override
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.sync_guard is not None:
+        if self._guard_on:
             self.sync_guard.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.sync_guard is not None:
+        if self._guard_on:
             self.sync_guard.on_train_end(trainer, pl_module)
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        if self.sync_guard is not None:
-            self.sync_guard.on_exception(trainer, pl_module, exception)
+        # Lightning does not call `teardown` after an exception: restore everything here too
+        if self._guard_on:
+            self.sync_guard.on_exception(trainer, pl_module, exception)  # type: ignore[union-attr]
+        self._restore()
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self.sync_guard is not None:
-            self.sync_guard.teardown(trainer, pl_module, stage)
+        if self._guard_on:
+            self.sync_guard.teardown(trainer, pl_module, stage)  # type: ignore[union-attr]
+        self._guard_on = False
+        self._restore()
+
+    def _restore(self) -> None:
         saved, self._saved = self._saved, None
         if saved is None:
             return

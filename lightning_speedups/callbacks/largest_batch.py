@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from copy import deepcopy
 from typing import Any, Optional, Union
@@ -33,6 +34,9 @@ from lightning_speedups.functional.batch_size import (
     total_memory_bytes,
 )
 
+_RANK_ZERO_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+_SCHEDULER_LR_ATTRS = ("base_lrs", "max_lrs", "min_lrs", "_last_lr", "eta_min")
+
 _LR_RULES = ("linear", "sqrt", None)
 
 
@@ -45,9 +49,14 @@ def _to_cpu(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
-        return type(obj)((k, _to_cpu(v)) for k, v in obj.items()) if type(obj) is not dict else {
-            k: _to_cpu(v) for k, v in obj.items()
-        }
+        items = [(k, _to_cpu(v)) for k, v in obj.items()]
+        try:
+            out = type(obj)(items)
+        except TypeError:  # e.g. defaultdict
+            out = dict(items)
+        if hasattr(obj, "_metadata"):  # nn.Module.state_dict() versions
+            out._metadata = deepcopy(obj._metadata)  # type: ignore[attr-defined]
+        return out
     if isinstance(obj, list):
         return [_to_cpu(v) for v in obj]
     if isinstance(obj, tuple):
@@ -202,6 +211,7 @@ class LargestBatch(SpeedupCallback):
         self.budget_bytes: Optional[int] = None
         self.trials: list[tuple[int, Optional[int]]] = []  # (batch size, peak bytes or None if over / OOM)
         self._state: dict[str, Any] = {}
+        self._restored = False  # ``_state`` came from a checkpoint
         self._skip: Optional[str] = None
         self._applied = False
 
@@ -262,8 +272,20 @@ class LargestBatch(SpeedupCallback):
         if self._skip is not None:
             self.report(False, self._skip)
             return
-        if self._state:
+        if self._state and self._restored:
             self._apply_restored(trainer, pl_module)
+            return
+        if self._state:  # the same callback in a second fit: keep its batch, scale the fresh optimizers again
+            st = self._state
+            self._finish(
+                trainer,
+                old_batch=int(st["previous_batch_size"]),
+                old_accumulate=int(st["previous_accumulate_grad_batches"]),
+                base=int(st["base_batch_size"]),
+                new_batch=int(st["batch_size"]),
+                new_accumulate=int(st["accumulate_grad_batches"]),
+                how="kept from the previous fit",
+            )
             return
         if trainer.ckpt_path is not None:
             if trainer.strategy.restore_checkpoint_after_setup:
@@ -287,14 +309,15 @@ class LargestBatch(SpeedupCallback):
                 f"LargestBatch(keep_effective_batch=True): the effective batch {old_effective} (batch {old_batch} x "
                 f"accumulate_grad_batches {old_accumulate} x {world} processes) cannot be split into per-process "
                 f"batches that are multiples of {self.multiple}: {per_process} is not divisible by {self.multiple}. "
-                f"Choose a batch size and accumulation whose product is a multiple of {self.multiple}, or lower `multiple`."
+                f"Choose a batch size and accumulation whose product is a multiple of {self.multiple}, or lower "
+                "`multiple`."
             )
 
         if self.batch_size is not None:
             new_batch = self.batch_size
             how = "given"
         else:
-            new_batch = self._search(trainer, pl_module, old_batch, old_accumulate, per_process)
+            new_batch = self._search(trainer, pl_module, old_accumulate, per_process)
             how = "searched"
         if self.keep_effective_batch:
             fitted = new_batch
@@ -308,8 +331,21 @@ class LargestBatch(SpeedupCallback):
             new_accumulate = per_process // new_batch
         else:
             new_accumulate = old_accumulate
+        self._finish(trainer, old_batch, old_accumulate, base, new_batch, new_accumulate, how)
 
-        self._apply_batch(trainer, pl_module, new_batch, new_accumulate)
+    def _finish(
+        self,
+        trainer: "pl.Trainer",
+        old_batch: int,
+        old_accumulate: int,
+        base: int,
+        new_batch: int,
+        new_accumulate: int,
+        how: str,
+    ) -> None:
+        world = int(trainer.world_size)
+        self._apply_batch(trainer, trainer.lightning_module, new_batch, new_accumulate)
+        old_effective = old_batch * old_accumulate * world
         new_effective = new_batch * new_accumulate * world
         factor = lr_scale_factor(new_effective, base, self.lr_rule)
         length_factor = old_effective / new_effective if self.scale_schedule_lengths else None
@@ -325,27 +361,29 @@ class LargestBatch(SpeedupCallback):
             "lr_factor": factor,
             "lrs": lrs,
             "budget_bytes": self.budget_bytes,
-            "trials": list(self.trials),
+            "trials": [list(t) for t in self.trials],
         }
         self._applied = True
+        self._restored = False
         acc = f", accumulate {old_accumulate} -> {new_accumulate}" if new_accumulate != old_accumulate else ""
         peak = self._peak_of(new_batch)
         mem = f", peak {format_bytes(peak)} of {format_bytes(self.budget_bytes)}" if peak and self.budget_bytes else ""
-        lr_text = (
-            f"lr x{factor:.4g} ({self.lr_rule}, effective batch {new_effective} vs base {base}) -> "
-            + ", ".join(f"{lr:.4g}" for group in lrs for lr in group)
-            if self.lr_rule
-            else "learning rates unchanged"
-        )
+        if self.lr_rule:
+            lr_text = (
+                f"lr x{factor:.4g} ({self.lr_rule}, effective batch {new_effective} vs base {base}) -> "
+                + ", ".join(f"{lr:.4g}" for group in lrs for lr in group)
+            )
+        else:
+            lr_text = "learning rates unchanged"
         self.report(True, f"batch {old_batch} -> {new_batch} ({how}{mem}){acc}, {lr_text}", echo=True)
         if changed:
-            rank_zero_info(f"largest_batch: rescaled schedule lengths by {length_factor:.4g}: {', '.join(changed)}")
+            rank_zero_info(f"largest_batch: schedule lengths x{length_factor:.4g}: {', '.join(changed)}")
         self._log(trainer)
 
     @override
     def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         # strategies that restore checkpoints after setup (FSDP, DeepSpeed) load our state after on_fit_start
-        if self._skip is None and self._state and not self._applied:
+        if self._skip is None and self._state and self._restored and not self._applied:
             self._apply_restored(trainer, pl_module)
 
     def _apply_restored(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
@@ -378,11 +416,12 @@ class LargestBatch(SpeedupCallback):
             if factor != 1.0:
                 scale_optimizer_lrs(optimizer, factor)
             lrs.append([float(group["lr"]) for group in optimizer.param_groups])
-        changed: list[str] = []
+        lengths_changed: list[str] = []
         for config in trainer.lr_scheduler_configs:
             lengths = length_factor if config.interval == "step" else None
-            changed.extend(c for c in scale_lr_scheduler(config.scheduler, factor, lengths) if not c.endswith("lrs"))
-        return lrs, [c for c in changed if not c.endswith(("_last_lr", "eta_min"))]
+            changed = scale_lr_scheduler(config.scheduler, factor, lengths)
+            lengths_changed += [c for c in changed if c.rsplit(".", 1)[-1] not in _SCHEDULER_LR_ATTRS]
+        return lrs, lengths_changed
 
     def _log(self, trainer: "pl.Trainer") -> None:
         metrics: dict[str, float] = {
@@ -404,7 +443,7 @@ class LargestBatch(SpeedupCallback):
 
     # ------------------------------------------------------------------ search
     def _search(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", old_batch: int, old_accumulate: int, per_process: int
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", old_accumulate: int, per_process: int
     ) -> int:
         limit = None if self.budget_bytes is None else int(self.budget_bytes * (1 - self.margin))
         cap = self.max_batch_size
@@ -515,7 +554,9 @@ class LargestBatch(SpeedupCallback):
             "limit_val_batches": trainer.limit_val_batches,
             "accumulate_grad_batches": trainer.accumulate_grad_batches,
             "should_stop": trainer.should_stop,
+            "log_level": _RANK_ZERO_LOG.level,
         }
+        _RANK_ZERO_LOG.setLevel(logging.WARNING)  # no "`Trainer.fit` stopped: `max_steps=2` reached." per trial
         from lightning.pytorch.loggers.logger import DummyLogger
 
         trainer.loggers = [DummyLogger()] if trainer.loggers else []
@@ -557,6 +598,7 @@ class LargestBatch(SpeedupCallback):
         trainer.limit_val_batches = snapshot["limit_val_batches"]
         trainer.accumulate_grad_batches = snapshot["accumulate_grad_batches"]
         trainer.should_stop = snapshot["should_stop"]
+        _RANK_ZERO_LOG.setLevel(snapshot["log_level"])
         lightning_setattr(pl_module, self.batch_arg_name, snapshot["batch_size"])
         self._reset_loaders(trainer)
         connector = trainer._logger_connector
@@ -589,6 +631,7 @@ class LargestBatch(SpeedupCallback):
             for state in opt.state.values():
                 seed += [v for v in state.values() if isinstance(v, torch.Tensor)]
         fit_loop = trainer.fit_loop
+        fit_loop.setup_data()  # build the loader (and whatever data set ``train_dataloader()`` makes) unmeasured
         peak = measure_peak_memory(fit_loop.run, device=device, seed=seed, limit=limit)
         if fit_loop.epoch_loop.global_step == 0:
             raise RuntimeError(
@@ -606,4 +649,5 @@ class LargestBatch(SpeedupCallback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict.get("batch_size"):
             self._state = dict(state_dict)
+            self._restored = True
             self._applied = False

@@ -310,6 +310,10 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
     unknown = set(overrides) - set(_init_params(DataLoader)[0])
     if unknown:
         raise TypeError(f"`rebuild_dataloader` got arguments DataLoader does not have: {sorted(unknown)}.")
+    if overrides.get("num_workers") == 0 and loader.multiprocessing_context is not None:
+        overrides["multiprocessing_context"] = None  # DataLoader refuses a context without workers
+    if overrides.get("num_workers") == 0 and loader.timeout:
+        overrides["timeout"] = 0  # a single-process loader refuses a timeout when iterated
     if hasattr(loader, "__pl_saved_args"):
         args, kwargs = _args_from_saved(loader, overrides)
     else:

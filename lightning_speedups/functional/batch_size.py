@@ -22,7 +22,10 @@ other) and includes the interpreter, libraries and the data set, and a subproces
 need the model, data and training step to be picklable. :class:`LiveTensorMemory` is a
 ``TorchDispatchMode``: every ATen operation that runs while it is active reports its output tensors;
 their storages are counted (once each, views share their base's storage) until they are freed. Seed
-tensors (parameters, buffers, gradients, optimizer state) are counted from the start. The result is
+tensors (parameters, buffers, gradients, optimizer state) are counted from the start; other tensors
+that existed before (a data set held in memory, constants) are not counted, nor are views of them
+(indexing a ``TensorDataset`` does not count the whole data set), but new tensors computed from them
+are. The result is
 deterministic (it does not depend on the allocator, other threads or the OS) and covers activations,
 saved tensors, gradients, optimizer state, the collated batch (when collated in this process) and
 temporaries. Its limits: scratch memory allocated inside a kernel and freed before it returns (e.g.
@@ -262,25 +265,33 @@ class LiveTensorMemory(TorchDispatchMode):
             self._add(t)
         self.peak = self.current
 
-    def _add(self, t: Any) -> None:
+    def _storage(self, t: Any) -> Any:
         if not isinstance(t, Tensor) or t.is_sparse or t.device.type == "meta":
-            return
+            return None
         if self.device_type is not None and t.device.type != self.device_type:
-            return
+            return None
         try:
-            storage = t.untyped_storage()
+            return t.untyped_storage()
         except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, some subclasses)
+            return None
+
+    def _add(self, t: Any, skip: frozenset[int] = frozenset()) -> None:
+        storage = self._storage(t)
+        if storage is None:
             return
-        nbytes = storage.nbytes()
-        ref = StorageWeakRef(storage)
-        key = ref.cdata
+        key = storage._cdata
         entry = self._live.get(key)
         if entry is None:
-            self._live[key] = (ref, nbytes)
+            if key in skip:  # a view of (or in-place on) an input this mode does not count, e.g. a data set
+                return
+            nbytes = storage.nbytes()
+            self._live[key] = (StorageWeakRef(storage), nbytes)
             self.current += nbytes
-        elif entry[1] != nbytes:  # resized in place
-            self._live[key] = (entry[0], nbytes)
-            self.current += nbytes - entry[1]
+        else:
+            nbytes = storage.nbytes()
+            if entry[1] != nbytes:  # resized in place
+                self._live[key] = (entry[0], nbytes)
+                self.current += nbytes - entry[1]
 
     def _sweep(self) -> None:
         dead = [key for key, (ref, _) in self._live.items() if ref.expired()]
@@ -288,10 +299,17 @@ class LiveTensorMemory(TorchDispatchMode):
             self.current -= self._live.pop(key)[1]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
         self._sweep()
+        inputs = set()
+        for t in tree_flatten((args, kwargs))[0]:
+            storage = self._storage(t)
+            if storage is not None:
+                inputs.add(storage._cdata)
+        untracked_inputs = frozenset(k for k in inputs if k not in self._live)
         for t in tree_flatten(out)[0]:
-            self._add(t)
+            self._add(t, untracked_inputs)
         if self.current > self.peak:
             self.peak = self.current
             if self.limit is not None and self.peak > self.limit and not self.exceeded:

@@ -152,25 +152,19 @@ def _call_module(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     return module._call_impl(*args, **kwargs)
 
 
-_ENTRIES: dict[type, Callable[..., Any]] = {}
-
-
-def _entry_for(cls: type) -> Callable[..., Any]:
-    """A function that calls ``module._call_impl``, with one code object per module class.
+def _entry_for(name: str) -> Callable[..., Any]:
+    """A fresh function (its own code object) that calls ``module._call_impl``.
 
     Why not ``nn.Module.compile()`` (``torch.compile(module._call_impl)``): Dynamo skips frames
-    whose code lives in ``torch.nn``, so for built-in containers (``nn.Sequential`` of built-in
-    layers) nothing gets compiled, silently. A frame from this package is traced and Dynamo inlines
-    ``_call_impl`` (hooks included) from there. Dynamo keeps its compiled-code cache (and its
-    recompilation limit) per code object: one code object per class lets instances of the same
-    class share their graphs while modules of different classes do not use up each other's cache.
+    whose code lives in ``torch.nn``, so for built-in containers (an ``nn.Sequential`` of built-in
+    layers) nothing gets compiled, silently. A frame from this package is traced, and Dynamo
+    inlines ``_call_impl`` (hooks included) from there. Dynamo keeps its compiled-code cache and
+    its recompilation limit per code object, so each module gets its own code object: modules do
+    not use up each other's cache (train / eval / no-grad variants of one module are a few entries).
     """
-    entry = _ENTRIES.get(cls)
-    if entry is None:
-        code = _call_module.__code__.replace(co_name=f"compiled_{cls.__name__}")
-        entry = types.FunctionType(code, _call_module.__globals__, code.co_name)
-        _ENTRIES[cls] = entry
-    return entry
+    ident = "".join(ch if ch.isalnum() else "_" for ch in name) or "root"
+    code = _call_module.__code__.replace(co_name=f"compiled_{ident}")
+    return types.FunctionType(code, _call_module.__globals__, code.co_name)
 
 
 def default_compile_targets(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -241,7 +235,7 @@ def compile_modules(
             continue
         if getattr(module, "_lightning_speedups_compile_fallback", None):
             continue  # failed before: stays eager
-        compiled = torch.compile(_entry_for(type(module)), **kwargs)
+        compiled = torch.compile(_entry_for(name), **kwargs)
         module._compiled_call_impl = _GuardedCompiled(module, name, compiled, strict)
         names.append(name)
     return names

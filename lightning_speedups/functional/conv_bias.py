@@ -578,10 +578,10 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
                     hit = _reaches_in(trees, tokens, dec_rel)
                     if hit:
                         reason = f"the untraceable {where} may use it directly: {hit}"
-        if reason is None and (_has_forward_hooks(conv) or _has_forward_hooks(bn)):
-            reason = "the conv or its BatchNorm has forward hooks that would see the change"
         if reason is None and (_lazy(conv) or _lazy(bn)):
             reason = "lazy module not initialised yet: run one forward pass first or pass example_input"
+        if reason is None and (_has_forward_hooks(conv) or _has_forward_hooks(bn)):
+            reason = "the conv or its BatchNorm has forward hooks that would see the change"
         if reason is None and getattr(bn, "num_features", None) != conv.out_channels:
             reason = f"BatchNorm has {bn.num_features} features, conv has {conv.out_channels} outputs"
         if reason is not None:

@@ -601,6 +601,8 @@ def classify_sync_frame(frame: Optional[FrameType]) -> SyncSite:
             if cls == "user":
                 nearest_user = f
                 break
+            if cls == "framework" and first[0] == "library":
+                break  # a library called from Lightning (e.g. a LightningModule installed as a package)
         f = f.f_back
     if first is None:
         return SyncSite("library", "torch internals", "torch", "")

@@ -314,11 +314,11 @@ def non_tensor_leaves(batch: Any, prefix: str = "batch") -> list[tuple[str, str]
         if isinstance(x, dict):
             for k, v in x.items():
                 walk(v, f"{name}[{k!r}]")
-        elif isinstance(x, (list, tuple)) and not (x and all(isinstance(v, (str, bytes)) for v in x)):
+        elif isinstance(x, (list, tuple)):
             for i, v in enumerate(x):
                 walk(v, f"{name}[{i}]")
         elif isinstance(x, (str, bytes, type(None))):
-            return
+            return  # names, paths, ids: nothing to pin or transfer
         else:
             out.append((name, type(x).__module__ + "." + type(x).__qualname__))
 

@@ -278,7 +278,7 @@ def storage_report(
             t0 = time.perf_counter()
             n = 0
             while report.bytes_read + n < max_bytes:
-                data = os.read(fd, chunk)
+                data = os.read(fd, min(chunk, max_bytes - report.bytes_read - n))
                 if not data:
                     break
                 n += len(data)

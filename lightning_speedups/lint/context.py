@@ -80,6 +80,8 @@ TENSOR_ONLY_METHODS = frozenset(
     "masked_fill softmax log_softmax sigmoid relu new_zeros new_ones new_empty new_full new_tensor "
     "requires_grad_ type_as view_as expand_as to".split()
 )
+# torch.nn names that are not modules whose call returns a tensor.
+_NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "ModuleList", "ModuleDict", "Module"})
 # Attributes of a tensor that are tensors.
 _TENSOR_ATTRS = frozenset({"grad", "data", "T", "mT", "H", "mH", "real", "imag"})
 
@@ -164,9 +166,13 @@ class FileContext:
         self.classes: list[ast.ClassDef] = []
         self.aliases: dict[str, str] = {}
         self._mentions_cuda = False
-        for node in ast.walk(tree):
+        parents = self.parents
+        stack: list[ast.AST] = [tree]
+        while stack:  # one pass: parent links and the node lists the rules use
+            node = stack.pop()
             for child in ast.iter_child_nodes(node):
-                self.parents[child] = node
+                parents[child] = node
+                stack.append(child)
             if isinstance(node, ast.Call):
                 self.calls.append(node)
                 if isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":
@@ -420,7 +426,8 @@ class FileContext:
                     return parts[-1][:1].islower()
                 return len(parts) == 2 and parts[1][:1].islower() and parts[1] not in _TORCH_NON_TENSOR
             if isinstance(func, ast.Name):
-                return func.id == "self"  # self(x): the module's forward
+                # self(x): the module's forward; criterion(out, y) with criterion = nn.CrossEntropyLoss()
+                return func.id == "self" or self.is_module_instance(func)
             if isinstance(func, ast.Attribute):
                 if func.attr in NON_TENSOR_METHODS:
                     return False
@@ -454,6 +461,62 @@ class FileContext:
                 return False
             return True
         return False
+
+    @cached_property
+    def module_classes(self) -> frozenset[str]:
+        """Names of the classes defined in this file that subclass an ``nn.Module`` / ``LightningModule``."""
+        out: set[str] = set()
+        changed = True
+        while changed:  # until subclasses of subclasses are found, in any order
+            changed = False
+            for cls in self.classes:
+                if cls.name in out:
+                    continue
+                for base in cls.bases:
+                    name = self.qualname(base) or ""
+                    if (
+                        name.split(".")[0] in ("torch", "lightning", "pytorch_lightning") and name.endswith("Module")
+                    ) or (isinstance(base, ast.Name) and base.id in out):
+                        out.add(cls.name)
+                        changed = True
+                        break
+        return frozenset(out)
+
+    def is_module_instance(self, name: ast.Name) -> bool:
+        """``name`` is visibly an ``nn.Module`` instance: every binding is ``nn.Linear(...)``,
+        ``Net()`` of a module class defined here, possibly followed by ``.to(...)`` / ``.cuda()``."""
+        prior = self.bindings_before(name)
+        if prior is None:
+            local = self.bindings(self.scope_of(name)).get(name.id)
+            if local:
+                return False  # bound later in this scope: cannot tell
+            prior = self.bindings(self.tree).get(name.id)
+        if not prior:
+            return False
+        for b in prior:
+            value = b.value
+            if b.kind != "value" or value is None:
+                return False
+            while (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr in ("to", "cuda", "cpu", "train", "eval", "float", "half", "bfloat16")
+            ):
+                value = value.func.value
+            if not isinstance(value, ast.Call):
+                return False
+            callee = self.qualname(value.func)
+            if callee is not None:
+                last = callee.rsplit(".", 1)[1]
+                if not (
+                    callee.startswith("torch.nn.")
+                    and last[:1].isupper()
+                    and last not in _NOT_MODULES
+                ):
+                    return False
+            elif not (isinstance(value.func, ast.Name) and value.func.id in self.module_classes):
+                return False
+        return True
 
     def is_submodule(self, attr: ast.Attribute) -> bool:
         """``self.<attr>`` is assigned in the enclosing class and is not one of its methods."""

@@ -118,3 +118,11 @@ class LoaderDataModule(pl.LightningDataModule):
 def tensor_loader(n: int = 32, **kw: Any) -> DataLoader:
     g = torch.Generator().manual_seed(0)
     return DataLoader(TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g)), **kw)
+
+
+class ExtraArgLoaderBase(DataLoader):
+    """A user DataLoader subclass with an extra required argument."""
+
+    def __init__(self, dataset, tag="user", **kwargs):
+        self.tag = tag
+        super().__init__(dataset, **kwargs)

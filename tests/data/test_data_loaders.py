@@ -149,12 +149,15 @@ class Unpicklable(torch.utils.data.Dataset):
 
 
 def test_unpicklable_dataset_with_spawn_falls_back_to_0_workers():
-    dl = DataLoader(Unpicklable(), batch_size=4, multiprocessing_context="spawn")
+    dl = DataLoader(Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="spawn")
     r = resolve_loader_settings(LoaderSettings(num_workers=2), dl, cpus=8)
     assert r.kwargs["num_workers"] == 0 and r.kwargs["persistent_workers"] is False
     assert any("cannot be pickled" in w and "dataset" in w for w in r.warnings)
+    new = rebuild_dataloader(dl, **r.kwargs)  # the context goes with the workers
+    assert new.num_workers == 0 and new.multiprocessing_context is None
+    assert [b.tolist() for b in new] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
     # fork workers inherit the dataset: nothing to fall back from
-    dl = DataLoader(Unpicklable(), batch_size=4, multiprocessing_context="fork")
+    dl = DataLoader(Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="fork")
     assert resolve_loader_settings(LoaderSettings(num_workers=2), dl, cpus=8).kwargs["num_workers"] == 2
 
 
@@ -171,8 +174,9 @@ def test_rebuild_keeps_sampler_collate_batch_size_drop_last_and_generator():
     new = rebuild_dataloader(dl, num_workers=0, pin_memory=False, prefetch_factor=None)
     assert type(new) is DataLoader
     assert new.sampler is dl.sampler and new.generator is g
-    assert (new.batch_size, new.drop_last, new.collate_fn, new.worker_init_fn, new.timeout) == (
-        7, True, keep_collate, init, 5)
+    assert (new.batch_size, new.drop_last, new.collate_fn, new.worker_init_fn) == (7, True, keep_collate, init)
+    assert new.timeout == 0  # a timeout only works with workers
+    assert rebuild_dataloader(dl, num_workers=1).timeout == 5
     assert len(new) == 4
     # same order as the original loader from the same seed
     ref = DataLoader(WorkerIdDataset(30), batch_size=7, shuffle=True, drop_last=True, collate_fn=keep_collate,

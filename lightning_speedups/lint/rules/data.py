@@ -24,6 +24,9 @@ def _tensor_from_numpy(ctx: FileContext) -> Iterator[Hit]:
     for call in ctx.calls:
         if not call.args or ctx.call_name(call) != "torch.tensor":
             continue
+        device = keyword(call, "device")
+        if device is not None and not is_const(device.value, "cpu"):
+            continue  # the data must cross to the device anyway: as_tensor would copy too
         arg = call.args[0]
         if ctx.is_numpy(arg):
             yield call, f"torch.tensor({snippet(arg)}) copies a numpy array"
@@ -205,7 +208,7 @@ RULES = [
         "LS101",
         "T13",
         "tensor-from-numpy",
-        "torch.tensor(<numpy array>) copies the array",
+        "torch.tensor(ndarray) on a visible numpy array copies it",
         "torch.from_numpy(arr) (shares memory) or torch.as_tensor(arr, dtype=..., device=...)",
         _tensor_from_numpy,
     ),
@@ -213,7 +216,7 @@ RULES = [
         "LS102",
         "T02",
         "loader-no-workers",
-        "DataLoader without num_workers (or 0) in a file that moves batches to CUDA",
+        "DataLoader without num_workers, or with num_workers=0, in a file that moves batches to CUDA",
         "num_workers=4 (about 4 per GPU, at most the CPUs you have) and persistent_workers=True",
         _loader_workers,
     ),

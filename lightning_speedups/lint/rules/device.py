@@ -50,7 +50,7 @@ def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
         if call in inner:
             continue
         attr = call.func.attr  # type: ignore[attr-defined]
-        yield call, f"`.{attr}()` in {where} copies to the host and waits for the GPU every step"
+        yield call, f"`.{attr}()` in {where} copies to the host and waits for the GPU on every batch"
 
 
 def _print_tensor(ctx: FileContext) -> Iterator[Hit]:
@@ -64,7 +64,7 @@ def _print_tensor(ctx: FileContext) -> Iterator[Hit]:
             continue
         where = ctx.hot_context(call, STEP_METHODS)
         if where is not None:
-            yield call, f"print({snippet(shown[0], 30)}) in {where} formats a tensor: a device sync every step"
+            yield call, f"print({snippet(shown[0], 30)}) in {where} formats a tensor: a device sync on every batch"
 
 
 def _create_then_move(ctx: FileContext) -> Iterator[Hit]:

@@ -45,6 +45,12 @@ def _is_grad(node: ast.AST) -> bool:
 def _zeroing_context(ctx: FileContext, node: ast.AST) -> bool:
     """Inside a ``*zero_grad*`` function or a loop over ``.parameters()`` / ``group["params"]``."""
     for anc, _ in ctx.ancestors(node):
+        if isinstance(anc, DEF_TYPES):
+            args = anc.args
+            if any(a.arg == "set_to_none" for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]):
+                return False  # implements the set_to_none=False option itself (like torch's zero_grad)
+            break
+    for anc, _ in ctx.ancestors(node):
         if isinstance(anc, DEF_TYPES) and "zero_grad" in anc.name:
             return True
         if isinstance(anc, (ast.For, ast.AsyncFor)):
