@@ -493,9 +493,9 @@ class LitNet(LightningModule):
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
 
-    def train_dataloader(self):
+    def train_dataloader(self):  # one batch per epoch: a resumed run sees the same batches
         g = torch.Generator().manual_seed(0)
-        data = torch.utils.data.TensorDataset(torch.randn(16, 3, 8, 8, generator=g), torch.randint(0, 5, (16,), generator=g))
+        data = torch.utils.data.TensorDataset(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g))
         return torch.utils.data.DataLoader(data, batch_size=8)
 
 

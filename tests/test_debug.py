@@ -256,6 +256,18 @@ def test_classify_backward_called_by_lightning_is_the_users_model():
     assert "test_debug.py" in site.location
 
 
+def test_classify_backward_under_anomaly_nan_check_is_the_debug_tools():
+    def classify():
+        return FAKE_LIGHTNING_BACKWARD["backward"](
+            FAKE_TORCH_TENSOR["backward"], lambda: classify_sync_frame(sys._getframe(1))
+        )
+
+    with torch.autograd.set_detect_anomaly(True, check_nan=True):
+        assert classify().owner == "debug"
+    with torch.autograd.set_detect_anomaly(True, check_nan=False):
+        assert classify().owner == "user"
+
+
 def test_classify_library_points_at_the_user_call():
     site = FAKE_LIBRARY["compute"](lambda: classify_sync_frame(sys._getframe(1)))
     assert site.owner == "library" and site.kind == "fakemetrics"

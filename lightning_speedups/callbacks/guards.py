@@ -120,6 +120,11 @@ class SyncGuard(SpeedupCallback):
         return self._watcher.library_syncs
 
     @property
+    def debug_syncs(self) -> int:
+        """Syncs made by debugging tools (anomaly detection's NaN check in backward, under DebugMode)."""
+        return self._watcher.debug_syncs
+
+    @property
     def sites(self) -> Counter[SyncSite]:
         """Count per location (:class:`~lightning_speedups.functional.debug.SyncSite`)."""
         return self._watcher.sites

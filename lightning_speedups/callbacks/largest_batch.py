@@ -449,7 +449,8 @@ class LargestBatch(SpeedupCallback):
         cap = self.max_batch_size
         if self.keep_effective_batch:
             cap = per_process if cap is None else min(cap, per_process)
-        dataset_len = self._train_set_length(trainer)
+        with isolate_rng():
+            dataset_len = self._train_set_length(trainer)
         if dataset_len is not None:
             cap = dataset_len if cap is None else min(cap, dataset_len)
         if cap is not None and cap < self.multiple:

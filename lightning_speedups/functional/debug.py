@@ -442,8 +442,9 @@ class SyncSite(NamedTuple):
     """Where one device synchronisation came from.
 
     Attributes:
-        owner: ``"user"`` (the user's code or model), ``"lightning"`` (Lightning or this package) or
-            ``"library"`` (another installed package, e.g. torchmetrics).
+        owner: ``"user"`` (the user's code or model), ``"lightning"`` (Lightning or this package),
+            ``"library"`` (another installed package, e.g. torchmetrics) or ``"debug"`` (a debugging
+            tool, e.g. anomaly detection's NaN check).
         kind: what it is, e.g. ``"your code"``, ``"progress bar metrics"``, ``"backward pass"``.
         location: ``"path:line in function"`` (user's frame where there is one).
         code: the source line at ``location`` when known, else ``""``.
@@ -578,7 +579,9 @@ def classify_sync_frame(frame: Optional[FrameType]) -> SyncSite:
       (progress bar, logging, precision plugin, multi-device reduce ...), except when the stack
       went through ``Tensor.backward``: the model's own backward ops synchronised -> ``"user"``;
     - a frame of another installed package -> ``owner="library"``, located at the nearest user frame;
-    - any other frame -> ``owner="user"``, located there.
+    - any other frame -> ``owner="user"``, located there;
+    - a sync inside ``backward`` while anomaly detection checks for NaN -> ``owner="debug"``: the
+      check reads every backward output on the host, so those syncs are the debug tool's.
 
     Args:
         frame: innermost frame, e.g. ``sys._getframe()`` where the sync was reported.
@@ -607,6 +610,10 @@ def classify_sync_frame(frame: Optional[FrameType]) -> SyncSite:
     if first is None:
         return SyncSite("library", "torch internals", "torch", "")
     cls, detail, f0 = first
+    if saw_backward and torch.is_anomaly_enabled() and torch.is_anomaly_check_nan_enabled():
+        # anomaly detection checks every backward output for NaN with a host read: its syncs, not the model's
+        where = _frame_location(nearest_user) if nearest_user is not None else "loss.backward()"
+        return SyncSite("debug", "anomaly detection NaN check in backward (check_nan=True)", where, "")
     if cls == "user":
         return SyncSite("user", "your code", _frame_location(f0), _source_line(f0))
     if cls == "framework":
@@ -821,6 +828,11 @@ class SyncWatcher:
         return self.count("library")
 
     @property
+    def debug_syncs(self) -> int:
+        """Syncs made by debugging tools (anomaly detection's NaN check in backward)."""
+        return self.count("debug")
+
+    @property
     def total(self) -> int:
         return sum(self.sites.values())
 
@@ -832,7 +844,13 @@ class SyncWatcher:
         steps = max(self.windows, 1)
         text = f"{self.total} device syncs in {self.windows} training steps ({self.total / steps:.1f} per step)"
         parts = []
-        for owner, label in (("user", "in your code"), ("lightning", "made by Lightning"), ("library", "in libraries")):
+        labels = (
+            ("user", "in your code"),
+            ("lightning", "made by Lightning"),
+            ("library", "in libraries"),
+            ("debug", "made by debugging tools"),
+        )
+        for owner, label in labels:
             items = self.by_owner(owner)
             if not items:
                 continue
@@ -842,11 +860,11 @@ class SyncWatcher:
         return text + (": " + "; ".join(parts) if parts else "")
 
     def findings(self) -> list[dict[str, Any]]:
-        """One finding per user or library site (Lightning's own syncs are named, not findings)."""
+        """One finding per user or library site (Lightning's and debug tools' syncs are named, not findings)."""
         steps = max(self.windows, 1)
         out = []
         for s, n in self.sites.most_common():
-            if s.owner == "lightning":
+            if s.owner in ("lightning", "debug"):
                 continue
             out.append(
                 {

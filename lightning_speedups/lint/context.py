@@ -166,6 +166,7 @@ class FileContext:
         self.classes: list[ast.ClassDef] = []
         self.aliases: dict[str, str] = {}
         self._mentions_cuda = False
+        self._ambiguous: set[str] = set()
         parents = self.parents
         stack: list[ast.AST] = [tree]
         while stack:  # one pass: parent links and the node lists the rules use
@@ -190,21 +191,36 @@ class FileContext:
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
-                        self.aliases[alias.asname] = alias.name
+                        self._alias(alias.asname, alias.name)
                     else:
                         top = alias.name.split(".")[0]
-                        self.aliases[top] = top
+                        self._alias(top, top)
             elif isinstance(node, ast.ImportFrom):
-                if node.level or not node.module:
-                    continue
                 for alias in node.names:
-                    if alias.name != "*":
-                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    if alias.name == "*":
+                        continue
+                    if node.level or not node.module:  # relative import: a local name we cannot resolve
+                        self._alias(alias.asname or alias.name, None)
+                    else:
+                        self._alias(alias.asname or alias.name, f"{node.module}.{alias.name}")
+        for name in self._ambiguous:
+            self.aliases.pop(name, None)
         self._bindings: dict[ast.AST, dict[str, list[Binding]]] = {}
         self._self_attrs: dict[ast.ClassDef, tuple[dict[str, list[ast.AST]], set[str]]] = {}
         self._training_loop: dict[ast.AST, bool] = {}
 
     # ------------------------------------------------------------------ names
+    def imports_name(self, name: str) -> bool:
+        """``name`` is bound by an import somewhere in the file (resolvable or not)."""
+        return name in self.aliases or name in self._ambiguous
+
+    def _alias(self, name: str, target: Optional[str]) -> None:
+        """Record an import; a name imported as two different things is dropped (cannot tell)."""
+        if target is None or self.aliases.get(name, target) != target:
+            self._ambiguous.add(name)
+        else:
+            self.aliases[name] = target
+
     def qualname(self, node: Optional[ast.AST]) -> Optional[str]:
         """Dotted name of an imported object (``th.zeros`` -> ``torch.zeros``), else ``None``."""
         if isinstance(node, ast.Name):

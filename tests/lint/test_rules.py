@@ -137,6 +137,7 @@ def test_shadowed_print_is_not_reported():
         "        print(loss)\n"
     )
     assert codes_of(src) == []
+    assert codes_of(src.replace("from rich import print", "from .console import print")) == []
     assert codes_of(src.replace("from rich import print\n", "")) == [(8, "LS202")]
 
 
@@ -192,3 +193,9 @@ def test_finding_fields_and_format():
     assert list(f.to_dict()) == ["code", "tip", "path", "line", "col", "message", "fix"]
     assert f.format() == f"a/b.py:2:5: LS203 [T20] {f.message} (fix: {f.fix})"
     assert "device=" in f.fix
+
+
+def test_a_name_imported_as_two_things_is_not_resolved():
+    src = "import numpy as np\nimport torch\n\ndef f():\n    import jax.numpy as np\n    a = np.zeros(3)\n    return torch.tensor(a)\n"
+    assert codes_of(src) == []
+    assert codes_of(src.replace("    import jax.numpy as np\n", "")) == [(6, "LS101")]

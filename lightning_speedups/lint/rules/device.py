@@ -54,8 +54,8 @@ def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
 
 
 def _print_tensor(ctx: FileContext) -> Iterator[Hit]:
-    if "print" in ctx.aliases:
-        return
+    if ctx.imports_name("print"):
+        return  # rich's print, or another one: not the builtin
     for call in ctx.calls:
         if not (isinstance(call.func, ast.Name) and call.func.id == "print"):
             continue
