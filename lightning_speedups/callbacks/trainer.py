@@ -240,6 +240,19 @@ class EffectiveBatchSize(SpeedupCallback):
         )
 
 
+class _OneCycleThenHold(torch.optim.lr_scheduler.OneCycleLR):
+    """OneCycleLR that holds its final learning rate once its planned steps are done.
+
+    A run resumed with a larger ``max_steps`` / ``max_epochs`` trains past the plan; plain OneCycleLR
+    would raise "Tried to step N times".
+    """
+
+    def step(self, epoch: Optional[int] = None) -> None:  # type: ignore[override]
+        if self.last_epoch >= self.total_steps:
+            return
+        super().step(epoch)
+
+
 def _has_momentum(optimizer: torch.optim.Optimizer) -> bool:
     defaults = optimizer.defaults
     return "betas" in defaults or defaults.get("momentum", 0) > 0
@@ -352,6 +365,12 @@ class LRSchedule(SpeedupCallback):
             )
         state = self._pending_state
         self._total_steps = int(state["total_steps"]) if state else max(int(total), 1)
+        if state and int(total) != self._total_steps:
+            rank_zero_warn(
+                f"lr_schedule: the resumed schedule was planned for {self._total_steps} optimizer steps but this run"
+                f" has {int(total)}; it keeps the original plan"
+                + (" and holds the final learning rate after it ends." if total > self._total_steps else ".")
+            )
         self._peaks = list(state["peaks"]) if state else [
             self.max_lr if self.max_lr is not None else group["lr"] for group in optimizer.param_groups
         ]
@@ -372,7 +391,7 @@ class LRSchedule(SpeedupCallback):
         assert self._peaks is not None and self._total_steps is not None
         momentum = _has_momentum(optimizer)
         if self.name == "onecycle":
-            return torch.optim.lr_scheduler.OneCycleLR(
+            return _OneCycleThenHold(
                 optimizer,
                 max_lr=self._peaks,
                 total_steps=self._total_steps,

@@ -1,0 +1,60 @@
+"""The shared settings every implemented part runs under in tests/test_registry.py.
+
+One entry per callback part named in the tip registry: how to build it, which model it needs, extra
+Trainer arguments, and a check that the part really did something. A callback part that is listed
+in the registry as implemented but missing here fails the suite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+
+@dataclass
+class PartSetting:
+    make: Callable[[], Any]
+    model: str = "cnn"  # "cnn" or "transformer"
+    trainer: dict[str, Any] = field(default_factory=dict)
+    check: Optional[Callable[[Any, Any, Any], None]] = None  # (trainer, model, callback) -> assert
+    compose: bool = True  # included in the all-parts composition run
+
+
+def _fused(trainer, model, cb):
+    assert trainer.optimizers[0].param_groups[0]["fused"] is True
+
+
+def _lr_changes(trainer, model, cb):
+    # stepped once per optimizer step (and held after the planned steps when a resume trains longer)
+    assert cb.scheduler is not None
+    assert cb.scheduler.last_epoch == min(trainer.global_step, cb._total_steps)
+
+
+def _accumulates(trainer, model, cb):
+    assert trainer.accumulate_grad_batches == 2
+
+
+def _reported(trainer, model, cb):
+    assert cb.status is not None, f"{type(cb).__name__} never reported what it did"
+
+
+def _settings() -> dict[str, PartSetting]:
+    from lightning_speedups.callbacks import guards, trainer as tcb
+
+    return {
+        "lightning_speedups.callbacks.trainer:LRSchedule": PartSetting(lambda: tcb.LRSchedule("onecycle"), check=_lr_changes),
+        "lightning_speedups.callbacks.trainer:MatmulPrecision": PartSetting(lambda: tcb.MatmulPrecision("high"), check=_reported),
+        "lightning_speedups.callbacks.trainer:CudnnBenchmark": PartSetting(lambda: tcb.CudnnBenchmark("auto"), check=_reported),
+        "lightning_speedups.callbacks.trainer:EffectiveBatchSize": PartSetting(lambda: tcb.EffectiveBatchSize(32), check=_accumulates),
+        "lightning_speedups.callbacks.trainer:FusedOptimizer": PartSetting(lambda: tcb.FusedOptimizer("auto"), check=_fused),
+        "lightning_speedups.callbacks.guards:SyncGuard": PartSetting(lambda: guards.SyncGuard("count"), check=_reported),
+        "lightning_speedups.callbacks.guards:DebugMode": PartSetting(lambda: guards.DebugMode(sync_guard=None), check=_reported, compose=False),
+        "lightning_speedups.callbacks.guards:DebugToolsCheck": PartSetting(guards.DebugToolsCheck, check=_reported),
+        "lightning_speedups.callbacks.guards:NoGradEvalCheck": PartSetting(guards.NoGradEvalCheck),
+        "lightning_speedups.callbacks.guards:ShapeWatch": PartSetting(guards.ShapeWatch),
+    }
+
+
+PART_SETTINGS = _settings()
