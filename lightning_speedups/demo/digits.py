@@ -133,7 +133,7 @@ class DigitsCNN(pl.LightningModule):
         logits = self(x)
         loss = nn.functional.cross_entropy(logits, y)
         metric(logits, y)
-        self.log(f"{stage}_loss", loss, prog_bar=stage != "train")
+        self.log(f"{stage}_loss", loss, prog_bar=stage != "train", sync_dist=stage != "train")
         self.log(f"{stage}_acc", metric, prog_bar=True)
         return loss
 
