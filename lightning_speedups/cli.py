@@ -228,6 +228,43 @@ class SpeedupsCLI(LightningCLI):
         return LightningCLI.configure_optimizers(lightning_module, optimizer, lr_scheduler)
 
 
+def _arg_value(value: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def build(
+    args: Sequence[str] = (),
+    callbacks: Sequence[Callback] = (),
+    trainer_overrides: Optional[dict[str, Any]] = None,
+    speedups_overrides: Optional[dict[str, Any]] = None,
+) -> SpeedupsCLI:
+    """Build the model, data and Trainer of a config exactly as ``fit`` would, without running anything.
+
+    Used by ``doctor`` and ``bench``. ``args`` are the CLI arguments after the subcommand (``--config``
+    values may be preset names); ``callbacks`` are added to the Trainer's; the overrides are dotted
+    ``trainer.*`` / ``speedups.*`` keys that win over every config.
+
+    Returns:
+        The :class:`SpeedupsCLI`, with ``.model``, ``.datamodule`` and ``.trainer`` instantiated.
+
+    Raises:
+        UsageError: an unknown preset.
+        SystemExit: a config that does not parse (the message was printed).
+    """
+    argv = resolve_config_args(list(args))
+    for prefix, overrides in (("trainer", trainer_overrides), ("speedups", speedups_overrides)):
+        for key, value in (overrides or {}).items():
+            argv.append(f"--{prefix}.{key}={_arg_value(value)}")
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "lightning_speedups", *argv]
+    try:
+        return SpeedupsCLI(run=False, trainer_defaults={"callbacks": list(callbacks)} if callbacks else None)
+    finally:
+        sys.argv = saved
+
+
 def _print_presets() -> int:
     from rich.console import Console
     from rich.table import Table
