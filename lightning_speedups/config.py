@@ -89,7 +89,7 @@ class ClipSettings:
     algorithm: Literal["off", "norm", "value", "agc"] = "off"
     value: Optional[float] = None
     agc_eps: float = 1e-3
-    agc_exclude: Optional[list[str]] = None
+    agc_exclude: Optional[list[str]] = field(default_factory=lambda: ["fc", "classifier", "head"])
 
 
 @dataclass
@@ -104,6 +104,8 @@ class LargestBatchSettings:
     base_batch_size: Optional[int] = None
     keep_effective_batch: bool = False
     max_batch_size: Optional[int] = None
+    margin: float = 0.1
+    batch_size: Optional[int] = None
 
 
 @dataclass
@@ -253,6 +255,9 @@ class Speedups:
             from lightning_speedups.callbacks.guards import DebugMode
 
             cbs.append(DebugMode())
+        if self.effective_batch_size is not None:
+            # before LargestBatch: the search then keeps this effective batch and lowers accumulation
+            cbs.append(tcb.EffectiveBatchSize(self.effective_batch_size))
         if self.largest_batch.enabled:
             from lightning_speedups.callbacks.largest_batch import LargestBatch
 
@@ -263,8 +268,10 @@ class Speedups:
                     multiple=lb.multiple,
                     base_batch_size=lb.base_batch_size,
                     lr_rule=None if lb.lr_rule == "off" else lb.lr_rule,
-                    keep_effective_batch=lb.keep_effective_batch,
+                    keep_effective_batch=lb.keep_effective_batch or self.effective_batch_size is not None,
                     max_batch_size=lb.max_batch_size,
+                    margin=lb.margin,
+                    batch_size=lb.batch_size,
                 )
             )
         if self.loaders.enabled():
@@ -292,8 +299,6 @@ class Speedups:
             cbs.append(tcb.MatmulPrecision(self.tf32))
         if self.cudnn_benchmark != "off":
             cbs.append(tcb.CudnnBenchmark(self.cudnn_benchmark))
-        if self.effective_batch_size is not None:
-            cbs.append(tcb.EffectiveBatchSize(self.effective_batch_size))
         if self.grad_clip.algorithm == "agc":
             from lightning_speedups.callbacks.agc import AdaptiveGradientClipping
 

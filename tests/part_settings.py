@@ -36,12 +36,17 @@ def _accumulates(trainer, model, cb):
     assert trainer.accumulate_grad_batches == 2
 
 
+def _batch_64(trainer, model, cb):
+    assert model.batch_size == 64
+    assert trainer.optimizers[0].param_groups[0]["lr"] == 4e-2  # 1e-2 x 64 / 16, the linear rule
+
+
 def _reported(trainer, model, cb):
     assert cb.status is not None, f"{type(cb).__name__} never reported what it did"
 
 
 def _settings() -> dict[str, PartSetting]:
-    from lightning_speedups.callbacks import guards, trainer as tcb
+    from lightning_speedups.callbacks import agc, guards, largest_batch, trainer as tcb
 
     return {
         "lightning_speedups.callbacks.trainer:LRSchedule": PartSetting(lambda: tcb.LRSchedule("onecycle"), check=_lr_changes),
@@ -49,6 +54,10 @@ def _settings() -> dict[str, PartSetting]:
         "lightning_speedups.callbacks.trainer:CudnnBenchmark": PartSetting(lambda: tcb.CudnnBenchmark("auto"), check=_reported),
         "lightning_speedups.callbacks.trainer:EffectiveBatchSize": PartSetting(lambda: tcb.EffectiveBatchSize(32), check=_accumulates),
         "lightning_speedups.callbacks.trainer:FusedOptimizer": PartSetting(lambda: tcb.FusedOptimizer("auto"), check=_fused),
+        "lightning_speedups.callbacks.agc:AdaptiveGradientClipping": PartSetting(lambda: agc.AdaptiveGradientClipping(exclude=None), check=_reported),
+        "lightning_speedups.callbacks.largest_batch:LargestBatch": PartSetting(
+            lambda: largest_batch.LargestBatch(memory_budget="1GiB", max_batch_size=64), check=_batch_64, compose=False
+        ),
         "lightning_speedups.callbacks.guards:SyncGuard": PartSetting(lambda: guards.SyncGuard("count"), check=_reported),
         "lightning_speedups.callbacks.guards:DebugMode": PartSetting(lambda: guards.DebugMode(sync_guard=None), check=_reported, compose=False),
         "lightning_speedups.callbacks.guards:DebugToolsCheck": PartSetting(guards.DebugToolsCheck, check=_reported),

@@ -197,3 +197,31 @@ def test_callback_validates_arguments() -> None:
         AdaptiveGradientClipping(eps=-1)
     with pytest.raises(TypeError, match="`exclude`"):
         AdaptiveGradientClipping(exclude=[1, 2])  # type: ignore[list-item]
+
+
+class SmallLoss(LitNet):
+    def training_step(self, batch, batch_idx):
+        (x,) = batch
+        return self.net(x).pow(2).mean() * 1e-3  # small: no fp16 overflow at the GradScaler's first scale
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="16-mixed with a GradScaler needs CUDA")
+def test_callback_sees_unscaled_gradients_under_fp16_mixed() -> None:
+    before, after = Capture(), Capture()
+    model = SmallLoss()
+    reference = Net()
+    reference.load_state_dict(model.net.state_dict())
+    agc = AdaptiveGradientClipping(clipping=1e-4, exclude=["fc"])
+    _trainer([before, agc, after], accelerator="cuda", devices=1, precision="16-mixed", max_steps=1).fit(model)
+    (x,) = next(iter(SmallLoss().train_dataloader()))
+    (reference(x).pow(2).mean() * 1e-3).backward()
+    for name, p in reference.named_parameters():
+        g = before.grads[0]["net." + name].float().cpu()
+        assert torch.isfinite(g).all(), name
+        ratio = (g.norm() / p.grad.norm()).item()
+        assert 0.5 < ratio < 2.0, (name, ratio)  # unscaled: a still-scaled gradient would be ~65536x larger
+    for name, g in before.grads[0].items():
+        expected = reference_agc(before.params[0][name], g, 1e-4, 1e-3)
+        if name.startswith("net.fc."):
+            expected = g.double()
+        torch.testing.assert_close(after.grads[0][name].double(), expected, rtol=1e-5, atol=1e-12, msg=name)

@@ -282,3 +282,14 @@ def test_ddp_strategy_picks_a_compression_hook_on_cuda(monkeypatch):
     assert ddp_strategy(accelerator="gpu")[0]._ddp_comm_hook is default_hooks.fp16_compress_hook
     with pytest.raises(ValueError, match="cannot both be true"):
         ddp_strategy(static_graph=True, find_unused_parameters=True)
+
+
+def test_fused_optimizer_avoids_fused_under_fp16_with_agc():
+    from lightning_speedups.callbacks.agc import AdaptiveGradientClipping
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.randn(3))])
+    trainer = SimpleNamespace(optimizers=[opt], precision_plugin=SimpleNamespace(scaler=object()), gradient_clip_val=None,
+                              callbacks=[AdaptiveGradientClipping()])
+    with pytest.warns(UserWarning, match="fp16"):
+        FusedOptimizer("auto").on_train_start(trainer, None)
+    assert opt.param_groups[0]["fused"] is False

@@ -37,7 +37,9 @@ class AdaptiveGradientClipping(SpeedupCallback):
     (``MixedPrecision.optimizer_step`` calls ``scaler.unscale_`` before the hook), so the clipping
     sees true gradients; with ``accumulate_grad_batches=k`` it clips the accumulated gradient once
     every ``k`` batches. Lightning's own ``gradient_clip_val`` clipping runs after this hook, so both
-    can be combined. Only the parameters of the optimizer being stepped are clipped.
+    can be combined. Only the parameters of the optimizer being stepped are clipped. Under DDP every
+    process clips the same all-reduced gradients. Not meant for FSDP or DeepSpeed, whose flattened,
+    sharded parameters have no rows to clip unit by unit.
 
     Args:
         clipping: the clipping factor (> 0), the largest ratio of a unit's gradient norm to its weight
@@ -55,6 +57,8 @@ class AdaptiveGradientClipping(SpeedupCallback):
 
     tip = "T15"
     part = "agc"
+    #: tells FusedOptimizer that gradients must be unscaled before the step (fp16: fused cannot)
+    needs_unscaled_grads = True
 
     def __init__(
         self,

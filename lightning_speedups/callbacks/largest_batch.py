@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import math
 from copy import deepcopy
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import GradientAccumulationScheduler
+from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.memory import garbage_collection_cuda
 from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_hasattr, lightning_setattr
@@ -67,7 +68,7 @@ def _to_cpu(obj: Any) -> Any:
 def _loops(loop: Any) -> list[Any]:
     found = [loop]
     for value in vars(loop).values():
-        if isinstance(value, pl.loops.loop._Loop):
+        if isinstance(value, _Loop):
             found.extend(_loops(value))
     return found
 
@@ -117,7 +118,10 @@ class LargestBatch(SpeedupCallback):
     search there. Run the search once single-process (``devices=1``, e.g. with ``max_steps=1``),
     then pass the batch size it prints as ``LargestBatch(batch_size=...)``, which applies it and
     scales the learning rates on every rank without a search; resuming from a checkpoint of a run
-    that searched works too. Otherwise the callback raises in ``setup`` on every rank (no hang).
+    that searched works too. Otherwise the callback raises when ``fit`` starts, on every rank at the
+    same point and before any collective call, so nothing hangs. Strategies that restore checkpoints
+    after setup (FSDP, DeepSpeed) are treated the same way (no search; ``batch_size=`` or a resumed
+    state).
 
     Args:
         memory_budget: bytes (``int`` or ``"2GiB"`` / ``"512MB"``) or a fraction of the memory
@@ -171,7 +175,9 @@ class LargestBatch(SpeedupCallback):
             # syntax and sign now; the size against the device's memory in ``setup``
             parse_memory_budget(memory_budget, total=1 << 62)
         if not _is_int(multiple) or multiple < 1:
-            raise ValueError(f"`multiple` must be an int >= 1 (8 suits tensor cores, 1 allows any size); got {multiple!r}.")
+            raise ValueError(
+                f"`multiple` must be an int >= 1 (8 suits tensor cores, 1 allows any size); got {multiple!r}."
+            )
         if base_batch_size is not None and (not _is_int(base_batch_size) or base_batch_size < 1):
             raise ValueError(
                 "`base_batch_size` must be a positive int, the effective batch your learning rates were tuned for, "
@@ -214,14 +220,20 @@ class LargestBatch(SpeedupCallback):
         self._restored = False  # ``_state`` came from a checkpoint
         self._skip: Optional[str] = None
         self._applied = False
+        self._deferred = False
 
     # ------------------------------------------------------------------ checks
     @override
     def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
         self._skip = None
         self._applied = False
+        self._deferred = False
+        self.budget_bytes = None
         if stage != "fit":
             self._skip = f"skipped, only used in fit (stage {stage!r})"
+            return
+        if trainer.fast_dev_run:
+            self._skip = "skipped, fast_dev_run is on"
             return
         if not lightning_hasattr(pl_module, self.batch_arg_name):
             self._skip_with_warning(
@@ -252,14 +264,6 @@ class LargestBatch(SpeedupCallback):
         else:
             total = total_memory_bytes(device)
             self.budget_bytes = parse_memory_budget(self.memory_budget, total=total)
-        if trainer.world_size > 1 and self.batch_size is None and trainer.ckpt_path is None:
-            raise MisconfigurationException(
-                f"LargestBatch cannot search for a batch size in a multi-process run (world size {trainer.world_size}): "
-                "the trial steps would need every process in lockstep. Run the search once single-process "
-                "(`devices=1, num_nodes=1`, e.g. with `max_steps=1`), note the batch size it prints, then pass "
-                "`LargestBatch(batch_size=<that size>, ...)` to this run (or resume from a checkpoint of a run "
-                "that searched)."
-            )
 
     def _skip_with_warning(self, why: str) -> None:
         self._skip = f"skipped, {why}"
@@ -288,8 +292,6 @@ class LargestBatch(SpeedupCallback):
             )
             return
         if trainer.ckpt_path is not None:
-            if trainer.strategy.restore_checkpoint_after_setup:
-                return  # the callback state arrives after this hook: applied in ``on_train_start``
             rank_zero_warn(
                 "LargestBatch: resuming from a checkpoint without LargestBatch state, so the batch size and learning "
                 "rates are kept as they are (no search on resume).",
@@ -297,6 +299,12 @@ class LargestBatch(SpeedupCallback):
             )
             self.report(False, "skipped, resumed from a checkpoint without its state")
             return
+        if self.batch_size is None and trainer.strategy.restore_checkpoint_after_setup:
+            # FSDP / DeepSpeed load checkpoints (and this callback's state) after this hook: decided in on_train_start
+            self._deferred = True
+            return
+        if self.batch_size is None and trainer.world_size > 1:
+            raise self._multi_process_error(trainer)
 
         old_batch = int(lightning_getattr(pl_module, self.batch_arg_name))
         old_accumulate = int(trainer.accumulate_grad_batches)
@@ -385,11 +393,29 @@ class LargestBatch(SpeedupCallback):
         # strategies that restore checkpoints after setup (FSDP, DeepSpeed) load our state after on_fit_start
         if self._skip is None and self._state and self._restored and not self._applied:
             self._apply_restored(trainer, pl_module)
+        elif self._deferred:
+            raise self._multi_process_error(trainer)
+
+    @staticmethod
+    def _multi_process_error(trainer: "pl.Trainer") -> MisconfigurationException:
+        where = (
+            f"a multi-process run (world size {trainer.world_size}): the trial steps would need every process "
+            "in lockstep"
+            if trainer.world_size > 1
+            else f"a run with {type(trainer.strategy).__name__}, which restores checkpoints after setup"
+        )
+        return MisconfigurationException(
+            f"LargestBatch cannot search for a batch size in {where}. Run the search once single-process on one "
+            "device (`devices=1, num_nodes=1`, default strategy, e.g. with `max_steps=1`), note the batch size it "
+            "prints, then pass `LargestBatch(batch_size=<that size>, ...)` to this run (or resume from a checkpoint "
+            "of a run that searched)."
+        )
 
     def _apply_restored(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         batch, accumulate = int(self._state["batch_size"]), int(self._state["accumulate_grad_batches"])
         self._apply_batch(trainer, pl_module, batch, accumulate)
         self._applied = True
+        self._restored = False  # a later fit of this callback scales its fresh optimizers again
         self.report(
             True,
             f"batch {batch}, accumulate {accumulate} restored from the checkpoint (no search; learning rates come "
@@ -567,7 +593,9 @@ class LargestBatch(SpeedupCallback):
         fit_loop.epoch_loop.max_steps = self.steps_per_trial
         return snapshot
 
-    def _restore_trial_state(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any]) -> None:
+    def _restore_trial_state(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any]
+    ) -> None:
         pl_module.zero_grad(set_to_none=True)
         pl_module.load_state_dict(snapshot["model"])
         for opt, state in zip(trainer.optimizers, snapshot["optimizers"]):
@@ -642,6 +670,12 @@ class LargestBatch(SpeedupCallback):
         return peak
 
     # ------------------------------------------------------------------ state
+    @property
+    @override
+    def state_key(self) -> str:
+        # one per trainer; the same key for subclasses, so a checkpoint resumes whatever measure made it
+        return "LargestBatch"
+
     @override
     def state_dict(self) -> dict[str, Any]:
         return dict(self._state)

@@ -203,6 +203,8 @@ def parse_memory_budget(budget: MemoryBudget, total: Optional[int] = None) -> in
             value, unit = float(match.group(1)), match.group(2).lower()
             if unit == "" and "." in match.group(1) and value <= 1:
                 fraction = value
+            elif unit == "" and value != int(value):
+                raise _budget_error(budget, "is a number above 1 that is not a whole number of bytes")
             else:
                 nbytes = value * _UNITS[unit]
     if fraction is not None:

@@ -45,7 +45,8 @@ How the data flow is decided (never from registration order)
    ``self.layers[0]``, the name as a string). Modules registered under two names, modules with forward
    hooks and uninitialised lazy modules are skipped.
 5. ``example_input`` (optional) materialises lazy modules and runs a checked forward in both modes
-   (buffers and RNG restored afterwards) whose recorded calls can only *veto* a pair.
+   (buffers and RNG restored afterwards) whose recorded calls can only *veto* a pair. When that
+   forward fails, a warning says so and the decision rests on the traced code alone.
 
 Every biased convolution not changed is listed with its reason in :attr:`ConvBiasPlan.skipped`
 (and logged at DEBUG level by :func:`remove_conv_bias`).
@@ -71,6 +72,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import logging
 import textwrap
@@ -284,9 +286,9 @@ def _analyse_graph(unit: nn.Module, graph: torch.fx.Graph) -> tuple[dict[int, in
 # ------------------------------------------------------------------------------ source (ast) analysis
 
 
-def _user_classes(module: nn.Module) -> list[type]:
+def _user_classes_of(module_cls: type) -> list[type]:
     out = []
-    for cls in type(module).__mro__:
+    for cls in module_cls.__mro__:
         mod = getattr(cls, "__module__", "") or ""
         if cls is object or mod.split(".")[0] in _LIBRARY_PREFIXES:
             continue
@@ -295,14 +297,20 @@ def _user_classes(module: nn.Module) -> list[type]:
 
 
 def _class_trees(module: nn.Module) -> Optional[list[ast.AST]]:
+    trees = _class_trees_of(type(module))
+    return None if trees is None else list(trees)
+
+
+@functools.lru_cache(maxsize=512)
+def _class_trees_of(module_cls: type) -> Optional[tuple[ast.AST, ...]]:
     trees = []
-    for cls in _user_classes(module):
+    for cls in _user_classes_of(module_cls):
         try:
             src = textwrap.dedent(inspect.getsource(cls))
             trees.append(ast.parse(src))
         except (OSError, TypeError, SyntaxError):
             return None
-    return trees
+    return tuple(trees)
 
 
 def _walk(trees: list[ast.AST]) -> Iterator[ast.AST]:
@@ -431,6 +439,16 @@ def _ast_pairs(module: nn.Module, trees: list[ast.AST]) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ planning
 
 
+class _ProbeFailed(RuntimeError):
+    pass
+
+
+def _probe_failed(plan: ConvBiasPlan, why: str) -> None:
+    msg = f"the forward with example_input failed ({why}); decided from the traced code alone"
+    plan.notes.append(msg)
+    warnings.warn(f"conv-bias: {msg}", stacklevel=3)
+
+
 def _dynamic_veto(model: nn.Module, pairs: dict[str, str], example_input: Any) -> dict[str, str]:
     """Run ``example_input`` in train and eval mode; return conv name -> reason for refuted pairs."""
     args, kwargs = _as_args(example_input)
@@ -450,9 +468,8 @@ def _dynamic_veto(model: nn.Module, pairs: dict[str, str], example_input: Any) -
         try:
             with _side_effect_free(model), _training_mode(model, mode):
                 model(*args, **kwargs)
-        except Exception as exc:  # the probe is advisory; a failing probe vetoes nothing but is noted
-            log.debug("conv-bias: example_input forward failed: %s", _first_line(exc))
-            return {c: f"example_input forward failed ({_first_line(exc)})" for c in pairs}
+        except Exception as exc:  # the probe only adds evidence: a failing one vetoes nothing
+            raise _ProbeFailed(_first_line(exc)) from exc
         finally:
             for h in handles:
                 h.remove()
@@ -483,13 +500,16 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}.")
+    plan = ConvBiasPlan()
     if example_input is not None:
         args, kwargs = _as_args(example_input)
         if any(_lazy(m) for m in model.modules()):
-            with _side_effect_free(model), _training_mode(model, False):
-                model(*args, **kwargs)  # materialise lazy modules (eval: no statistics update)
-
-    plan = ConvBiasPlan()
+            try:
+                with _side_effect_free(model), _training_mode(model, False):
+                    model(*args, **kwargs)  # materialise lazy modules (eval: no statistics update)
+            except Exception as exc:
+                _probe_failed(plan, _first_line(exc))
+                example_input = None
     names_of: dict[int, list[str]] = {}
     for name, m in model.named_modules(remove_duplicate=False):
         names_of.setdefault(id(m), []).append(name)
@@ -588,7 +608,12 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
             del found[cname]
             rejected[cname] = reason
     if example_input is not None and found:
-        for cname, why in _dynamic_veto(model, {c: b for c, (b, _) in found.items()}, example_input).items():
+        try:
+            vetoed = _dynamic_veto(model, {c: b for c, (b, _) in found.items()}, example_input)
+        except _ProbeFailed as exc:
+            _probe_failed(plan, str(exc))
+            vetoed = {}
+        for cname, why in vetoed.items():
             del found[cname]
             rejected[cname] = why
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -64,12 +65,17 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     result = lint_paths(args.paths, select=args.select, ignore=args.ignore)
     for error in result.errors:
         print(f"lint: error: {error}", file=sys.stderr)
-    if args.json:
-        print(to_json(result))
-    else:
-        for line in format_text(result):
-            print(line)
-        print(summary(result), file=sys.stderr)
+    try:
+        if args.json:
+            print(to_json(result))
+        else:
+            for line in format_text(result):
+                print(line)
+            print(summary(result), file=sys.stderr)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `lint src/ | head`: the reader left; not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
     return result.exit_code
 
 
