@@ -41,12 +41,19 @@ def _batch_64(trainer, model, cb):
     assert trainer.optimizers[0].param_groups[0]["lr"] == 4e-2  # 1e-2 x 64 / 16, the linear rule
 
 
+def _biases_removed(trainer, model, cb):
+    assert cb.removed or cb.status[0] == "skipped"
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Conv2d):
+            assert module.bias is None, f"{name} still has its bias"
+
+
 def _reported(trainer, model, cb):
     assert cb.status is not None, f"{type(cb).__name__} never reported what it did"
 
 
 def _settings() -> dict[str, PartSetting]:
-    from lightning_speedups.callbacks import agc, guards, largest_batch, trainer as tcb
+    from lightning_speedups.callbacks import agc, conv_bias, grads, guards, largest_batch, trainer as tcb
 
     return {
         "lightning_speedups.callbacks.trainer:LRSchedule": PartSetting(lambda: tcb.LRSchedule("onecycle"), check=_lr_changes),
@@ -58,6 +65,8 @@ def _settings() -> dict[str, PartSetting]:
         "lightning_speedups.callbacks.largest_batch:LargestBatch": PartSetting(
             lambda: largest_batch.LargestBatch(memory_budget="1GiB", max_batch_size=64), check=_batch_64, compose=False
         ),
+        "lightning_speedups.callbacks.conv_bias:ConvBiasRemoval": PartSetting(conv_bias.ConvBiasRemoval, check=_biases_removed),
+        "lightning_speedups.callbacks.grads:GradsToNoneCheck": PartSetting(grads.GradsToNoneCheck, check=_reported),
         "lightning_speedups.callbacks.guards:SyncGuard": PartSetting(lambda: guards.SyncGuard("count"), check=_reported),
         "lightning_speedups.callbacks.guards:DebugMode": PartSetting(lambda: guards.DebugMode(sync_guard=None), check=_reported, compose=False),
         "lightning_speedups.callbacks.guards:DebugToolsCheck": PartSetting(guards.DebugToolsCheck, check=_reported),

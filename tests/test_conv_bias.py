@@ -442,8 +442,28 @@ def test_example_input_probe_leaves_state_alone_and_can_veto():
     for k, v in net.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert net.training
-    bad = plan_conv_bias_removal(net, example_input=torch.randn(4, 5, 8, 8))  # forward fails: vetoes
-    assert bad.pairs == {} and "failed" in bad.skipped["0"]
+    with pytest.warns(UserWarning, match="example_input failed"):
+        bad = plan_conv_bias_removal(net, example_input=torch.randn(4, 5, 8, 8))
+    assert bad.pairs == plan.pairs and any("failed" in n for n in bad.notes)
+
+
+def test_example_input_vetoes_what_the_real_forward_refutes():
+    class Sneaky(nn.Module):
+        """At run time (not while fx traces) the BN also normalises the raw input."""
+
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3))
+
+        def forward(self, x):
+            if torch.fx._symbolic_trace.is_fx_tracing():
+                return self.body(x)
+            return self.body(x) + self.body[1](x)
+
+    net = Sneaky()
+    assert plan_conv_bias_removal(net).pairs == {"body.0": "body.1"}  # invisible to fx
+    vetoed = plan_conv_bias_removal(net, example_input=torch.randn(2, 3, 4, 4))
+    assert vetoed.pairs == {} and "differ" in vetoed.skipped["body.0"]
 
 
 def test_state_dict_fold_and_unfold():
