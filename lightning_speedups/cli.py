@@ -46,7 +46,6 @@ def resolve_config_args(argv: Sequence[str]) -> list[str]:
         UsageError: a config that is neither a file nor a packaged preset.
     """
     out: list[str] = []
-    it = iter(range(len(argv)))
     args = list(argv)
     i = 0
     while i < len(args):
@@ -60,7 +59,6 @@ def resolve_config_args(argv: Sequence[str]) -> list[str]:
         else:
             out.append(arg)
         i += 1
-    del it
     return out
 
 
