@@ -20,7 +20,6 @@ from typing import Any, Optional, Sequence
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_speedups.config import Speedups
 from lightning_speedups.presets import PresetError, list_presets, resolve_config

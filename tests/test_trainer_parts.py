@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import lightning.pytorch as pl

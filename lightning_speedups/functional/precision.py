@@ -13,7 +13,6 @@ Card:
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from typing import Literal, Optional
 
