@@ -38,11 +38,22 @@ class LoaderSettings:
 
     num_workers: Union[int, Literal["auto"], None] = None
     pin_memory: Union[bool, Literal["auto"], None] = None
-    persistent_workers: Optional[bool] = None
+    persistent_workers: Union[bool, Literal["auto"], None] = None
     prefetch_factor: Optional[int] = None
 
     def enabled(self) -> bool:
         return any(v is not None for v in dataclasses.astuple(self))
+
+
+@dataclass
+class DeviceNormalizeSettings:
+    """T18: the dataset hands over uint8 images; they are converted and normalised on the device after
+    the transfer (4x fewer bytes than float32). ``mean`` / ``std`` per channel in 0..1; empty means off.
+    ``keys`` names the batch entries to convert (dict keys or positions); default: every uint8 image."""
+
+    mean: list[float] = field(default_factory=list)
+    std: list[float] = field(default_factory=list)
+    keys: Optional[list[Union[str, int]]] = None
 
 
 @dataclass
@@ -121,11 +132,16 @@ class DDPSettings:
 
 @dataclass
 class MonitorSettings:
-    """Runtime monitors and checks: data wait (T02/T19), input statistics (T18), device syncs (T08),
-    debug tools left on (T14), gradients under evaluation (T17), zeroed gradients (T12), and the advisor."""
+    """Runtime monitors and checks: data wait (T02/T19), input statistics (T18), non-blocking copies from
+    unpinned memory (T21), where the data lives and how fast it reads (T19, ``storage_root`` or the
+    dataset's root attribute), device syncs (T08), and with ``checks`` the debug tools left on (T14),
+    gradients under evaluation (T17) and zeroed gradients (T12); ``advisor`` runs the doctor's checks."""
 
     data_wait: bool = False
     input_stats: bool = False
+    non_blocking: bool = False
+    storage: bool = False
+    storage_root: Optional[str] = None
     sync_guard: Literal["off", "count", "warn", "error"] = "off"
     checks: bool = False
     advisor: bool = False
@@ -149,6 +165,7 @@ class Speedups:
         grad_clip: T15. Norm, value or adaptive gradient clipping.
         largest_batch: T04. Largest batch that fits, with learning-rate scaling.
         loaders: T02 / T03 / T21. Loader settings applied to the user's DataLoaders.
+        device_normalize: T18. uint8 images normalised on the device after the transfer.
         ddp: T11. DDP strategy settings.
         monitors: runtime monitors and checks.
         debug: T14. Turn the debugging tools on deliberately (anomaly detection, sync warnings).
@@ -168,6 +185,7 @@ class Speedups:
     grad_clip: ClipSettings = field(default_factory=ClipSettings)
     largest_batch: LargestBatchSettings = field(default_factory=LargestBatchSettings)
     loaders: LoaderSettings = field(default_factory=LoaderSettings)
+    device_normalize: DeviceNormalizeSettings = field(default_factory=DeviceNormalizeSettings)
     ddp: DDPSettings = field(default_factory=DDPSettings)
     monitors: MonitorSettings = field(default_factory=MonitorSettings)
     debug: bool = False
@@ -202,9 +220,11 @@ class Speedups:
             parts.add("largest_batch")
         if self.loaders.enabled():
             parts.add("loaders")
+        if self.device_normalize.mean:
+            parts.add("device_normalize")
         if self.ddp.enabled:
             parts.add("ddp")
-        for name in ("data_wait", "input_stats", "checks", "advisor"):
+        for name in ("data_wait", "input_stats", "non_blocking", "storage", "checks", "advisor"):
             if getattr(self.monitors, name):
                 parts.add(f"monitors.{name}")
         if self.monitors.sync_guard != "off":
@@ -278,6 +298,12 @@ class Speedups:
             from lightning_speedups.callbacks.data import LoaderTuning
 
             cbs.append(LoaderTuning(**dataclasses.asdict(self.loaders)))
+        if self.device_normalize.mean:
+            # before ChannelsLast: both wrap on_after_batch_transfer, and the images must be float first
+            from lightning_speedups.callbacks.data import DeviceNormalize
+
+            dn = self.device_normalize
+            cbs.append(DeviceNormalize(mean=list(dn.mean), std=list(dn.std), keys=dn.keys))
         if self.conv_bias:
             from lightning_speedups.callbacks.conv_bias import ConvBiasRemoval
 
@@ -322,6 +348,14 @@ class Speedups:
             from lightning_speedups.callbacks.data import InputStatsCheck
 
             cbs.append(InputStatsCheck())
+        if m.non_blocking:
+            from lightning_speedups.callbacks.data import NonBlockingCheck
+
+            cbs.append(NonBlockingCheck())
+        if m.storage:
+            from lightning_speedups.callbacks.data import StorageCheck
+
+            cbs.append(StorageCheck(root=m.storage_root))
         if m.sync_guard != "off":
             from lightning_speedups.callbacks.guards import SyncGuard
 

@@ -48,12 +48,21 @@ def _biases_removed(trainer, model, cb):
             assert module.bias is None, f"{name} still has its bias"
 
 
+def _workers(trainer, model, cb):
+    loader = trainer.train_dataloader
+    assert loader.num_workers == 1 and loader.persistent_workers
+
+
+def _data_wait(trainer, model, cb):
+    assert 0.0 <= cb.data_wait_fraction <= 1.0
+
+
 def _reported(trainer, model, cb):
     assert cb.status is not None, f"{type(cb).__name__} never reported what it did"
 
 
 def _settings() -> dict[str, PartSetting]:
-    from lightning_speedups.callbacks import agc, conv_bias, grads, guards, largest_batch, trainer as tcb
+    from lightning_speedups.callbacks import agc, conv_bias, data, grads, guards, largest_batch, trainer as tcb
 
     return {
         "lightning_speedups.callbacks.trainer:LRSchedule": PartSetting(lambda: tcb.LRSchedule("onecycle"), check=_lr_changes),
@@ -67,6 +76,12 @@ def _settings() -> dict[str, PartSetting]:
         ),
         "lightning_speedups.callbacks.conv_bias:ConvBiasRemoval": PartSetting(conv_bias.ConvBiasRemoval, check=_biases_removed),
         "lightning_speedups.callbacks.grads:GradsToNoneCheck": PartSetting(grads.GradsToNoneCheck, check=_reported),
+        "lightning_speedups.callbacks.data:LoaderTuning": PartSetting(lambda: data.LoaderTuning(num_workers=1, persistent_workers=True), check=_workers),
+        "lightning_speedups.callbacks.data:DataWaitMonitor": PartSetting(data.DataWaitMonitor, check=_data_wait),
+        "lightning_speedups.callbacks.data:InputStatsCheck": PartSetting(data.InputStatsCheck, check=_reported),
+        "lightning_speedups.callbacks.data:DeviceNormalize": PartSetting(lambda: data.DeviceNormalize(mean=[0.5], std=[0.25]), check=_reported),
+        "lightning_speedups.callbacks.data:NonBlockingCheck": PartSetting(data.NonBlockingCheck, check=_reported),
+        "lightning_speedups.callbacks.data:StorageCheck": PartSetting(data.StorageCheck, check=_reported),
         "lightning_speedups.callbacks.guards:SyncGuard": PartSetting(lambda: guards.SyncGuard("count"), check=_reported),
         "lightning_speedups.callbacks.guards:DebugMode": PartSetting(lambda: guards.DebugMode(sync_guard=None), check=_reported, compose=False),
         "lightning_speedups.callbacks.guards:DebugToolsCheck": PartSetting(guards.DebugToolsCheck, check=_reported),

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Literal, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
@@ -43,7 +44,11 @@ from lightning_speedups.data.normalize import (
     merge_stats,
     normalisation_problems,
 )
-from lightning_speedups.functional.loaders import named_tensors, non_tensor_leaves, unpinned_tensors
+from lightning_speedups.functional.loaders import (
+    named_tensors,
+    non_tensor_leaves,
+    unpinned_tensors,
+)
 from lightning_speedups.functional.storage import find_data_root, storage_report
 
 __all__ = [
@@ -97,7 +102,14 @@ def _data_sources(trainer: Trainer) -> list[tuple[str, Any]]:
     """(stage, _DataLoaderSource) pairs of the trainer's loops, when this Lightning has them."""
     loops = [
         ("train", getattr(trainer, "fit_loop", None)),
-        ("val", getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "val_loop", None)),
+        (
+            "val",
+            getattr(
+                getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None),
+                "val_loop",
+                None,
+            ),
+        ),
         ("val", getattr(trainer, "validate_loop", None)),
         ("test", getattr(trainer, "test_loop", None)),
         ("predict", getattr(trainer, "predict_loop", None)),
@@ -110,7 +122,9 @@ def _data_sources(trainer: Trainer) -> list[tuple[str, Any]]:
     return out
 
 
-def _warn_once(seen: set[str], message: str, category: type[Warning] = PossibleUserWarning) -> None:
+def _warn_once(
+    seen: set[str], message: str, category: type[Warning] = PossibleUserWarning
+) -> None:
     if message not in seen:
         seen.add(message)
         rank_zero_warn(message, category=category)
@@ -158,10 +172,10 @@ class LoaderTuning(SpeedupCallback):
 
     def __init__(
         self,
-        num_workers: Union[int, Literal["auto"], None] = "auto",
-        pin_memory: Union[bool, Literal["auto"], None] = "auto",
-        persistent_workers: Union[bool, Literal["auto"], None] = "auto",
-        prefetch_factor: Optional[int] = None,
+        num_workers: int | Literal["auto"] | None = "auto",
+        pin_memory: bool | Literal["auto"] | None = "auto",
+        persistent_workers: bool | Literal["auto"] | None = "auto",
+        prefetch_factor: int | None = None,
         stages: Sequence[str] = ("train", "val", "test", "predict"),
     ) -> None:
         super().__init__()
@@ -183,6 +197,7 @@ class LoaderTuning(SpeedupCallback):
         self._machine: dict[str, Any] = {}
         self._said: set[str] = set()
         self._batch_checked = False
+        self._short: dict[str, str] = {}
 
     # -- the tuning itself -------------------------------------------------------------------
     def tune(self, loader: Any, stage: str) -> Any:
@@ -191,8 +206,12 @@ class LoaderTuning(SpeedupCallback):
             return loader
         resolved = resolve_loader_settings(self.settings, loader, **self._machine)
         for w in resolved.warnings:
-            _warn_once(self._said, f"LoaderTuning: {w}")  # once per run, not once per loader
-        changed = {k: v for k, v in resolved.kwargs.items() if getattr(loader, k, None) != v}
+            _warn_once(
+                self._said, f"LoaderTuning: {w}"
+            )  # once per run, not once per loader
+        changed = {
+            k: v for k, v in resolved.kwargs.items() if getattr(loader, k, None) != v
+        }
         text = resolved.summary()
         why = "; ".join(resolved.reasons)
         line = f"{stage}: {text}" + (f" [{why}]" if why else "")
@@ -200,15 +219,22 @@ class LoaderTuning(SpeedupCallback):
             try:
                 new = rebuild_dataloader(loader, **resolved.kwargs)
             except LoaderRebuildError as ex:
-                _warn_once(self._said, f"LoaderTuning ({stage}): left `{type(loader).__name__}` as it was: {ex}")
+                _warn_once(
+                    self._said,
+                    f"LoaderTuning ({stage}): left `{type(loader).__name__}` as it was: {ex}",
+                )
                 line = f"{stage}: unchanged ({ex})"
                 new = loader
         else:
             new = loader
         if stage not in self.choices:
             self.choices[stage] = line
+            self._short[stage] = text if new is not loader or changed else f"{text} (unchanged)"
             rank_zero_info(f"LoaderTuning: {line}")
-            self.report(True, "; ".join(self.choices.values()))
+            grouped: dict[str, list[str]] = {}
+            for name, short in self._short.items():
+                grouped.setdefault(short, []).append(name)
+            self.report(True, "; ".join(f"{'/'.join(names)}: {short}" for short, names in grouped.items()))
         return new
 
     def _tune_collection(self, data: Any, stage: str) -> Any:
@@ -232,7 +258,11 @@ class LoaderTuning(SpeedupCallback):
             name = source.name
             if isinstance(inst, (LightningModule, LightningDataModule)):
                 key = (id(inst), name)
-                if key in wrapped or self._patches.is_patched(inst, name) or not is_overridden(name, inst):
+                if (
+                    key in wrapped
+                    or self._patches.is_patched(inst, name)
+                    or not is_overridden(name, inst)
+                ):
                     continue
                 wrapped.add(key)
 
@@ -250,7 +280,9 @@ class LoaderTuning(SpeedupCallback):
             self.report(True, "loaders are tuned when Lightning requests them")
 
     @override
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self._batch_checked:
             return
         self._batch_checked = True
@@ -265,7 +297,9 @@ class LoaderTuning(SpeedupCallback):
             )
 
     @override
-    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+    def teardown(
+        self, trainer: Trainer, pl_module: LightningModule, stage: str
+    ) -> None:
         self._patches.undo()
         for source, inst in reversed(self._direct):
             source.instance = inst
@@ -320,10 +354,18 @@ class DataWaitMonitor(SpeedupCallback):
         super().__init__()
         if not isinstance(log, bool):
             raise TypeError(f"`log` must be True or False, got {log!r}.")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"`warmup_steps` must be an int >= 0, got {warmup_steps!r}.")
+        if (
+            isinstance(warmup_steps, bool)
+            or not isinstance(warmup_steps, int)
+            or warmup_steps < 0
+        ):
+            raise ValueError(
+                f"`warmup_steps` must be an int >= 0, got {warmup_steps!r}."
+            )
         if not 0.0 < float(input_bound_threshold) < 1.0:
-            raise ValueError(f"`input_bound_threshold` must be between 0 and 1, got {input_bound_threshold!r}.")
+            raise ValueError(
+                f"`input_bound_threshold` must be between 0 and 1, got {input_bound_threshold!r}."
+            )
         self.log = log
         self.warmup_steps = warmup_steps
         self.input_bound_threshold = float(input_bound_threshold)
@@ -332,24 +374,24 @@ class DataWaitMonitor(SpeedupCallback):
         self.wait_seconds = 0.0
         self.step_seconds = 0.0
         self.steps = 0
-        self.last_fraction: Optional[float] = None
+        self.last_fraction: float | None = None
         self._seen = 0
-        self._mark: Optional[float] = None
-        self._start: Optional[float] = None
+        self._mark: float | None = None
+        self._start: float | None = None
         self._wait: float = 0.0
         self._excluded = 0.0
-        self._val_start: Optional[float] = None
+        self._val_start: float | None = None
         self._cuda = False
 
     @property
-    def data_wait_fraction(self) -> Optional[float]:
+    def data_wait_fraction(self) -> float | None:
         """Share of step time spent waiting for data over the steps after warm-up (``None`` before)."""
         if self.step_seconds <= 0:
             return None
         return self.wait_seconds / self.step_seconds
 
     @property
-    def input_bound(self) -> Optional[bool]:
+    def input_bound(self) -> bool | None:
         """Whether :attr:`data_wait_fraction` is above ``input_bound_threshold``."""
         f = self.data_wait_fraction
         return None if f is None else f > self.input_bound_threshold
@@ -367,20 +409,33 @@ class DataWaitMonitor(SpeedupCallback):
         self.last_fraction = None
 
     @override
-    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_epoch_start(
+        self, trainer: Trainer, pl_module: LightningModule
+    ) -> None:
         self._mark = self._now()
         self._excluded = 0.0
 
     @override
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         now = self._now()
         self._start = now
-        self._wait = max(0.0, now - self._mark - self._excluded) if self._mark is not None else 0.0
+        self._wait = (
+            max(0.0, now - self._mark - self._excluded)
+            if self._mark is not None
+            else 0.0
+        )
         self._excluded = 0.0
 
     @override
     def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
     ) -> None:
         now = self._now()
         if self._start is None:
@@ -437,7 +492,11 @@ class DataWaitMonitor(SpeedupCallback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"wait_seconds": self.wait_seconds, "step_seconds": self.step_seconds, "steps": self.steps}
+        return {
+            "wait_seconds": self.wait_seconds,
+            "step_seconds": self.step_seconds,
+            "steps": self.steps,
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -490,7 +549,9 @@ class InputStatsCheck(SpeedupCallback):
             raise ValueError(f"`mean_tol` must be > 0, got {mean_tol!r}.")
         lo, hi = std_range
         if not 0 < lo < 1 < hi:
-            raise ValueError(f"`std_range` must be (low, high) with 0 < low < 1 < high, got {std_range!r}.")
+            raise ValueError(
+                f"`std_range` must be (low, high) with 0 < low < 1 < high, got {std_range!r}."
+            )
         self.batches = batches
         self.mean_tol = float(mean_tol)
         self.std_range = (float(lo), float(hi))
@@ -501,7 +562,9 @@ class InputStatsCheck(SpeedupCallback):
         self._done = False
 
     @override
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self._done:
             return
         for name, t in named_tensors(batch):
@@ -516,7 +579,9 @@ class InputStatsCheck(SpeedupCallback):
             return
         self._done = True
         for name, s in self.stats.items():
-            found = normalisation_problems(s, mean_tol=self.mean_tol, std_range=self.std_range)
+            found = normalisation_problems(
+                s, mean_tol=self.mean_tol, std_range=self.std_range
+            )
             if found:
                 self.problems[name] = found
                 rank_zero_warn(
@@ -528,9 +593,14 @@ class InputStatsCheck(SpeedupCallback):
         if not self.stats:
             self.report(False, "no floating-point inputs to check")
         elif self.problems:
-            self.report(True, f"{len(self.problems)} of {len(self.stats)} inputs far from normalised")
+            self.report(
+                True,
+                f"{len(self.problems)} of {len(self.stats)} inputs far from normalised",
+            )
         else:
-            self.report(True, f"{len(self.stats)} floating-point input(s) look normalised")
+            self.report(
+                True, f"{len(self.stats)} floating-point input(s) look normalised"
+            )
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -579,18 +649,24 @@ class DeviceNormalize(SpeedupCallback):
 
     def __init__(
         self,
-        mean: Union[float, Sequence[float]],
-        std: Union[float, Sequence[float]],
+        mean: float | Sequence[float],
+        std: float | Sequence[float],
         *,
         scale: float = 1.0 / 255.0,
         channel_dim: int = 1,
         dtype: torch.dtype = torch.float32,
-        keys: Optional[Sequence[Union[str, int]]] = None,
+        keys: Sequence[str | int] | None = None,
         min_dims: int = 3,
     ) -> None:
         super().__init__()
         self.normalizer = DeviceNormalizer(
-            mean, std, scale=scale, channel_dim=channel_dim, dtype=dtype, keys=keys, min_dims=min_dims
+            mean,
+            std,
+            scale=scale,
+            channel_dim=channel_dim,
+            dtype=dtype,
+            keys=keys,
+            min_dims=min_dims,
         )
         self._patches = _Patches()
         self.batches_converted = 0
@@ -607,7 +683,10 @@ class DeviceNormalize(SpeedupCallback):
                 if self.normalizer.converted:
                     self.batches_converted += 1
                     if not self.active:
-                        self.report(True, f"normalising {', '.join(self.normalizer.converted)} on the device")
+                        self.report(
+                            True,
+                            f"normalising {', '.join(self.normalizer.converted)} on the device",
+                        )
                 return out
 
             return hook
@@ -616,7 +695,9 @@ class DeviceNormalize(SpeedupCallback):
         self.report(False, "waiting for the first uint8 batch")
 
     @override
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if batch_idx == 0 and self.batches_converted == 0:
             rank_zero_warn(
                 "DeviceNormalize found no uint8 image tensor in the first training batch: nothing was normalised."
@@ -625,7 +706,9 @@ class DeviceNormalize(SpeedupCallback):
             )
 
     @override
-    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+    def teardown(
+        self, trainer: Trainer, pl_module: LightningModule, stage: str
+    ) -> None:
         self._patches.undo()
 
 
@@ -661,7 +744,9 @@ class NonBlockingCheck(SpeedupCallback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         device = machine_from_trainer(trainer).get("accelerator", "cpu")
         if device != "cuda":
-            self.report(False, f"batches stay on {device}: no host-to-device copies to overlap")
+            self.report(
+                False, f"batches stay on {device}: no host-to-device copies to overlap"
+            )
             return
         owner = _batch_hook_owner(trainer, pl_module, "on_before_batch_transfer")
         if self._patches.is_patched(owner, "on_before_batch_transfer"):
@@ -682,12 +767,16 @@ class NonBlockingCheck(SpeedupCallback):
         self._patches.wrap(owner, "on_before_batch_transfer", make)
         self.report(True, "checking that batches come from pinned memory")
 
-    def check(self, batch: Any, device: Union[str, torch.device], where: str = "batch") -> list[str]:
+    def check(
+        self, batch: Any, device: str | torch.device, where: str = "batch"
+    ) -> list[str]:
         """Warn and return the names of ``batch``'s tensors whose copy to ``device`` cannot overlap."""
         names = unpinned_tensors(batch, device)
         if names:
             self.unpinned[where] = names
-            self.report(True, f"{where}: {len(names)} unpinned tensor(s), copies cannot overlap")
+            self.report(
+                True, f"{where}: {len(names)} unpinned tensor(s), copies cannot overlap"
+            )
             rank_zero_warn(
                 f"NonBlockingCheck: {where} hands over {', '.join(names[:4])} from unpinned memory: the"
                 f" non_blocking copies to {device} cannot overlap compute. Set pin_memory=True on the DataLoader"
@@ -697,7 +786,9 @@ class NonBlockingCheck(SpeedupCallback):
         return names
 
     @override
-    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+    def teardown(
+        self, trainer: Trainer, pl_module: LightningModule, stage: str
+    ) -> None:
         self._patches.undo()
         self._checked.clear()
 
@@ -727,11 +818,26 @@ class StorageCheck(SpeedupCallback):
     tip = "T19"
     part = "fast_storage"
 
-    def __init__(self, root: Optional[str] = None, sample_files: int = 32, max_bytes: int = 64 * 2**20) -> None:
+    def __init__(
+        self,
+        root: str | None = None,
+        sample_files: int = 32,
+        max_bytes: int = 64 * 2**20,
+    ) -> None:
         super().__init__()
-        if isinstance(sample_files, bool) or not isinstance(sample_files, int) or sample_files < 1:
-            raise ValueError(f"`sample_files` must be an int >= 1, got {sample_files!r}.")
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        if (
+            isinstance(sample_files, bool)
+            or not isinstance(sample_files, int)
+            or sample_files < 1
+        ):
+            raise ValueError(
+                f"`sample_files` must be an int >= 1, got {sample_files!r}."
+            )
+        if (
+            isinstance(max_bytes, bool)
+            or not isinstance(max_bytes, int)
+            or max_bytes < 1
+        ):
             raise ValueError(f"`max_bytes` must be an int >= 1, got {max_bytes!r}.")
         self.root = root
         self.sample_files = sample_files
@@ -760,10 +866,15 @@ class StorageCheck(SpeedupCallback):
             return
         root = self._find_root(trainer)
         if root is None:
-            self.report(False, "no data root found (in-memory data, or pass StorageCheck(root=...))")
+            self.report(
+                False,
+                "no data root found (in-memory data, or pass StorageCheck(root=...))",
+            )
             return
         try:
-            self.result = storage_report(root, sample_files=self.sample_files, max_bytes=self.max_bytes)
+            self.result = storage_report(
+                root, sample_files=self.sample_files, max_bytes=self.max_bytes
+            )
         except (OSError, ValueError) as ex:
             self.report(False, f"could not inspect {root}: {ex}")
             return

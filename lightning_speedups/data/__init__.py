@@ -1,9 +1,21 @@
 """Data-loading parts: loader settings, zero-copy collate, on-device normalisation, a tuned DataModule."""
 
-from lightning_speedups.data.collate import as_tensor_no_copy, zero_copy_collate, zero_copy_convert
+from lightning_speedups.data.collate import (
+    as_tensor_no_copy,
+    zero_copy_collate,
+    zero_copy_convert,
+)
 from lightning_speedups.data.datamodule import SpeedDataModule
-from lightning_speedups.data.loaders import LoaderSettings, rebuild_dataloader, resolve_loader_settings
-from lightning_speedups.data.normalize import DeviceNormalizer, input_stats, normalize_uint8
+from lightning_speedups.data.loaders import (
+    LoaderSettings,
+    rebuild_dataloader,
+    resolve_loader_settings,
+)
+from lightning_speedups.data.normalize import (
+    DeviceNormalizer,
+    input_stats,
+    normalize_uint8,
+)
 
 __all__ = [
     "DeviceNormalizer",

@@ -25,7 +25,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Optional, Union
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -33,7 +34,11 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader, Dataset, IterableDataset, random_split
 
-from lightning_speedups.data.loaders import LoaderSettings, machine_from_trainer, resolve_loader_settings
+from lightning_speedups.data.loaders import (
+    LoaderSettings,
+    machine_from_trainer,
+    resolve_loader_settings,
+)
 
 __all__ = ["SpeedDataModule"]
 
@@ -69,25 +74,28 @@ class SpeedDataModule(LightningDataModule):
 
     def __init__(
         self,
-        train_dataset: Optional[Dataset] = None,
-        val_dataset: Optional[Dataset] = None,
-        test_dataset: Optional[Dataset] = None,
-        predict_dataset: Optional[Dataset] = None,
+        train_dataset: Dataset | None = None,
+        val_dataset: Dataset | None = None,
+        test_dataset: Dataset | None = None,
+        predict_dataset: Dataset | None = None,
         *,
         batch_size: int = 32,
-        eval_batch_size: Optional[int] = None,
+        eval_batch_size: int | None = None,
         shuffle: bool = True,
         drop_last: bool = False,
-        collate_fn: Optional[Callable[[list[Any]], Any]] = None,
-        num_workers: Union[int, Literal["auto"]] = "auto",
-        pin_memory: Union[bool, Literal["auto"]] = "auto",
-        persistent_workers: Union[bool, Literal["auto"]] = "auto",
-        prefetch_factor: Optional[int] = None,
-        seed: Optional[int] = None,
-        worker_init_fn: Optional[Callable[[int], None]] = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        num_workers: int | Literal["auto"] = "auto",
+        pin_memory: bool | Literal["auto"] = "auto",
+        persistent_workers: bool | Literal["auto"] = "auto",
+        prefetch_factor: int | None = None,
+        seed: int | None = None,
+        worker_init_fn: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("eval_batch_size", eval_batch_size),
+        ):
             if value is None and name == "eval_batch_size":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -97,7 +105,9 @@ class SpeedDataModule(LightningDataModule):
                 "SpeedDataModule needs a value or 'auto' for num_workers, pin_memory and persistent_workers"
                 " (None means 'keep the loader's' and only applies to LoaderTuning)."
             )
-        self.settings = LoaderSettings(num_workers, pin_memory, persistent_workers, prefetch_factor)
+        self.settings = LoaderSettings(
+            num_workers, pin_memory, persistent_workers, prefetch_factor
+        )
         self.train_dataset = train_dataset
         self.val_dataset = val_dataset
         self.test_dataset = test_dataset
@@ -109,14 +119,19 @@ class SpeedDataModule(LightningDataModule):
         self.collate_fn = collate_fn
         self.seed = seed
         self.worker_init_fn = worker_init_fn
-        self._source: Optional[Dataset] = None
+        self._source: Dataset | None = None
         self._val_fraction = 0.0
         self._split_seed = 0
         self.choices: dict[str, str] = {}
 
     @classmethod
     def wrap(
-        cls, dataset: Dataset, *, val_fraction: float = 0.0, split_seed: int = 0, **kwargs: Any
+        cls,
+        dataset: Dataset,
+        *,
+        val_fraction: float = 0.0,
+        split_seed: int = 0,
+        **kwargs: Any,
     ) -> SpeedDataModule:
         """A SpeedDataModule over one existing dataset, with an optional seeded validation split.
 
@@ -129,7 +144,9 @@ class SpeedDataModule(LightningDataModule):
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"`val_fraction` must be in [0, 1), got {val_fraction!r}.")
         if val_fraction and isinstance(dataset, IterableDataset):
-            raise ValueError("`val_fraction` needs a map-style dataset; an IterableDataset cannot be split.")
+            raise ValueError(
+                "`val_fraction` needs a map-style dataset; an IterableDataset cannot be split."
+            )
         dm = cls(**kwargs)
         dm._source = dataset
         dm._val_fraction = float(val_fraction)
@@ -139,15 +156,23 @@ class SpeedDataModule(LightningDataModule):
         return dm
 
     def setup(self, stage: str) -> None:
-        if self._source is not None and self._val_fraction and self.train_dataset is None:
+        if (
+            self._source is not None
+            and self._val_fraction
+            and self.train_dataset is None
+        ):
             n = len(self._source)  # type: ignore[arg-type]
             n_val = max(1, round(n * self._val_fraction))
             gen = torch.Generator().manual_seed(self._split_seed)
-            self.train_dataset, self.val_dataset = random_split(self._source, [n - n_val, n_val], generator=gen)
+            self.train_dataset, self.val_dataset = random_split(
+                self._source, [n - n_val, n_val], generator=gen
+            )
 
-    def _loader(self, dataset: Optional[Dataset], stage: str) -> DataLoader:
+    def _loader(self, dataset: Dataset | None, stage: str) -> DataLoader:
         if dataset is None:
-            raise RuntimeError(f"SpeedDataModule has no {stage} dataset; pass `{stage}_dataset=`.")
+            raise RuntimeError(
+                f"SpeedDataModule has no {stage} dataset; pass `{stage}_dataset=`."
+            )
         train = stage == "train"
         iterable = isinstance(dataset, IterableDataset)
         gen = None
@@ -162,12 +187,18 @@ class SpeedDataModule(LightningDataModule):
             worker_init_fn=self.worker_init_fn,
             generator=gen,
         )
-        resolved = resolve_loader_settings(self.settings, base, **machine_from_trainer(self.trainer))
+        resolved = resolve_loader_settings(
+            self.settings, base, **machine_from_trainer(self.trainer)
+        )
         if stage not in self.choices:
-            self.choices[stage] = f"{resolved.summary()} [{'; '.join(resolved.reasons)}]"
+            self.choices[stage] = (
+                f"{resolved.summary()} [{'; '.join(resolved.reasons)}]"
+            )
             rank_zero_info(f"SpeedDataModule {stage}: {self.choices[stage]}")
             for w in resolved.warnings:
-                rank_zero_warn(f"SpeedDataModule ({stage}): {w}", category=PossibleUserWarning)
+                rank_zero_warn(
+                    f"SpeedDataModule ({stage}): {w}", category=PossibleUserWarning
+                )
         return DataLoader(
             dataset,
             batch_size=base.batch_size,
@@ -188,8 +219,14 @@ class SpeedDataModule(LightningDataModule):
 
     def test_dataloader(self) -> Any:
         # no dataset: an empty list, which Lightning reads as "no test batches"
-        return [] if self.test_dataset is None else self._loader(self.test_dataset, "test")
+        return (
+            [] if self.test_dataset is None else self._loader(self.test_dataset, "test")
+        )
 
     def predict_dataloader(self) -> Any:
         # no dataset: an empty list, which Lightning reads as "no predict batches"
-        return [] if self.predict_dataset is None else self._loader(self.predict_dataset, "predict")
+        return (
+            []
+            if self.predict_dataset is None
+            else self._loader(self.predict_dataset, "predict")
+        )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from torch.utils.data import BatchSampler, DataLoader
 
@@ -37,7 +37,13 @@ from lightning_speedups.functional.loaders import (
     worker_pickle_problem,
 )
 
-__all__ = ["LoaderSettings", "ResolvedSettings", "rebuild_dataloader", "resolve_loader_settings", "LoaderRebuildError"]
+__all__ = [
+    "LoaderRebuildError",
+    "LoaderSettings",
+    "ResolvedSettings",
+    "rebuild_dataloader",
+    "resolve_loader_settings",
+]
 
 Auto = Literal["auto"]
 _TUNED = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
@@ -52,11 +58,15 @@ def _check_choice(name: str, value: Any, kind: type, allow_auto: bool = True) ->
         return
     if kind is bool:
         if not isinstance(value, bool):
-            raise TypeError(f"`{name}` must be True, False, 'auto' or None (keep the loader's), got {value!r}.")
+            raise TypeError(
+                f"`{name}` must be True, False, 'auto' or None (keep the loader's), got {value!r}."
+            )
         return
     if isinstance(value, bool) or not isinstance(value, int):
         extra = ", 'auto'" if allow_auto else ""
-        raise TypeError(f"`{name}` must be an int{extra} or None (keep the loader's), got {value!r}.")
+        raise TypeError(
+            f"`{name}` must be an int{extra} or None (keep the loader's), got {value!r}."
+        )
     if value < 0:
         raise ValueError(f"`{name}` must be >= 0, got {value}.")
 
@@ -81,10 +91,10 @@ class LoaderSettings:
         2
     """
 
-    num_workers: Union[int, Auto, None] = "auto"
-    pin_memory: Union[bool, Auto, None] = "auto"
-    persistent_workers: Union[bool, Auto, None] = "auto"
-    prefetch_factor: Optional[int] = None
+    num_workers: int | Auto | None = "auto"
+    pin_memory: bool | Auto | None = "auto"
+    persistent_workers: bool | Auto | None = "auto"
+    prefetch_factor: int | None = None
 
     def __post_init__(self) -> None:
         _check_choice("num_workers", self.num_workers, int)
@@ -92,7 +102,9 @@ class LoaderSettings:
         _check_choice("persistent_workers", self.persistent_workers, bool)
         _check_choice("prefetch_factor", self.prefetch_factor, int, allow_auto=False)
         if self.prefetch_factor == 0:
-            raise ValueError("`prefetch_factor` must be >= 1 (or None for PyTorch's default), got 0.")
+            raise ValueError(
+                "`prefetch_factor` must be >= 1 (or None for PyTorch's default), got 0."
+            )
 
 
 @dataclass
@@ -117,8 +129,8 @@ def resolve_loader_settings(
     *,
     accelerator: str = "cpu",
     devices: int = 1,
-    processes_per_node: Optional[int] = None,
-    cpus: Optional[int] = None,
+    processes_per_node: int | None = None,
+    cpus: int | None = None,
     reload_every_n_epochs: int = 0,
 ) -> ResolvedSettings:
     """Concrete ``num_workers`` / ``pin_memory`` / ``persistent_workers`` / ``prefetch_factor``.
@@ -155,7 +167,11 @@ def resolve_loader_settings(
         reasons.append(f"num_workers={nw} (kept)")
     elif nw == "auto":
         choice = auto_num_workers(
-            accelerator=accelerator, devices=devices, processes_per_node=procs, cpus=cpus, dataset=loader.dataset
+            accelerator=accelerator,
+            devices=devices,
+            processes_per_node=procs,
+            cpus=cpus,
+            dataset=loader.dataset,
         )
         nw = choice.num_workers
         reasons.append(f"num_workers={nw} ({choice.reason})")
@@ -169,7 +185,9 @@ def resolve_loader_settings(
     if nw > 0:
         problem = worker_pickle_problem(loader)
         if problem is not None:
-            warns.append(f"num_workers={nw} cannot work: {problem}. Falling back to num_workers=0.")
+            warns.append(
+                f"num_workers={nw} cannot work: {problem}. Falling back to num_workers=0."
+            )
             reasons[-1] = "num_workers=0 (dataset cannot reach worker processes)"
             nw = 0
 
@@ -179,7 +197,9 @@ def resolve_loader_settings(
         pin = bool(loader.pin_memory)
     elif pin == "auto":
         pin = on_cuda
-        reasons.append(f"pin_memory={pin} ({'batches go to CUDA' if on_cuda else f'batches go to {accelerator}'})")
+        reasons.append(
+            f"pin_memory={pin} ({'batches go to CUDA' if on_cuda else f'batches go to {accelerator}'})"
+        )
     elif pin and not on_cuda:
         warns.append(
             f"pin_memory=True ignored: batches go to {accelerator}, not a CUDA device; pinning would only cost there."
@@ -204,7 +224,12 @@ def resolve_loader_settings(
     if nw == 0:
         pf = None
 
-    kwargs = {"num_workers": nw, "pin_memory": pin, "persistent_workers": pers, "prefetch_factor": pf}
+    kwargs = {
+        "num_workers": nw,
+        "pin_memory": pin,
+        "persistent_workers": pers,
+        "prefetch_factor": pf,
+    }
     return ResolvedSettings(kwargs=kwargs, reasons=reasons, warnings=warns)
 
 
@@ -219,7 +244,9 @@ def _init_params(cls: type) -> tuple[dict[str, inspect.Parameter], bool]:
     return params, variadic
 
 
-def _args_from_saved(loader: DataLoader, overrides: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+def _args_from_saved(
+    loader: DataLoader, overrides: dict[str, Any]
+) -> tuple[tuple, dict[str, Any]]:
     """Re-run the user's own constructor call (captured by Lightning while the hook ran)."""
     args = tuple(_saved(loader, "args"))
     kwargs = dict(_saved(loader, "kwargs"))
@@ -239,7 +266,9 @@ def _args_from_saved(loader: DataLoader, overrides: dict[str, Any]) -> tuple[tup
     return args, kwargs
 
 
-def _args_from_attributes(loader: DataLoader, overrides: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+def _args_from_attributes(
+    loader: DataLoader, overrides: dict[str, Any]
+) -> tuple[tuple, dict[str, Any]]:
     """Rebuild from the instance's attributes, as Lightning does for loaders made outside its hooks."""
     cls = type(loader)
     params, variadic = _init_params(cls)
@@ -252,7 +281,9 @@ def _args_from_attributes(loader: DataLoader, overrides: dict[str, Any]) -> tupl
     kwargs = {
         name: attrs[name]
         for name, p in params.items()
-        if name in attrs and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.default is not attrs[name]
+        if name in attrs
+        and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        and p.default is not attrs[name]
     }
     kwargs["dataset"] = loader.dataset
     # sampling: keep the very sampler objects (their generators and state) without re-deriving them
@@ -264,12 +295,18 @@ def _args_from_attributes(loader: DataLoader, overrides: dict[str, Any]) -> tupl
     if custom_batch_sampler:
         kwargs.update(batch_sampler=loader.batch_sampler)
     else:
-        kwargs.update(sampler=loader.sampler, batch_size=loader.batch_size, drop_last=loader.drop_last)
+        kwargs.update(
+            sampler=loader.sampler,
+            batch_size=loader.batch_size,
+            drop_last=loader.drop_last,
+        )
     kwargs.update(overrides)
     missing = sorted(
         name
         for name, p in params.items()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty and name not in kwargs
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and p.default is p.empty
+        and name not in kwargs
     )
     if missing:
         raise LoaderRebuildError(
@@ -280,7 +317,9 @@ def _args_from_attributes(loader: DataLoader, overrides: dict[str, Any]) -> tupl
     if not variadic:
         unknown = sorted(set(kwargs) - set(params))
         if unknown:
-            raise LoaderRebuildError(f"`{cls.__name__}.__init__` does not accept {unknown}.")
+            raise LoaderRebuildError(
+                f"`{cls.__name__}.__init__` does not accept {unknown}."
+            )
     return (), kwargs
 
 
@@ -306,14 +345,22 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
         1
     """
     if not isinstance(loader, DataLoader):
-        raise TypeError(f"`loader` must be a torch.utils.data.DataLoader, got {type(loader).__name__}.")
+        raise TypeError(
+            f"`loader` must be a torch.utils.data.DataLoader, got {type(loader).__name__}."
+        )
     unknown = set(overrides) - set(_init_params(DataLoader)[0])
     if unknown:
-        raise TypeError(f"`rebuild_dataloader` got arguments DataLoader does not have: {sorted(unknown)}.")
+        raise TypeError(
+            f"`rebuild_dataloader` got arguments DataLoader does not have: {sorted(unknown)}."
+        )
     if overrides.get("num_workers") == 0 and loader.multiprocessing_context is not None:
-        overrides["multiprocessing_context"] = None  # DataLoader refuses a context without workers
+        overrides["multiprocessing_context"] = (
+            None  # DataLoader refuses a context without workers
+        )
     if overrides.get("num_workers") == 0 and loader.timeout:
-        overrides["timeout"] = 0  # a single-process loader refuses a timeout when iterated
+        overrides["timeout"] = (
+            0  # a single-process loader refuses a timeout when iterated
+        )
     if hasattr(loader, "__pl_saved_args"):
         args, kwargs = _args_from_saved(loader, overrides)
     else:
@@ -325,8 +372,10 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
     else:
         try:
             new = _reinstantiate_wrapped_cls(loader, *args, **kwargs)
-        except Exception as ex:  # noqa: BLE001 - report any constructor failure the same way
-            raise LoaderRebuildError(f"`{type(loader).__name__}(...)` failed with the new settings: {ex}") from ex
+        except Exception as ex:
+            raise LoaderRebuildError(
+                f"`{type(loader).__name__}(...)` failed with the new settings: {ex}"
+            ) from ex
     for key, value in overrides.items():
         got = getattr(new, key, value)
         if key == "prefetch_factor" and value is None:
@@ -368,5 +417,7 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
         "accelerator": accelerator,
         "devices": devices,
         "processes_per_node": procs,
-        "reload_every_n_epochs": int(getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0),
+        "reload_every_n_epochs": int(
+            getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0
+        ),
     }

@@ -25,18 +25,25 @@ Example:
 from __future__ import annotations
 
 import collections.abc
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any
 
 import torch
 
-__all__ = ["DeviceNormalizer", "InputStats", "input_stats", "normalisation_problems", "normalize_uint8"]
+__all__ = [
+    "DeviceNormalizer",
+    "InputStats",
+    "input_stats",
+    "normalisation_problems",
+    "normalize_uint8",
+]
 
 
 def normalize_uint8(
     x: torch.Tensor,
-    mean: Union[float, Sequence[float], torch.Tensor],
-    std: Union[float, Sequence[float], torch.Tensor],
+    mean: float | Sequence[float] | torch.Tensor,
+    std: float | Sequence[float] | torch.Tensor,
     *,
     scale: float = 1.0 / 255.0,
     channel_dim: int = 1,
@@ -101,13 +108,13 @@ class DeviceNormalizer:
 
     def __init__(
         self,
-        mean: Union[float, Sequence[float]],
-        std: Union[float, Sequence[float]],
+        mean: float | Sequence[float],
+        std: float | Sequence[float],
         *,
         scale: float = 1.0 / 255.0,
         channel_dim: int = 1,
         dtype: torch.dtype = torch.float32,
-        keys: Optional[Sequence[Union[str, int]]] = None,
+        keys: Sequence[str | int] | None = None,
         min_dims: int = 3,
     ) -> None:
         std_t = torch.as_tensor(std, dtype=torch.float64)
@@ -125,11 +132,20 @@ class DeviceNormalizer:
 
     def _convert(self, t: torch.Tensor) -> torch.Tensor:
         return normalize_uint8(
-            t, self.mean, self.std, scale=self.scale, channel_dim=self.channel_dim, dtype=self.dtype
+            t,
+            self.mean,
+            self.std,
+            scale=self.scale,
+            channel_dim=self.channel_dim,
+            dtype=self.dtype,
         )
 
     def _auto(self, t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.ndim >= self.min_dims
+        return (
+            isinstance(t, torch.Tensor)
+            and t.dtype == torch.uint8
+            and t.ndim >= self.min_dims
+        )
 
     def __call__(self, batch: Any) -> Any:
         """Return the batch with its images normalised (a new container; tensors are not modified)."""
@@ -146,7 +162,12 @@ class DeviceNormalizer:
             out = {}
             for k, v in x.items():
                 sub = f"{name}[{k!r}]"
-                if top and self.keys is not None and k in self.keys and isinstance(v, torch.Tensor):
+                if (
+                    top
+                    and self.keys is not None
+                    and k in self.keys
+                    and isinstance(v, torch.Tensor)
+                ):
                     self.converted.append(sub)
                     out[k] = self._convert(v)
                 else:
@@ -159,7 +180,12 @@ class DeviceNormalizer:
             items = []
             for i, v in enumerate(x):
                 sub = f"{name}[{i}]"
-                if top and self.keys is not None and i in self.keys and isinstance(v, torch.Tensor):
+                if (
+                    top
+                    and self.keys is not None
+                    and i in self.keys
+                    and isinstance(v, torch.Tensor)
+                ):
                     self.converted.append(sub)
                     items.append(self._convert(v))
                 else:
@@ -203,7 +229,7 @@ def input_stats(t: torch.Tensor) -> InputStats:
     )
 
 
-def merge_stats(a: Optional[InputStats], b: InputStats) -> InputStats:
+def merge_stats(a: InputStats | None, b: InputStats) -> InputStats:
     """Pool two summaries (exact for mean and variance)."""
     if a is None or a.count == 0:
         return b
@@ -211,12 +237,18 @@ def merge_stats(a: Optional[InputStats], b: InputStats) -> InputStats:
         return a
     n = a.count + b.count
     mean = (a.mean * a.count + b.mean * b.count) / n
-    var = (a.count * (a.std**2 + (a.mean - mean) ** 2) + b.count * (b.std**2 + (b.mean - mean) ** 2)) / n
+    var = (
+        a.count * (a.std**2 + (a.mean - mean) ** 2)
+        + b.count * (b.std**2 + (b.mean - mean) ** 2)
+    ) / n
     return InputStats(mean, var**0.5, min(a.min, b.min), max(a.max, b.max), n)
 
 
 def normalisation_problems(
-    stats: InputStats, *, mean_tol: float = 1.0, std_range: tuple[float, float] = (0.2, 5.0)
+    stats: InputStats,
+    *,
+    mean_tol: float = 1.0,
+    std_range: tuple[float, float] = (0.2, 5.0),
 ) -> list[str]:
     """What is far from normalised about a floating-point input, in words (empty when fine).
 
@@ -233,7 +265,9 @@ def normalisation_problems(
     if stats.count == 0:
         return ["no finite values"]
     if stats.min >= 0 and 20 < stats.max <= 255 and float(stats.max).is_integer():
-        out.append("values span 0..255 like raw pixels (convert with x / 255 and normalise, or use DeviceNormalize)")
+        out.append(
+            "values span 0..255 like raw pixels (convert with x / 255 and normalise, or use DeviceNormalize)"
+        )
     if abs(stats.mean) > mean_tol:
         out.append(f"mean {stats.mean:.3g} is far from 0")
     lo, hi = std_range

@@ -32,7 +32,7 @@ import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
@@ -40,8 +40,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 __all__ = [
     "CpuCount",
     "WorkersChoice",
-    "available_cpus",
     "auto_num_workers",
+    "available_cpus",
     "cgroup_cpu_quota",
     "unpinned_tensors",
     "worker_pickle_problem",
@@ -58,7 +58,7 @@ class CpuCount:
 
     count: int
     affinity: int
-    quota: Optional[float]
+    quota: float | None
     reason: str
 
 
@@ -70,7 +70,7 @@ class WorkersChoice:
     reason: str
 
 
-def _read(path: Path) -> Optional[str]:
+def _read(path: Path) -> str | None:
     try:
         return path.read_text().strip()
     except OSError:
@@ -78,8 +78,9 @@ def _read(path: Path) -> Optional[str]:
 
 
 def cgroup_cpu_quota(
-    proc_cgroup: Union[str, Path] = "/proc/self/cgroup", cgroup_root: Union[str, Path] = "/sys/fs/cgroup"
-) -> Optional[float]:
+    proc_cgroup: str | Path = "/proc/self/cgroup",
+    cgroup_root: str | Path = "/sys/fs/cgroup",
+) -> float | None:
     """The CPU quota of this process's cgroup, in CPUs, or ``None`` when there is no limit.
 
     Reads cgroup v2 (``cpu.max``) and v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), at the
@@ -113,7 +114,9 @@ def cgroup_cpu_quota(
             continue
         _, controllers, rel = fields
         if controllers == "":  # cgroup v2 unified hierarchy
-            bases = [root] if (root / "cgroup.controllers").exists() else [root / "unified"]
+            bases = (
+                [root] if (root / "cgroup.controllers").exists() else [root / "unified"]
+            )
             for base in bases:
                 for d in candidates(base, rel):
                     value = _read(d / "cpu.max")
@@ -129,7 +132,10 @@ def cgroup_cpu_quota(
             names = [controllers, "cpu", "cpu,cpuacct", "cpuacct,cpu"]
             for name in dict.fromkeys(names):
                 for d in candidates(root / name, rel):
-                    quota_s, period_s = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+                    quota_s, period_s = (
+                        _read(d / "cpu.cfs_quota_us"),
+                        _read(d / "cpu.cfs_period_us"),
+                    )
                     if quota_s is None or period_s is None:
                         continue
                     try:
@@ -179,9 +185,9 @@ def auto_num_workers(
     *,
     accelerator: str = "cpu",
     devices: int = 1,
-    processes_per_node: Optional[int] = None,
-    cpus: Optional[int] = None,
-    dataset: Optional[Dataset] = None,
+    processes_per_node: int | None = None,
+    cpus: int | None = None,
+    dataset: Dataset | None = None,
 ) -> WorkersChoice:
     """Choose ``num_workers`` for one process's DataLoader from the machine it runs on.
 
@@ -230,10 +236,13 @@ def auto_num_workers(
 
     if isinstance(dataset, IterableDataset):
         return WorkersChoice(
-            0, "IterableDataset: workers would each replay the stream unless it shards by get_worker_info()"
+            0,
+            "IterableDataset: workers would each replay the stream unless it shards by get_worker_info()",
         )
     if dataset is not None and _is_in_memory(dataset):
-        return WorkersChoice(0, "in-memory TensorDataset: indexing is cheap, workers would only add IPC")
+        return WorkersChoice(
+            0, "in-memory TensorDataset: indexing is cheap, workers would only add IPC"
+        )
     if on_device:
         devices_per_process = max(1, devices // processes_per_node)
         want = 4 * devices_per_process
@@ -242,9 +251,15 @@ def auto_num_workers(
         why = f"{accelerator}: 4 x {devices_per_process} device(s) per process, capped at {cap} ({share}, 1 for the main process)"
         return WorkersChoice(n, why)
     if per_process <= 2:
-        return WorkersChoice(0, f"CPU training with {share}: workers would compete with the step for the same cores")
+        return WorkersChoice(
+            0,
+            f"CPU training with {share}: workers would compete with the step for the same cores",
+        )
     n = min(4, per_process // 4) if per_process >= 4 else 0
-    return WorkersChoice(n, f"CPU training with {share}: 1 worker per 4 CPUs, at most 4, the rest for the step")
+    return WorkersChoice(
+        n,
+        f"CPU training with {share}: 1 worker per 4 CPUs, at most 4, the rest for the step",
+    )
 
 
 def worker_start_method(loader: DataLoader) -> str:
@@ -259,7 +274,9 @@ def worker_start_method(loader: DataLoader) -> str:
     return method
 
 
-def worker_pickle_problem(loader: DataLoader, start_method: Optional[str] = None) -> Optional[str]:
+def worker_pickle_problem(
+    loader: DataLoader, start_method: str | None = None
+) -> str | None:
     """Why the loader's dataset could not be sent to worker processes, or ``None`` when it can.
 
     Only ``spawn`` and ``forkserver`` workers receive the dataset, ``collate_fn`` and
@@ -326,7 +343,7 @@ def non_tensor_leaves(batch: Any, prefix: str = "batch") -> list[tuple[str, str]
     return out
 
 
-def unpinned_tensors(batch: Any, device: Union[str, torch.device]) -> list[str]:
+def unpinned_tensors(batch: Any, device: str | torch.device) -> list[str]:
     """Names of the CPU tensors of ``batch`` whose copy to ``device`` cannot overlap compute.
 
     A host-to-CUDA copy with ``non_blocking=True`` is asynchronous only from page-locked (pinned)

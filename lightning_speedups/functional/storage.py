@@ -29,9 +29,16 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
-__all__ = ["MountInfo", "StorageReport", "find_data_root", "find_mount", "is_rotational", "storage_report"]
+__all__ = [
+    "MountInfo",
+    "StorageReport",
+    "find_data_root",
+    "find_mount",
+    "is_rotational",
+    "storage_report",
+]
 
 NETWORK_FS = frozenset(
     {
@@ -60,10 +67,10 @@ class StorageReport:
     """Where a data root lives and how fast a sample of its files reads."""
 
     path: str
-    mount: Optional[MountInfo]
+    mount: MountInfo | None
     is_network: bool
     is_fuse: bool
-    rotational: Optional[bool]
+    rotational: bool | None
     files_read: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
@@ -71,7 +78,7 @@ class StorageReport:
     problems: list[str] = field(default_factory=list)
 
     @property
-    def read_mb_s(self) -> Optional[float]:
+    def read_mb_s(self) -> float | None:
         """Measured read rate in MB/s (10^6 bytes), ``None`` when nothing was read."""
         if self.bytes_read == 0 or self.seconds <= 0:
             return None
@@ -81,19 +88,36 @@ class StorageReport:
         """One line: where, what kind of storage, the rate."""
         fs = self.mount.fs_type if self.mount else "unknown fs"
         kind = "network" if self.is_network else "FUSE" if self.is_fuse else "local"
-        disk = {True: "rotational disk", False: "non-rotational disk", None: "disk type unknown"}[self.rotational]
-        rate = f"{self.read_mb_s:.0f} MB/s over {self.files_read} files" if self.read_mb_s else "no files read"
-        cache = "" if self.cache_dropped or not self.files_read else " (may include page cache)"
+        disk = {
+            True: "rotational disk",
+            False: "non-rotational disk",
+            None: "disk type unknown",
+        }[self.rotational]
+        rate = (
+            f"{self.read_mb_s:.0f} MB/s over {self.files_read} files"
+            if self.read_mb_s
+            else "no files read"
+        )
+        cache = (
+            ""
+            if self.cache_dropped or not self.files_read
+            else " (may include page cache)"
+        )
         where = self.mount.mount_point if self.mount else "?"
         return f"{self.path}: {kind} {fs} at {where}, {disk}, {rate}{cache}"
 
 
 def _unescape(s: str) -> str:
     # /proc/mounts escapes space, tab, newline and backslash as octal
-    return s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    return (
+        s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+    )
 
 
-def _read_mounts(mounts_file: Union[str, Path]) -> list[MountInfo]:
+def _read_mounts(mounts_file: str | Path) -> list[MountInfo]:
     try:
         text = Path(mounts_file).read_text()
     except OSError:
@@ -102,11 +126,15 @@ def _read_mounts(mounts_file: Union[str, Path]) -> list[MountInfo]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 4:
-            out.append(MountInfo(_unescape(parts[0]), _unescape(parts[1]), parts[2], parts[3]))
+            out.append(
+                MountInfo(_unescape(parts[0]), _unescape(parts[1]), parts[2], parts[3])
+            )
     return out
 
 
-def find_mount(path: Union[str, Path], mounts_file: Union[str, Path] = "/proc/mounts") -> Optional[MountInfo]:
+def find_mount(
+    path: str | Path, mounts_file: str | Path = "/proc/mounts"
+) -> MountInfo | None:
     """The mount that holds ``path``: the longest mount point that is a prefix of its real path.
 
     Example:
@@ -114,16 +142,18 @@ def find_mount(path: Union[str, Path], mounts_file: Union[str, Path] = "/proc/mo
         '/'
     """
     real = os.path.realpath(str(path))
-    best: Optional[MountInfo] = None
+    best: MountInfo | None = None
     for m in _read_mounts(mounts_file):
         mp = m.mount_point.rstrip("/") or "/"
-        if real == mp or real.startswith(mp if mp.endswith("/") else mp + "/") or mp == "/":
-            if best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/"):
-                best = m
+        inside = real == mp or mp == "/" or real.startswith(mp + "/")
+        if inside and (
+            best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/")
+        ):
+            best = m
     return best
 
 
-def is_rotational(path: Union[str, Path], sys_root: Union[str, Path] = "/sys") -> Optional[bool]:
+def is_rotational(path: str | Path, sys_root: str | Path = "/sys") -> bool | None:
     """Whether the block device holding ``path`` is a spinning disk; ``None`` when unknown.
 
     Uses the device number of the file (``st_dev``) to find ``/sys/dev/block/MAJ:MIN``; for a
@@ -153,11 +183,28 @@ def is_rotational(path: Union[str, Path], sys_root: Union[str, Path] = "/sys") -
     return None
 
 
-_ROOT_ATTRS = ("root", "data_dir", "data_root", "root_dir", "path", "data_path", "directory", "folder")
-_LIST_ATTRS = ("samples", "imgs", "files", "file_list", "paths", "filenames", "image_paths")
+_ROOT_ATTRS = (
+    "root",
+    "data_dir",
+    "data_root",
+    "root_dir",
+    "path",
+    "data_path",
+    "directory",
+    "folder",
+)
+_LIST_ATTRS = (
+    "samples",
+    "imgs",
+    "files",
+    "file_list",
+    "paths",
+    "filenames",
+    "image_paths",
+)
 
 
-def find_data_root(dataset: Any, _depth: int = 0) -> Optional[Path]:
+def find_data_root(dataset: Any, _depth: int = 0) -> Path | None:
     """A directory that holds the dataset's files, from its attributes, or ``None``.
 
     Looks at ``root`` / ``data_dir`` / ``path``-like attributes, then at lists of files
@@ -173,7 +220,11 @@ def find_data_root(dataset: Any, _depth: int = 0) -> Optional[Path]:
         return None
     for name in _ROOT_ATTRS:
         value = getattr(dataset, name, None)
-        if isinstance(value, (str, os.PathLike)) and str(value) and os.path.exists(value):
+        if (
+            isinstance(value, (str, os.PathLike))
+            and str(value)
+            and os.path.exists(value)
+        ):
             p = Path(value)
             return p if p.is_dir() else p.parent
     for name in _LIST_ATTRS:
@@ -196,7 +247,9 @@ def find_data_root(dataset: Any, _depth: int = 0) -> Optional[Path]:
     return None
 
 
-def _sample_files(root: Path, sample_files: int, seed: int, scan_limit: int = 20000) -> list[Path]:
+def _sample_files(
+    root: Path, sample_files: int, seed: int, scan_limit: int = 20000
+) -> list[Path]:
     if root.is_file():
         return [root]
     files: list[Path] = []
@@ -224,14 +277,14 @@ def _drop_cache(fd: int) -> bool:
 
 
 def storage_report(
-    root: Union[str, Path],
+    root: str | Path,
     *,
     sample_files: int = 32,
     max_bytes: int = 64 * 2**20,
     drop_cache: bool = True,
     seed: int = 0,
     slow_mb_s: float = 100.0,
-    mounts_file: Union[str, Path] = "/proc/mounts",
+    mounts_file: str | Path = "/proc/mounts",
 ) -> StorageReport:
     """Report the storage under ``root`` and measure the read rate of up to ``sample_files`` files.
 
@@ -255,13 +308,21 @@ def storage_report(
         raise ValueError(f"`max_bytes` must be > 0, got {max_bytes}.")
     path = Path(root)
     if not path.exists():
-        raise FileNotFoundError(f"data root {str(path)!r} does not exist; pass the directory that holds the data.")
+        raise FileNotFoundError(
+            f"data root {str(path)!r} does not exist; pass the directory that holds the data."
+        )
     mount = find_mount(path, mounts_file)
     fs = mount.fs_type if mount else ""
     is_fuse = fs.startswith("fuse") and fs not in _LOCAL_FUSE
     is_network = fs in NETWORK_FS or fs.split(".", 1)[0] in {"nfs", "cifs"}
     rot = is_rotational(path)
-    report = StorageReport(path=str(path), mount=mount, is_network=is_network, is_fuse=is_fuse, rotational=rot)
+    report = StorageReport(
+        path=str(path),
+        mount=mount,
+        is_network=is_network,
+        is_fuse=is_fuse,
+        rotational=rot,
+    )
 
     dropped_all = True
     chunk = 1 << 20
@@ -294,10 +355,16 @@ def storage_report(
             f"data on a network file system ({fs}): copy it to a local SSD (or node-local scratch) before training"
         )
     elif is_fuse:
-        report.problems.append(f"data on a FUSE file system ({fs}): every read crosses user space; copy it locally")
+        report.problems.append(
+            f"data on a FUSE file system ({fs}): every read crosses user space; copy it locally"
+        )
     if rot:
-        report.problems.append("data on a rotational disk: random reads of small files are slow; move it to an SSD")
+        report.problems.append(
+            "data on a rotational disk: random reads of small files are slow; move it to an SSD"
+        )
     rate = report.read_mb_s
     if rate is not None and rate < slow_mb_s and report.cache_dropped:
-        report.problems.append(f"measured read rate {rate:.0f} MB/s is below {slow_mb_s:g} MB/s")
+        report.problems.append(
+            f"measured read rate {rate:.0f} MB/s is below {slow_mb_s:g} MB/s"
+        )
     return report

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-QUIET = dict(
-    accelerator="cpu",
-    devices=1,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-    num_sanity_val_steps=0,
-)
+QUIET = {
+    "accelerator": "cpu",
+    "devices": 1,
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 0,
+}
 
 
 def trainer(**kwargs: Any) -> pl.Trainer:
@@ -80,44 +80,76 @@ class Recorder(pl.LightningModule):
 class LoaderModel(Recorder):
     """Returns its own train and val loaders (the ones the tests expect LoaderTuning to rebuild)."""
 
-    def __init__(self, loader_kwargs: Optional[dict] = None, loader_cls: type = DataLoader, **kw: Any) -> None:
+    def __init__(
+        self,
+        loader_kwargs: dict | None = None,
+        loader_cls: type = DataLoader,
+        **kw: Any,
+    ) -> None:
         super().__init__(**kw)
         self.loader_kwargs = loader_kwargs or {}
         self.loader_cls = loader_cls
         self.returned: dict[str, DataLoader] = {}
 
     def train_dataloader(self):
-        dl = self.loader_cls(WorkerIdDataset(), batch_size=8, shuffle=True, collate_fn=keep_collate, drop_last=True,
-                             **self.loader_kwargs)
+        dl = self.loader_cls(
+            WorkerIdDataset(),
+            batch_size=8,
+            shuffle=True,
+            collate_fn=keep_collate,
+            drop_last=True,
+            **self.loader_kwargs,
+        )
         self.returned["train"] = dl
         return dl
 
     def val_dataloader(self):
-        dl = self.loader_cls(WorkerIdDataset(16), batch_size=4, collate_fn=keep_collate, **self.loader_kwargs)
+        dl = self.loader_cls(
+            WorkerIdDataset(16),
+            batch_size=4,
+            collate_fn=keep_collate,
+            **self.loader_kwargs,
+        )
         self.returned["val"] = dl
         return dl
 
 
 class LoaderDataModule(pl.LightningDataModule):
-    def __init__(self, loader_kwargs: Optional[dict] = None) -> None:
+    def __init__(self, loader_kwargs: dict | None = None) -> None:
         super().__init__()
         self.loader_kwargs = loader_kwargs or {}
         self.returned: dict[str, DataLoader] = {}
 
     def train_dataloader(self):
-        dl = DataLoader(WorkerIdDataset(), batch_size=8, shuffle=True, collate_fn=keep_collate, **self.loader_kwargs)
+        dl = DataLoader(
+            WorkerIdDataset(),
+            batch_size=8,
+            shuffle=True,
+            collate_fn=keep_collate,
+            **self.loader_kwargs,
+        )
         self.returned["train"] = dl
         return dl
 
     def val_dataloader(self):
-        dl = DataLoader(WorkerIdDataset(16), batch_size=4, collate_fn=keep_collate, **self.loader_kwargs)
+        dl = DataLoader(
+            WorkerIdDataset(16),
+            batch_size=4,
+            collate_fn=keep_collate,
+            **self.loader_kwargs,
+        )
         self.returned["val"] = dl
         return dl
 
 
 def tensor_loader(n: int = 32, **kw: Any) -> DataLoader:
     g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g)), **kw)
+    return DataLoader(
+        TensorDataset(
+            torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g)
+        ),
+        **kw,
+    )
 
 
 class ExtraArgLoaderBase(DataLoader):

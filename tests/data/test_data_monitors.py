@@ -8,11 +8,26 @@ import warnings
 import lightning.pytorch as pl
 import pytest
 import torch
+from datatest_utils import (
+    Recorder,
+    WorkerIdDataset,
+    keep_collate,
+    tensor_loader,
+    trainer,
+)
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
-from datatest_utils import Recorder, WorkerIdDataset, keep_collate, tensor_loader, trainer
-from lightning_speedups.callbacks.data import DataWaitMonitor, InputStatsCheck, NonBlockingCheck, StorageCheck
-from lightning_speedups.functional.storage import find_data_root, find_mount, storage_report
+from lightning_speedups.callbacks.data import (
+    DataWaitMonitor,
+    InputStatsCheck,
+    NonBlockingCheck,
+    StorageCheck,
+)
+from lightning_speedups.functional.storage import (
+    find_data_root,
+    find_mount,
+    storage_report,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,7 +40,9 @@ class SlowData(Recorder):
     on 2 cores)."""
 
     def train_dataloader(self):
-        return DataLoader(WorkerIdDataset(64, sleep=0.03), batch_size=4, collate_fn=keep_collate)
+        return DataLoader(
+            WorkerIdDataset(64, sleep=0.03), batch_size=4, collate_fn=keep_collate
+        )
 
 
 class FastData(Recorder):
@@ -87,12 +104,17 @@ class PixelData(Recorder):
             x = torch.randint(0, 256, (32, 16), generator=g).float()
         else:
             x = torch.randn(32, 16, generator=g)
-        return DataLoader(TensorDataset(x, torch.randint(0, 2, (32,), generator=g)), batch_size=8)
+        return DataLoader(
+            TensorDataset(x, torch.randint(0, 2, (32,), generator=g)), batch_size=8
+        )
 
 
 def test_input_stats_flags_raw_pixels_and_names_the_tensor():
     check = InputStatsCheck(batches=2)
-    with pytest.warns(UserWarning, match=r"batch\[0\] looks unnormalised.*0\.\.255 like raw pixels.*mean 1\d\d"):
+    with pytest.warns(
+        UserWarning,
+        match=r"batch\[0\] looks unnormalised.*0\.\.255 like raw pixels.*mean 1\d\d",
+    ):
         trainer(max_steps=3, callbacks=[check]).fit(PixelData(255))
     assert list(check.problems) == ["batch[0]"]
     s = check.stats["batch[0]"]
@@ -105,7 +127,9 @@ def test_input_stats_quiet_on_normalised_inputs():
         warnings.simplefilter("always")
         trainer(max_steps=3, callbacks=[check]).fit(PixelData(1))
     assert not [w for w in rec if "InputStatsCheck" in str(w.message)]
-    assert check.problems == {} and check.active and "look normalised" in check.status[1]
+    assert (
+        check.problems == {} and check.active and "look normalised" in check.status[1]
+    )
 
 
 def test_input_stats_validates_arguments():
@@ -119,9 +143,16 @@ def test_input_stats_validates_arguments():
 def test_non_blocking_check_skips_on_cpu_and_names_unpinned_tensors():
     check = NonBlockingCheck()
     trainer(max_steps=1, callbacks=[check]).fit(FastData())
-    assert check.status == ("skipped", "batches stay on cpu: no host-to-device copies to overlap")
-    with pytest.warns(UserWarning, match=r"batch\[0\], batch\[1\] from unpinned memory"):
-        assert check.check([torch.zeros(2), torch.zeros(2)], "cuda", "train loader 0") == ["batch[0]", "batch[1]"]
+    assert check.status == (
+        "skipped",
+        "batches stay on cpu: no host-to-device copies to overlap",
+    )
+    with pytest.warns(
+        UserWarning, match=r"batch\[0\], batch\[1\] from unpinned memory"
+    ):
+        assert check.check(
+            [torch.zeros(2), torch.zeros(2)], "cuda", "train loader 0"
+        ) == ["batch[0]", "batch[1]"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -130,11 +161,23 @@ def test_non_blocking_check_on_cuda():  # pragma: no cover - GPU only
 
     check = NonBlockingCheck()
     with pytest.warns(UserWarning, match="unpinned"):
-        pl.Trainer(accelerator="cuda", devices=1, max_steps=1, logger=False, enable_checkpointing=False,
-                   callbacks=[check]).fit(FastData())
+        pl.Trainer(
+            accelerator="cuda",
+            devices=1,
+            max_steps=1,
+            logger=False,
+            enable_checkpointing=False,
+            callbacks=[check],
+        ).fit(FastData())
     check = NonBlockingCheck()
-    pl.Trainer(accelerator="cuda", devices=1, max_steps=1, logger=False, enable_checkpointing=False,
-               callbacks=[LoaderTuning(num_workers=0), check]).fit(FastData())
+    pl.Trainer(
+        accelerator="cuda",
+        devices=1,
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[LoaderTuning(num_workers=0), check],
+    ).fit(FastData())
     assert check.unpinned == {}
 
 
@@ -162,8 +205,15 @@ def test_storage_report_reads_a_sample_and_finds_the_mount(tmp_path):
 
 @pytest.mark.parametrize(
     ("fs", "network", "fuse"),
-    [("nfs4", True, False), ("cifs", True, False), ("fuse.sshfs", True, True), ("fuse.gcsfuse", True, True),
-     ("fuse.myfs", False, True), ("fuseblk", False, False), ("ext4", False, False)],
+    [
+        ("nfs4", True, False),
+        ("cifs", True, False),
+        ("fuse.sshfs", True, True),
+        ("fuse.gcsfuse", True, True),
+        ("fuse.myfs", False, True),
+        ("fuseblk", False, False),
+        ("ext4", False, False),
+    ],
 )
 def test_storage_report_classifies_file_systems(tmp_path, fs, network, fuse):
     root = _files(tmp_path, n=1)
@@ -177,7 +227,9 @@ def test_storage_report_classifies_file_systems(tmp_path, fs, network, fuse):
 
 def test_find_mount_longest_prefix_and_escaped_spaces(tmp_path):
     mounts = tmp_path / "mounts"
-    mounts.write_text("/dev/a / ext4 rw 0 0\n/dev/b /mnt/my\\040data xfs rw 0 0\n/dev/c /mnt ext4 rw 0 0\n")
+    mounts.write_text(
+        "/dev/a / ext4 rw 0 0\n/dev/b /mnt/my\\040data xfs rw 0 0\n/dev/c /mnt ext4 rw 0 0\n"
+    )
     assert find_mount("/mnt/my data/x", mounts).fs_type == "xfs"
     assert find_mount("/mnt/other", mounts).device == "/dev/c"
     assert find_mount("/mnt/my datax", mounts).device == "/dev/c"
@@ -198,7 +250,10 @@ def test_find_data_root_follows_attributes(tmp_path):
     class WithRoot:
         data_dir = str(root)
 
-    assert find_data_root(torch.utils.data.ConcatDataset([TensorDataset(torch.zeros(1))])) is None
+    assert (
+        find_data_root(torch.utils.data.ConcatDataset([TensorDataset(torch.zeros(1))]))
+        is None
+    )
     assert find_data_root(WithRoot()) == root
 
 
@@ -213,7 +268,9 @@ def test_storage_check_callback_reads_the_datamodule_root(tmp_path):
 
     check = StorageCheck(sample_files=2)
     trainer(max_steps=1, callbacks=[check]).fit(Recorder(), datamodule=DM())
-    assert check.active and check.result.files_read == 2 and str(root) in check.status[1]
+    assert (
+        check.active and check.result.files_read == 2 and str(root) in check.status[1]
+    )
     none = StorageCheck()
     trainer(max_steps=1, callbacks=[none]).fit(FastData())
     assert none.status[0] == "skipped"

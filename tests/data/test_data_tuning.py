@@ -8,9 +8,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader
-
-import lightning_speedups.data.loaders as loaders_mod
 from datatest_utils import (
     ExtraArgLoaderBase,
     LoaderDataModule,
@@ -21,6 +18,9 @@ from datatest_utils import (
     tensor_loader,
     trainer,
 )
+from torch.utils.data import DataLoader
+
+import lightning_speedups.data.loaders as loaders_mod
 from lightning_speedups.callbacks.data import LoaderTuning
 from lightning_speedups.data.datamodule import SpeedDataModule
 from lightning_speedups.functional.loaders import CpuCount
@@ -31,11 +31,18 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def two_cpus(monkeypatch):
     """Make 'auto' see the 2-CPU machine this was measured on, whatever runs the tests."""
-    monkeypatch.setattr(loaders_mod, "available_cpus", lambda: CpuCount(2, 2, None, "2 CPUs by affinity"))
+    monkeypatch.setattr(
+        loaders_mod,
+        "available_cpus",
+        lambda: CpuCount(2, 2, None, "2 CPUs by affinity"),
+    )
 
 
 def _flat(loaders):
-    return list(getattr(loaders, "flattened", None) or (loaders if isinstance(loaders, list) else [loaders]))
+    return list(
+        getattr(loaders, "flattened", None)
+        or (loaders if isinstance(loaders, list) else [loaders])
+    )
 
 
 def test_arguments_are_validated():
@@ -45,8 +52,16 @@ def test_arguments_are_validated():
         LoaderTuning(stages=("training",))
 
 
-def test_module_loaders_are_rebuilt_with_auto_settings_and_everything_else_kept(two_cpus):
-    model = LoaderModel(loader_kwargs=dict(num_workers=2, persistent_workers=True, prefetch_factor=4))
+def test_module_loaders_are_rebuilt_with_auto_settings_and_everything_else_kept(
+    two_cpus,
+):
+    model = LoaderModel(
+        loader_kwargs={
+            "num_workers": 2,
+            "persistent_workers": True,
+            "prefetch_factor": 4,
+        }
+    )
     cb = LoaderTuning()
     t = trainer(max_steps=3, limit_val_batches=2, val_check_interval=2, callbacks=[cb])
     t.fit(model)
@@ -55,12 +70,25 @@ def test_module_loaders_are_rebuilt_with_auto_settings_and_everything_else_kept(
     for dl, orig in ((train, model.returned["train"]), (val, model.returned["val"])):
         assert dl is not orig
         # 2 CPUs, CPU training: auto goes to 0 workers and drops the worker-only settings
-        assert (dl.num_workers, dl.persistent_workers, dl.prefetch_factor, dl.pin_memory) == (0, False, None, False)
-        assert dl.collate_fn is keep_collate and dl.batch_size == orig.batch_size and dl.drop_last == orig.drop_last
+        assert (
+            dl.num_workers,
+            dl.persistent_workers,
+            dl.prefetch_factor,
+            dl.pin_memory,
+        ) == (0, False, None, False)
+        assert (
+            dl.collate_fn is keep_collate
+            and dl.batch_size == orig.batch_size
+            and dl.drop_last == orig.drop_last
+        )
         assert type(dl.sampler) is type(orig.sampler)
     assert type(train.sampler).__name__ == "RandomSampler"
     assert set(model.pids) == {os.getpid()}  # loaded in the main process
-    assert "train" in cb.choices and "val" in cb.choices and "num_workers=0" in cb.choices["train"]
+    assert (
+        "train" in cb.choices
+        and "val" in cb.choices
+        and "num_workers=0" in cb.choices["train"]
+    )
     assert cb.active
     # hooks restored
     assert "train_dataloader" not in vars(model) and "val_dataloader" not in vars(model)
@@ -68,15 +96,26 @@ def test_module_loaders_are_rebuilt_with_auto_settings_and_everything_else_kept(
 
 def test_workers_really_load_the_batches():
     model = LoaderModel()
-    t = trainer(max_steps=2, limit_val_batches=0, callbacks=[LoaderTuning(num_workers=1, stages=("train",))])
+    t = trainer(
+        max_steps=2,
+        limit_val_batches=0,
+        callbacks=[LoaderTuning(num_workers=1, stages=("train",))],
+    )
     t.fit(model)
-    assert t.train_dataloader.num_workers == 1 and t.train_dataloader.persistent_workers is True
+    assert (
+        t.train_dataloader.num_workers == 1
+        and t.train_dataloader.persistent_workers is True
+    )
     assert model.pids and os.getpid() not in set(model.pids)
 
 
 def test_datamodule_loaders_are_tuned(two_cpus):
-    dm = LoaderDataModule(loader_kwargs=dict(num_workers=2))
-    t = trainer(max_steps=2, limit_val_batches=1, callbacks=[LoaderTuning(num_workers=0, stages=("train", "val"))])
+    dm = LoaderDataModule(loader_kwargs={"num_workers": 2})
+    t = trainer(
+        max_steps=2,
+        limit_val_batches=1,
+        callbacks=[LoaderTuning(num_workers=0, stages=("train", "val"))],
+    )
     t.fit(Recorder(), datamodule=dm)
     assert t.train_dataloader.num_workers == 0 and dm.returned["train"].num_workers == 2
     assert _flat(t.val_dataloaders)[0].num_workers == 0
@@ -84,7 +123,7 @@ def test_datamodule_loaders_are_tuned(two_cpus):
 
 
 def test_stages_limit_what_is_tuned():
-    model = LoaderModel(loader_kwargs=dict(num_workers=0))
+    model = LoaderModel(loader_kwargs={"num_workers": 0})
     cb = LoaderTuning(num_workers=0, pin_memory=None, stages="val")
     t = trainer(max_steps=1, limit_val_batches=1, callbacks=[cb])
     t.fit(model)
@@ -104,9 +143,16 @@ def test_loaders_passed_to_fit_are_tuned_and_restored():
 
 def test_custom_subclass_keeps_its_class_and_arguments():
     model = LoaderModel(loader_cls=ExtraArgLoaderBase)
-    t = trainer(max_steps=1, limit_val_batches=0, callbacks=[LoaderTuning(num_workers=0, persistent_workers=False)])
+    t = trainer(
+        max_steps=1,
+        limit_val_batches=0,
+        callbacks=[LoaderTuning(num_workers=0, persistent_workers=False)],
+    )
     t.fit(model)
-    assert type(t.train_dataloader) is ExtraArgLoaderBase and t.train_dataloader.tag == "user"
+    assert (
+        type(t.train_dataloader) is ExtraArgLoaderBase
+        and t.train_dataloader.tag == "user"
+    )
 
 
 class Unpicklable(torch.utils.data.Dataset):
@@ -122,12 +168,14 @@ class Unpicklable(torch.utils.data.Dataset):
 
 class SpawnModel(Recorder):
     def train_dataloader(self):
-        return DataLoader(Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="spawn")
+        return DataLoader(
+            Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="spawn"
+        )
 
 
 def test_unpicklable_dataset_falls_back_to_0_workers_and_trains():
+    t = trainer(max_steps=2, callbacks=[LoaderTuning(num_workers=2)])
     with pytest.warns(UserWarning, match="cannot be pickled for spawn workers"):
-        t = trainer(max_steps=2, callbacks=[LoaderTuning(num_workers=2)])
         t.fit(SpawnModel())
     assert t.train_dataloader.num_workers == 0 and t.global_step == 2
 
@@ -136,7 +184,11 @@ def test_pin_memory_without_gpu_is_ignored_once(two_cpus):
     model = LoaderModel()
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        t = trainer(max_steps=2, limit_val_batches=1, callbacks=[LoaderTuning(num_workers=0, pin_memory=True)])
+        t = trainer(
+            max_steps=2,
+            limit_val_batches=1,
+            callbacks=[LoaderTuning(num_workers=0, pin_memory=True)],
+        )
         t.fit(model)
     msgs = [str(w.message) for w in rec if "pin_memory=True ignored" in str(w.message)]
     assert len(msgs) == 1  # once, though both the train and the val loader asked for it
@@ -145,14 +197,23 @@ def test_pin_memory_without_gpu_is_ignored_once(two_cpus):
 
 def test_workers_above_cpus_warn(two_cpus):
     with pytest.warns(UserWarning, match="more than the 2 CPU"):
-        trainer(max_steps=1, limit_val_batches=0, callbacks=[LoaderTuning(num_workers=3, stages="train")]).fit(
-            LoaderModel(loader_kwargs=dict(num_workers=0)))
+        trainer(
+            max_steps=1,
+            limit_val_batches=0,
+            callbacks=[LoaderTuning(num_workers=3, stages="train")],
+        ).fit(LoaderModel(loader_kwargs={"num_workers": 0}))
 
 
 class NumpyCollateModel(Recorder):
     def train_dataloader(self):
-        return DataLoader(WorkerIdDataset(8), batch_size=4, collate_fn=lambda b: [np.stack([s[0].numpy() for s in b]),
-                                                                               torch.stack([s[1] for s in b])])
+        return DataLoader(
+            WorkerIdDataset(8),
+            batch_size=4,
+            collate_fn=lambda b: [
+                np.stack([s[0].numpy() for s in b]),
+                torch.stack([s[1] for s in b]),
+            ],
+        )
 
     def training_step(self, batch, batch_idx):
         x, y = torch.as_tensor(batch[0]), batch[1]
@@ -161,18 +222,27 @@ class NumpyCollateModel(Recorder):
 
 def test_collate_returning_non_tensors_is_named():
     with pytest.warns(UserWarning, match=r"batch\[0\] is numpy.ndarray"):
-        trainer(max_steps=1, callbacks=[LoaderTuning(num_workers=0)]).fit(NumpyCollateModel())
+        trainer(max_steps=1, callbacks=[LoaderTuning(num_workers=0)]).fit(
+            NumpyCollateModel()
+        )
 
 
 # --------------------------------------------------------------------------- SpeedDataModule
 def test_speed_datamodule_wraps_a_dataset_with_a_seeded_split(two_cpus):
     ds = WorkerIdDataset(40)
-    dm = SpeedDataModule.wrap(ds, val_fraction=0.25, batch_size=8, collate_fn=keep_collate, seed=1)
+    dm = SpeedDataModule.wrap(
+        ds, val_fraction=0.25, batch_size=8, collate_fn=keep_collate, seed=1
+    )
     t = trainer(max_steps=2, limit_val_batches=1)
     t.fit(Recorder(), datamodule=dm)
     assert (len(dm.train_dataset), len(dm.val_dataset)) == (30, 10)
     dl = t.train_dataloader
-    assert (dl.num_workers, dl.pin_memory, dl.persistent_workers, dl.collate_fn) == (0, False, False, keep_collate)
+    assert (dl.num_workers, dl.pin_memory, dl.persistent_workers, dl.collate_fn) == (
+        0,
+        False,
+        False,
+        keep_collate,
+    )
     assert "num_workers=0" in dm.choices["train"]
     again = SpeedDataModule.wrap(ds, val_fraction=0.25)
     again.setup("fit")
@@ -180,10 +250,15 @@ def test_speed_datamodule_wraps_a_dataset_with_a_seeded_split(two_cpus):
 
 
 def test_speed_datamodule_without_val_and_bad_args():
-    dm = SpeedDataModule(WorkerIdDataset(16), batch_size=4, num_workers=1, collate_fn=keep_collate)
+    dm = SpeedDataModule(
+        WorkerIdDataset(16), batch_size=4, num_workers=1, collate_fn=keep_collate
+    )
     t = trainer(max_steps=2)
     t.fit(Recorder(), datamodule=dm)
-    assert t.train_dataloader.num_workers == 1 and t.train_dataloader.persistent_workers is True
+    assert (
+        t.train_dataloader.num_workers == 1
+        and t.train_dataloader.persistent_workers is True
+    )
     assert dm.val_dataloader() == []
     with pytest.raises(ValueError, match="batch_size"):
         SpeedDataModule(batch_size=0)
