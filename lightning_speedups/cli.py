@@ -162,7 +162,8 @@ class SpeedupsArgumentParser(LightningArgumentParser):
         parser = getattr(ex, "subcommand_parser", None) or self
         text = explain_parse_error(message, sys.argv[1:], parser)
         sys.stderr.write(f"error: {text}\n")
-        sys.stderr.write(f"(all options: python -m lightning_speedups {sys.argv[1] if len(sys.argv) > 1 else 'fit'} --help)\n")
+        command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in TRAINER_COMMANDS else "fit"
+        sys.stderr.write(f"(all options: python -m lightning_speedups {command} --help)\n")
         self.exit(2)
 
 
@@ -210,7 +211,7 @@ class SpeedupsCLI(LightningCLI):
                 notes.append((f"{key}", False, f"kept trainer.{key}={current!r} from the config (speedups wanted {value!r})"))
                 continue
             config[key] = value
-        callbacks = list(callbacks) + speedups.callbacks(notes)
+        callbacks = list(callbacks) + speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"))
         return super()._instantiate_trainer(config, callbacks)
 
     @staticmethod

@@ -66,9 +66,12 @@ class CheckpointingSettings:
 
 @dataclass
 class CompileSettings:
-    """T22: ``torch.compile`` of the model's inner modules, falling back to eager on failure."""
+    """T22: ``torch.compile`` of the model's inner modules, falling back to eager on failure.
 
-    enabled: bool = False
+    ``enabled: auto`` compiles on CUDA only: on a 2-core CPU the compiled step of a small transformer
+    measured 1.5x slower than eager (benchmarks/model_parts.md); ``bench`` measures it on your setup."""
+
+    enabled: Union[bool, Literal["auto"]] = False
     mode: Optional[str] = None
     dynamic: Optional[bool] = None
     fullgraph: bool = False
@@ -266,10 +269,19 @@ class Speedups:
             notes.append(("ddp (T11)", True, reason))
         return kwargs, notes
 
-    def callbacks(self, notes: Optional[list[tuple[str, bool, str]]] = None) -> list[Callback]:
-        """The callbacks this section turns on, in the order they must run, the summary last."""
-        from lightning_speedups.callbacks import trainer as tcb
+    def callbacks(
+        self, notes: Optional[list[tuple[str, bool, str]]] = None, accelerator: Optional[str] = "auto"
+    ) -> list[Callback]:
+        """The callbacks this section turns on, in the order they must run, the summary last.
 
+        Args:
+            notes: decisions made before the Trainer existed, shown in the start-up summary.
+            accelerator: the Trainer's accelerator (decides ``compile.enabled: auto``).
+        """
+        from lightning_speedups.callbacks import trainer as tcb
+        from lightning_speedups.functional.precision import _accelerator_is_cuda
+
+        notes = list(notes or [])
         cbs: list[Callback] = []
         if self.debug:
             from lightning_speedups.callbacks.guards import DebugMode
@@ -316,7 +328,10 @@ class Speedups:
             from lightning_speedups.callbacks.checkpointing import ActivationCheckpointing
 
             cbs.append(ActivationCheckpointing(targets=list(self.checkpointing.targets)))
-        if self.compile.enabled:
+        if self.compile.enabled == "auto" and not _accelerator_is_cuda(accelerator):
+            notes.append(("compile (T22)", False, "skipped, `auto` compiles on CUDA only (on CPU it measured slower"
+                          " on a small transformer); set compile.enabled: true to force it, or bench it"))
+        elif self.compile.enabled:
             from lightning_speedups.callbacks.compile import CompileModules
 
             c = self.compile
@@ -370,5 +385,5 @@ class Speedups:
 
             cbs.append(SpeedAdvisor())
         if self.summary:
-            cbs.append(tcb.SpeedupsSummary(notes or []))
+            cbs.append(tcb.SpeedupsSummary(notes))
         return cbs

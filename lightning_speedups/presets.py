@@ -145,10 +145,11 @@ class Preset:
 
     def callbacks(self) -> list[Callback]:
         """Fresh callback instances for the ``speedups:`` section (call once per Trainer)."""
+        accelerator = self.trainer.get("accelerator", "auto")
         notes = getattr(self, "_notes", None)
         if notes is None:
-            _, notes = self.speedups.trainer_kwargs(accelerator=self.trainer.get("accelerator", "auto"))
-        return self.speedups.callbacks(notes)
+            _, notes = self.speedups.trainer_kwargs(accelerator=accelerator)
+        return self.speedups.callbacks(notes, accelerator=accelerator)
 
     def parts(self) -> set[str]:
         """The parts turned on (see :meth:`Speedups.active_parts`)."""

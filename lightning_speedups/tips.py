@@ -2,7 +2,7 @@
 
 It is the single source that the docs, ``doctor``, ``bench`` and the shared test suite read. A tip's
 ``parts`` are dotted names (``module:attribute``) of what implements it: callbacks, functions,
-doctor checks (``lightning_speedups.doctor.checks:check_T16``) and lint rules (``lint:LS101``).
+doctor checks (``lightning_speedups.doctor.checks:check_t16``) and lint rules (``lint:LS101``).
 ``status`` is ``"implemented"`` only where every listed part exists and is tested; else ``"planned"``.
 """
 
@@ -53,8 +53,9 @@ class Tip:
         return out
 
 
-def _t(*args: Any, **kwargs: Any) -> Tip:
-    return Tip(*args, **kwargs)
+def _t(id: str, *args: Any, parts: tuple[str, ...] = (), **kwargs: Any) -> Tip:
+    # every tip has a doctor check: lightning_speedups.doctor.checks:check_t01 .. check_t24
+    return Tip(id, *args, parts=(*parts, f"lightning_speedups.doctor.checks:check_{id.lower()}"), **kwargs)
 
 
 CB = "lightning_speedups.callbacks"
@@ -103,8 +104,8 @@ TIPS: tuple[Tip, ...] = (
        doc=".item(), .cpu(), print(tensor) in the step stall the GPU queue. The guard counts syncs on CUDA only."),
     _t("T09", "activation-checkpointing", "Activation (gradient) checkpointing of chosen blocks", ("A#8",),
        "trade compute for memory",
-       parts=(),
-       preset_keys=("speedups.checkpointing.targets",), status="planned",
+       parts=(f"{CB}.checkpointing:ActivationCheckpointing", f"{FN}.checkpointing:checkpoint_modules"),
+       preset_keys=("speedups.checkpointing.targets",), status="implemented",
        doc="Recomputes activations in backward: less memory, about 1.3x-1.5x more compute."),
     _t("T10", "grad-accumulation", "Gradient accumulation to reach an effective batch", ("A#9", "B#13"),
        "simulates a big batch",
@@ -160,16 +161,17 @@ TIPS: tuple[Tip, ...] = (
        preset_keys=("speedups.loaders.pin_memory", "speedups.monitors.non_blocking"), status="implemented",
        doc="non_blocking=True only overlaps from pinned memory."),
     _t("T22", "fusion", "Fuse element-wise ops with torch.compile", ("B#8",), "gelu 4x faster from 5 kernels in 1",
-       parts=(),
-       preset_keys=("speedups.compile.enabled",), status="planned",
+       parts=(f"{CB}.compile:CompileModules", f"{FN}.compile:compile_modules"),
+       preset_keys=("speedups.compile.enabled",), status="implemented",
        doc="Compiles inner modules; falls back to eager with the reason. Can be slower on small models: bench it."),
     _t("T23", "multiple-of-8", "Sizes that are multiples of 8 for tensor cores", ("B#9", "B#10"), "-",
        parts=(f"{FN}.alignment:find_misaligned", f"{FN}.alignment:pad_embedding", f"{FN}.alignment:pad_linear_out"),
        preset_keys=(), status="implemented",
        doc="Batch, channels, hidden and vocabulary sizes divisible by 8 use tensor cores fully."),
     _t("T24", "channels-last", "channels_last memory format for 4D/5D tensors", ("B#16",), "8% to 35% with AMP",
-       parts=(),
-       preset_keys=("speedups.channels_last",), status="planned",
+       parts=(f"{CB}.channels_last:ChannelsLast", f"{FN}.channels_last:to_channels_last",
+              f"{FN}.channels_last:batch_to_channels_last"),
+       preset_keys=("speedups.channels_last",), status="implemented",
        doc="NHWC lets conv kernels skip transposes, mainly on tensor cores."),
 )
 

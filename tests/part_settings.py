@@ -57,12 +57,35 @@ def _data_wait(trainer, model, cb):
     assert 0.0 <= cb.data_wait_fraction <= 1.0
 
 
+def _advised(trainer, model, cb):
+    assert sorted({f.tip for f in cb.findings}) == [f"T{i:02d}" for i in range(1, 25)]
+
+
+def _nhwc(trainer, model, cb):
+    conv = model.features[0]
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def _checkpointed(trainer, model, cb):
+    from lightning_speedups.functional.checkpointing import is_checkpointed
+
+    assert all(is_checkpointed(layer) for layer in model.encoder.layers)
+
+
+def _compiled(trainer, model, cb):
+    from lightning_speedups.functional.compile import compile_status
+
+    assert compile_status(model), "nothing compiled"
+
+
 def _reported(trainer, model, cb):
     assert cb.status is not None, f"{type(cb).__name__} never reported what it did"
 
 
 def _settings() -> dict[str, PartSetting]:
-    from lightning_speedups.callbacks import agc, conv_bias, data, grads, guards, largest_batch, trainer as tcb
+    from lightning_speedups.doctor.advisor import SpeedAdvisor
+    from lightning_speedups.callbacks import agc, channels_last, checkpointing, compile as compile_cb, conv_bias, data
+    from lightning_speedups.callbacks import grads, guards, largest_batch, trainer as tcb
 
     return {
         "lightning_speedups.callbacks.trainer:LRSchedule": PartSetting(lambda: tcb.LRSchedule("onecycle"), check=_lr_changes),
@@ -82,6 +105,16 @@ def _settings() -> dict[str, PartSetting]:
         "lightning_speedups.callbacks.data:DeviceNormalize": PartSetting(lambda: data.DeviceNormalize(mean=[0.5], std=[0.25]), check=_reported),
         "lightning_speedups.callbacks.data:NonBlockingCheck": PartSetting(data.NonBlockingCheck, check=_reported),
         "lightning_speedups.callbacks.data:StorageCheck": PartSetting(data.StorageCheck, check=_reported),
+        "lightning_speedups.doctor.advisor:SpeedAdvisor": PartSetting(
+            lambda: SpeedAdvisor(check_steps=2, print_report=False), check=_advised
+        ),
+        "lightning_speedups.callbacks.channels_last:ChannelsLast": PartSetting(channels_last.ChannelsLast, check=_nhwc),
+        "lightning_speedups.callbacks.checkpointing:ActivationCheckpointing": PartSetting(
+            lambda: checkpointing.ActivationCheckpointing("auto"), model="transformer", check=_checkpointed
+        ),
+        "lightning_speedups.callbacks.compile:CompileModules": PartSetting(
+            lambda: compile_cb.CompileModules(backend="aot_eager"), check=_compiled, compose=False
+        ),
         "lightning_speedups.callbacks.guards:SyncGuard": PartSetting(lambda: guards.SyncGuard("count"), check=_reported),
         "lightning_speedups.callbacks.guards:DebugMode": PartSetting(lambda: guards.DebugMode(sync_guard=None), check=_reported, compose=False),
         "lightning_speedups.callbacks.guards:DebugToolsCheck": PartSetting(guards.DebugToolsCheck, check=_reported),

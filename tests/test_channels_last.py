@@ -219,21 +219,28 @@ def test_callback_converts_model_and_batches(cls):
     assert model.formats and all(is_cl for _, is_cl, _ in model.formats)
 
 
-def test_callback_with_datamodule_hook():
-    class DM(pl.LightningDataModule):
-        calls = 0
+@pytest.mark.parametrize("dm_hook", [True, False])
+def test_callback_with_datamodule(dm_hook, recwarn):
+    calls = []
 
+    class DM(pl.LightningDataModule):
         def train_dataloader(self):
             return loader()
 
+    if dm_hook:
+
         def on_after_batch_transfer(self, batch, dataloader_idx):
-            DM.calls += 1
+            calls.append(dataloader_idx)
             return batch
+
+        DM.on_after_batch_transfer = on_after_batch_transfer
 
     model = Recorder()
     trainer(callbacks=[ChannelsLast()], limit_val_batches=0).fit(model, datamodule=DM())
-    assert DM.calls == 2  # Lightning still picked the DataModule's hook
+    assert len(calls) == (2 if dm_hook else 0)  # Lightning still picked the same hook as without the callback
     assert model.formats and all(is_cl for _, is_cl, _ in model.formats)
+    # the wrapper must not look like an override of the LightningModule's hook
+    assert not [w for w in recwarn if "on_after_batch_transfer" in str(w.message)]
 
 
 def test_callback_matches_plain_training():

@@ -49,4 +49,5 @@ class SpeedupCallback(Callback):
         self._status = ("active" if active else "skipped", reason)
         if echo and self._status not in self._printed:
             self._printed.add(self._status)
-            rank_zero_info(f"{self.part}: {self._status[0]}, {reason}")
+            word = "" if reason.startswith(("skipped", "active")) else f"{self._status[0]}, "
+            rank_zero_info(f"{self.part}: {word}{reason}")

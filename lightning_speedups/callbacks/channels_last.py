@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities.model_helpers import is_overridden
@@ -81,20 +82,20 @@ class ChannelsLast(SpeedupCallback):
         self._wrapped.append(owner)
 
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not channels_last_candidates(pl_module):
             self.report(False, "skipped, model has no 4D/5D convolutions", echo=True)
             return
         to_channels_last(pl_module, warn=False)
         self._wrap_hook(pl_module)
-        datamodule: Optional[pl.LightningDataModule] = getattr(trainer, "datamodule", None)
+        datamodule: pl.LightningDataModule | None = getattr(trainer, "datamodule", None)
         if datamodule is not None and is_overridden(_HOOK, datamodule, pl.LightningDataModule):
             self._wrap_hook(datamodule)
         n = len(channels_last_candidates(pl_module))
         self.report(True, f"model ({n} modules with 4D/5D weights) and batches in channels_last")
 
     @override
-    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for owner in self._wrapped:
             hook = owner.__dict__.get(_HOOK)
             if hook is not None and getattr(hook, _MARK, False):

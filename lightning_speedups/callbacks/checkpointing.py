@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Union
+from collections.abc import Iterable
 
 import lightning.pytorch as pl
 from typing_extensions import override
@@ -48,12 +48,12 @@ class ActivationCheckpointing(SpeedupCallback):
     tip = "T09"
     part = "activation_checkpointing"
 
-    def __init__(self, targets: Union[Target, Iterable[Target]] = "auto") -> None:
+    def __init__(self, targets: Target | Iterable[Target] = "auto") -> None:
         super().__init__()
         self.targets = normalize_targets(targets, argument="targets")
 
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.targets == ["auto"] and not auto_checkpoint_targets(pl_module):
             self.report(
                 False,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional, Union
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import lightning.pytorch as pl
 from typing_extensions import override
@@ -52,11 +53,11 @@ class CompileModules(SpeedupCallback):
 
     def __init__(
         self,
-        modules: Union[None, Target, Iterable[Target]] = None,
-        mode: Optional[str] = None,
-        dynamic: Optional[bool] = None,
+        modules: None | Target | Iterable[Target] = None,
+        mode: str | None = None,
+        dynamic: bool | None = None,
         fullgraph: bool = False,
-        backend: Union[str, Callable[..., Any]] = "inductor",
+        backend: str | Callable[..., Any] = "inductor",
         strict: bool = False,
     ) -> None:
         super().__init__()
@@ -70,7 +71,7 @@ class CompileModules(SpeedupCallback):
         self._checked = False
 
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.modules is None and not default_compile_targets(pl_module):
             self.report(False, "skipped, the model has no sub-module with parameters to compile", echo=True)
             return
@@ -90,7 +91,7 @@ class CompileModules(SpeedupCallback):
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         self.report(True, f"{len(names)} modules compiled lazily ({shown})")
 
-    def _check(self, pl_module: "pl.LightningModule") -> None:
+    def _check(self, pl_module: pl.LightningModule) -> None:
         if self._checked or not self.active:
             return
         self._checked = True
@@ -102,11 +103,11 @@ class CompileModules(SpeedupCallback):
             self.report(compiled > 0, f"{compiled} compiled, {len(failed)} fell back to eager ({first[0]}: {first[1]})")
 
     @override
-    def on_train_batch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", *args: Any, **kwargs: Any) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any, **kwargs: Any) -> None:
         self._check(pl_module)
 
     @override
     def on_validation_batch_end(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", *args: Any, **kwargs: Any
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any, **kwargs: Any
     ) -> None:
         self._check(pl_module)

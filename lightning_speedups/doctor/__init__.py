@@ -1,1 +1,40 @@
-"""doctor."""
+"""``doctor``: which of the tips T01-T24 apply to a training setup, each with evidence and the exact fix.
+
+- ``python -m lightning_speedups doctor [--config CONFIG ...] [--steps 5] [--json] [--fail-on high]``
+  builds the config's model, data and Trainer as ``fit`` would, runs a few training steps with the
+  pack's monitors attached, and reports one result per tip (:mod:`lightning_speedups.doctor.runner`).
+- :class:`SpeedAdvisor` runs the same checks inside a user's own ``fit`` and prints the report at the
+  end (``speedups.monitors.advisor: true`` in a preset).
+- :func:`run_checks` turns collected :class:`~lightning_speedups.doctor.facts.Facts` into one
+  :class:`Finding` per tip; :mod:`lightning_speedups.doctor.checks` holds one check per tip.
+
+Example::
+
+    from lightning_speedups.doctor import diagnose
+    result = diagnose(["--config", "fast.yaml"], steps=5)
+    for f in result.findings:
+        if f.status == "finding":
+            print(f.tip, f.severity, f.evidence, "->", f.fix)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Finding", "Item", "SpeedAdvisor", "diagnose", "main", "run_checks"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: `import lightning_speedups.doctor` stays cheap
+    if name in ("Finding", "Item"):
+        from lightning_speedups.doctor import findings
+
+        return getattr(findings, name)
+    if name == "SpeedAdvisor":
+        from lightning_speedups.doctor.advisor import SpeedAdvisor
+
+        return SpeedAdvisor
+    if name in ("diagnose", "main", "run_checks"):
+        from lightning_speedups.doctor import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'lightning_speedups.doctor' has no attribute {name!r}")

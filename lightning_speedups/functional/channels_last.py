@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping
-from typing import Any, Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["channels_last_candidates", "to_channels_last", "batch_to_channels_last", "DEFAULT_EXCLUDE_KEYS"]
+__all__ = ["DEFAULT_EXCLUDE_KEYS", "batch_to_channels_last", "channels_last_candidates", "to_channels_last"]
 
 #: Batch entries whose key (dict key, dataclass field or namedtuple field) contains one of these
 #: words (case-insensitive) are never converted: labels, targets and masks keep their layout.

@@ -34,13 +34,14 @@ import contextlib
 import fnmatch
 import re
 from collections import Counter
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Union
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["checkpoint_modules", "auto_checkpoint_targets", "is_checkpointed", "match_modules", "Target"]
+__all__ = ["Target", "auto_checkpoint_targets", "checkpoint_modules", "is_checkpointed", "match_modules"]
 
 Target = Union[str, type]
 _MARK = "_lightning_speedups_checkpointed"
@@ -248,7 +249,7 @@ class _CheckpointedForward:
     A small picklable object (not a closure), so a wrapped model still deep-copies and pickles.
     """
 
-    def __init__(self, module: nn.Module, inner: Optional[Callable[..., Any]]) -> None:
+    def __init__(self, module: nn.Module, inner: Callable[..., Any] | None) -> None:
         self.module = module
         self.inner = inner  # an instance-level forward that was there before (else the class's)
         self.batchnorm = _has_batchnorm(module)
@@ -276,7 +277,7 @@ def is_checkpointed(module: nn.Module) -> bool:
     return getattr(module.__dict__.get("forward"), _MARK, False)
 
 
-def checkpoint_modules(model: nn.Module, targets: Union[Target, Iterable[Target]] = "auto") -> list[str]:
+def checkpoint_modules(model: nn.Module, targets: Target | Iterable[Target] = "auto") -> list[str]:
     """Run the chosen sub-modules of ``model`` under non-reentrant activation checkpointing.
 
     In place and idempotent: a module already wrapped is not wrapped again (a second call returns
@@ -351,4 +352,4 @@ def uncheckpoint_modules(model: nn.Module) -> list[str]:
     return names
 
 
-__all__ += ["uncheckpoint_modules", "normalize_targets", "module_class_names", "describe_unmatched"]
+__all__ += ["describe_unmatched", "module_class_names", "normalize_targets", "uncheckpoint_modules"]

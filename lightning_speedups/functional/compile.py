@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import types
 import warnings
-from typing import Any, Callable, Iterable, Optional, Union
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,8 +49,8 @@ from lightning_speedups.functional.checkpointing import (
 )
 
 __all__ = [
-    "CompileFallbackWarning",
     "COMPILE_MODES",
+    "CompileFallbackWarning",
     "compile_modules",
     "compile_status",
     "default_compile_targets",
@@ -72,10 +73,10 @@ def _list_backends() -> list[str]:
 
 
 def validate_compile_options(
-    mode: Optional[str] = None,
-    dynamic: Optional[bool] = None,
+    mode: str | None = None,
+    dynamic: bool | None = None,
     fullgraph: bool = False,
-    backend: Union[str, Callable[..., Any]] = "inductor",
+    backend: str | Callable[..., Any] = "inductor",
     strict: bool = False,
 ) -> None:
     """Raise ``ValueError`` / ``TypeError`` naming the bad argument."""
@@ -99,7 +100,7 @@ def compiler_reason(err: BaseException) -> str:
     """``"<ExceptionType>: <first line>"`` of the innermost compiler error behind ``err``."""
     seen: set[int] = set()
     chain = [err]
-    cur: Optional[BaseException] = err
+    cur: BaseException | None = err
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         nxt = getattr(cur, "inner_exception", None) or cur.__cause__
@@ -122,7 +123,7 @@ class _GuardedCompiled:
         self.name = name
         self.compiled = compiled
         self.strict = strict
-        self.fallback_reason: Optional[str] = None
+        self.fallback_reason: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -175,12 +176,12 @@ def default_compile_targets(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def compile_modules(
     model: nn.Module,
-    modules: Union[None, Target, Iterable[Target]] = None,
+    modules: None | Target | Iterable[Target] = None,
     *,
-    mode: Optional[str] = None,
-    dynamic: Optional[bool] = None,
+    mode: str | None = None,
+    dynamic: bool | None = None,
     fullgraph: bool = False,
-    backend: Union[str, Callable[..., Any]] = "inductor",
+    backend: str | Callable[..., Any] = "inductor",
     strict: bool = False,
 ) -> list[str]:
     """Compile sub-modules of ``model`` in place with ``torch.compile``, guarded by an eager fallback.

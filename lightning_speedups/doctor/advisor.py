@@ -1,0 +1,435 @@
+"""``SpeedAdvisor``: the doctor's checks inside a user's own ``fit``, with a report at the end.
+
+Card:
+    What it does: at the first training batch (once every callback's ``setup`` and
+    ``on_train_start`` ran, so model surgery, loader tuning and optimizer switches are visible) it
+    reads the model, optimizers, loaders, precision and debugging switches; during the first
+    ``check_steps`` steps it runs the pack's monitors (data wait, input statistics, input shapes,
+    zeroed gradients, autograd in validation, and on CUDA device synchronisations, unpinned batches
+    and peak memory) and records the gradient norms; at the end of ``fit`` it runs one check per tip
+    T01-T24 (:mod:`lightning_speedups.doctor.checks`), lints the source files of the model and data
+    classes, and prints the report on global rank zero. ``python -m lightning_speedups doctor``
+    uses the same callback on a few steps of the config's own fit.
+    Seed: both documents, all tips; the report speaks in the second document's three principles
+    (time on I/O, overlap, memory).
+    Expected gain: none by itself: it says which tips apply, with the evidence and the exact fix.
+    When it hurts: only during the first ``check_steps`` steps (forward hooks, clock reads, one
+    gradient-norm kernel per step, on CUDA a Python warning per device synchronisation); after
+    them it does nothing until the report.
+
+Example:
+    >>> from lightning.pytorch import Trainer
+    >>> from lightning_speedups.doctor import SpeedAdvisor
+    >>> advisor = SpeedAdvisor(check_steps=5)
+    >>> # trainer = Trainer(callbacks=[advisor]); trainer.fit(model)  -> report printed at the end
+    >>> # advisor.findings: one Finding per tip T01..T24
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from typing_extensions import override
+
+from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.doctor.facts import (
+    Facts,
+    collect_static,
+    part_unavailable,
+    user_source_files,
+)
+from lightning_speedups.doctor.findings import SEVERITIES, Finding
+
+__all__ = ["SpeedAdvisor"]
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The monitors' own warnings are evidence for the report, not messages for the console."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _total_norm(parameters: Any) -> torch.Tensor | None:
+    grads = [p.grad.detach() for p in parameters if p.grad is not None]
+    if not grads:
+        return None
+    norms = [torch.linalg.vector_norm(g.float() if not g.is_sparse else g.coalesce()._values().float()) for g in grads]
+    device = norms[0].device
+    return torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]))
+
+
+class SpeedAdvisor(SpeedupCallback):
+    """Run the doctor's checks (one per tip T01-T24) inside ``fit`` and print the report at the end.
+
+    Args:
+        check_steps: training steps watched by the runtime monitors (>= 1).
+        print_report: print the report at the end of ``fit`` (global rank zero only).
+        lint: lint the source files of the model, DataModule and dataset classes (T08, T11-T14, T20, ...).
+        show_ok: also list the tips that were checked and found fine, one line each.
+
+    After ``fit``: :attr:`findings` holds one :class:`~lightning_speedups.doctor.findings.Finding` per
+    tip, and :attr:`facts` the evidence they were made from.
+
+    Example:
+        >>> advisor = SpeedAdvisor(check_steps=3, print_report=False)
+        >>> advisor.findings
+        []
+    """
+
+    tip = ""
+    part = "advisor"
+
+    def __init__(self, check_steps: int = 5, print_report: bool = True, lint: bool = True, show_ok: bool = True) -> None:
+        super().__init__()
+        if isinstance(check_steps, bool) or not isinstance(check_steps, int) or check_steps < 1:
+            raise ValueError(f"`SpeedAdvisor(check_steps=...)` must be an int >= 1 (e.g. 5), got {check_steps!r}.")
+        for name, value in (("print_report", print_report), ("lint", lint), ("show_ok", show_ok)):
+            if not isinstance(value, bool):
+                raise TypeError(f"`SpeedAdvisor({name}=...)` must be True or False, got {value!r}.")
+        self.check_steps = check_steps
+        self.print_report = print_report
+        self.lint = lint
+        self.show_ok = show_ok
+        #: the config's ``speedups:`` section, when the doctor knows it
+        self.speedups: Any = None
+        self.facts = Facts()
+        self.findings: list[Finding] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._children: dict[str, Any] = {}  # key -> monitor whose hooks this callback forwards
+        self._sources: dict[str, Any] = {}  # key -> monitor whose results are read (owned or the user's)
+        self._watcher: Any = None
+        self._tracker: Any = None
+        self._batches = 0
+        self._in_window = False
+        self._norms: list[torch.Tensor] = []
+        self._eval_done = False
+        self._eval_run_batches = 0
+        self._finalized = False
+        self._reported = False
+        self._fit = False
+        self._t0: float | None = None
+
+    # ------------------------------------------------------------------------------------ plumbing
+    def _add(self, trainer: Trainer, key: str, module: str, cls_name: str, **kwargs: Any) -> None:
+        try:
+            cls = getattr(__import__(module, fromlist=[cls_name]), cls_name)
+        except (ImportError, AttributeError) as err:
+            self.facts.unavailable[key] = part_unavailable(module, err)
+            return
+        existing = next((cb for cb in trainer.callbacks if isinstance(cb, cls)), None)
+        if existing is not None:
+            self._sources[key] = existing  # the user's own monitor runs anyway: read its results
+            return
+        try:
+            child = cls(**kwargs)
+        except Exception as err:  # noqa: BLE001
+            self.facts.unavailable[key] = f"could not start {cls_name}: {err}"
+            return
+        self._children[key] = child
+        self._sources[key] = child
+
+    def _forward(self, hook: str, *args: Any, keys: tuple[str, ...] | None = None) -> None:
+        for key, child in list(self._children.items()):
+            if keys is not None and key not in keys:
+                continue
+            try:
+                with _quiet():
+                    getattr(child, hook)(*args)
+            except Exception as err:  # noqa: BLE001 - a monitor must never stop the user's training
+                self.facts.unavailable[key] = f"monitor {type(child).__name__} failed in {hook}: {type(err).__name__}: {err}"
+                self._children.pop(key, None)
+                self._sources.pop(key, None)
+
+    @property
+    def _window_open(self) -> bool:
+        return self._fit and self._batches < self.check_steps
+
+    # --------------------------------------------------------------------------------------- hooks
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        self._reset()
+        self._fit = True
+        self._t0 = time.perf_counter()
+        self.findings = []
+        self.facts = Facts(speedups=self.speedups)
+        device = getattr(getattr(trainer, "strategy", None), "root_device", torch.device("cpu"))
+        cuda = device.type == "cuda" and torch.cuda.is_available()
+        self._add(trainer, "data_wait", "lightning_speedups.callbacks.data", "DataWaitMonitor", log=False, warmup_steps=1)
+        self._add(trainer, "input_stats", "lightning_speedups.callbacks.data", "InputStatsCheck", batches=min(3, self.check_steps))
+        self._add(trainer, "grads", "lightning_speedups.callbacks.grads", "GradsToNoneCheck", check_steps=min(3, self.check_steps))
+        self._add(trainer, "eval", "lightning_speedups.callbacks.guards", "NoGradEvalCheck", check_batches=2)
+        if cuda:
+            self._add(trainer, "non_blocking", "lightning_speedups.callbacks.data", "NonBlockingCheck")
+            try:
+                from lightning_speedups.functional.debug import SyncWatcher
+
+                self._watcher = SyncWatcher("count")
+                self._watcher.install()
+            except Exception as err:  # noqa: BLE001
+                self.facts.unavailable["syncs"] = part_unavailable("lightning_speedups.functional.debug", err)
+                self._watcher = None
+        try:
+            from lightning_speedups.functional.debug import ShapeTracker
+
+            self._tracker = ShapeTracker()
+        except ImportError as err:
+            self.facts.unavailable["shapes"] = part_unavailable("lightning_speedups.functional.debug", err)
+        self._forward("setup", trainer, pl_module, stage)
+        self.report(True, f"collecting evidence over the first {self.check_steps} steps; report at the end of fit")
+
+    @override
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._fit:
+            self._forward("on_fit_start", trainer, pl_module)
+
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._fit:
+            self._forward("on_train_start", trainer, pl_module)
+
+    @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._window_open:
+            self._forward("on_train_epoch_start", trainer, pl_module)
+
+    @override
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if not self._fit:
+            return
+        if not self.facts.collected:
+            with _quiet():
+                collect_static(self.facts, trainer, pl_module, batch)
+        if not self._window_open:
+            return
+        self._in_window = True
+        if self._tracker is not None:
+            self._tracker.update(batch)
+        self._forward("on_train_batch_start", trainer, pl_module, batch, batch_idx)
+        if self._watcher is not None:
+            self._watcher.start()
+
+    @override
+    def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
+        if self._in_window:
+            self._forward("on_before_zero_grad", trainer, pl_module, optimizer)
+
+    @override
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
+        if self._in_window:
+            self._forward("on_before_backward", trainer, pl_module, loss)
+
+    @override
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
+        if not self._in_window:
+            return
+        try:
+            with torch.no_grad():
+                norm = _total_norm(p for g in optimizer.param_groups for p in g["params"])
+            if norm is not None:
+                self._norms.append(norm)  # kept on the device: read once at the end, no sync per step
+        except Exception as err:  # noqa: BLE001
+            self.facts.unavailable["grad_norms"] = f"could not read gradient norms: {err}"
+
+    @override
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not self._in_window:
+            return
+        if self._watcher is not None:
+            self._watcher.stop()
+        self._forward("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
+        self._in_window = False
+        self._batches += 1
+        self.facts.steps_run = self._batches
+        if self._batches >= self.check_steps:
+            self._harvest(trainer)
+
+    # -- evaluation: watched until one validation run with batches has ended -----------------------
+    def _eval_open(self) -> bool:
+        return self._fit and (not self._eval_done or self._window_open)
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._eval_open():
+            self._eval_run_batches = 0
+            self._forward("on_validation_start", trainer, pl_module)
+
+    @override
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self._eval_open():
+            self._forward("on_validation_batch_start", trainer, pl_module, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_validation_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self._eval_open():
+            if not self._eval_done:
+                self._eval_run_batches += 1
+            self._forward("on_validation_batch_end", trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+
+    @override
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._eval_open():
+            return
+        self._forward("on_validation_end", trainer, pl_module)
+        if not self._eval_done and self._eval_run_batches:
+            self._eval_done = True
+            checker = self._children.get("eval")
+            limit = getattr(checker, "check_batches", 2) if checker is not None else 2
+            self.facts.eval_batches_checked = min(self._eval_run_batches, limit)
+
+    # -- the end ---------------------------------------------------------------------------------
+    @override
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._fit:
+            self._forward("on_train_end", trainer, pl_module)
+            self._harvest(trainer)
+
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._fit:
+            return
+        self.finish(trainer, pl_module)
+
+    @override
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._release(trainer, pl_module, stage)
+
+    @override
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        if not self._fit:
+            return
+        first = str(exception).strip().splitlines()[0] if str(exception).strip() else ""
+        self.facts.run_error = f"{type(exception).__name__}: {first}"[:300]
+        self._forward("on_exception", trainer, pl_module, exception)
+        self._release(trainer, pl_module, "fit")
+
+    def _release(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher.uninstall()
+        self._forward("teardown", trainer, pl_module, stage)
+        self._in_window = False
+
+    # ---------------------------------------------------------------------------------- evidence
+    def _harvest(self, trainer: Trainer) -> None:
+        """Read the monitors' results into :attr:`facts` (idempotent; the last call wins)."""
+        f = self.facts
+        f.steps_run = self._batches
+        if self._t0 is not None:
+            f.seconds = time.perf_counter() - self._t0
+        dw = self._sources.get("data_wait")
+        if dw is not None:
+            f.data_wait_fraction = dw.data_wait_fraction
+            f.data_wait_steps = int(getattr(dw, "steps", 0) or 0)
+        stats = self._sources.get("input_stats")
+        if stats is not None:
+            with _quiet():
+                if self._batches and "input_stats" in self._children and hasattr(stats, "_judge"):
+                    stats._judge()
+            f.input_stats = dict(getattr(stats, "stats", {}) or {})
+            f.input_problems = dict(getattr(stats, "problems", {}) or {})
+            f.input_batches = min(self._batches, int(getattr(stats, "batches", self._batches)))
+        grads = self._sources.get("grads")
+        if grads is not None:
+            f.zeroed_grads = getattr(grads, "finding", None)
+            f.zeroed_culprit = getattr(grads, "culprit", None)
+            f.grads_checked = int(getattr(grads, "_checked", 0) or 0)
+        ev = self._sources.get("eval")
+        if ev is not None:
+            f.eval_findings = list(getattr(ev, "findings", []) or [])
+        nb = self._sources.get("non_blocking")
+        if nb is not None:
+            f.unpinned = dict(getattr(nb, "unpinned", {}) or {})
+            f.pinned_checked = self._batches > 0
+        f.shape_tracker = self._tracker
+        if self._watcher is not None:
+            f.sync_watcher = self._watcher
+        if self._norms:
+            try:
+                f.grad_norms = [float(x) for x in torch.stack([n.to(self._norms[0].device) for n in self._norms]).cpu()]
+            except Exception as err:  # noqa: BLE001
+                f.unavailable["grad_norms"] = f"could not read gradient norms: {err}"
+        device = getattr(getattr(trainer, "strategy", None), "root_device", None)
+        if device is not None and device.type == "cuda" and torch.cuda.is_available():
+            try:
+                f.peak_memory = int(torch.cuda.max_memory_allocated(device))
+                f.total_memory = int(torch.cuda.get_device_properties(device).total_memory)
+            except Exception as err:  # noqa: BLE001
+                f.unavailable["memory"] = f"could not read CUDA memory: {err}"
+
+    def _lint(self) -> None:
+        f = self.facts
+        if not self.lint:
+            return
+        try:
+            from lightning_speedups.lint import lint_paths
+        except ImportError as err:
+            f.lint_error = part_unavailable("lightning_speedups.lint", err)
+            return
+        objects: list[Any] = [f.model, f.datamodule]
+        for loader in f.train_loaders:
+            dataset = getattr(loader, "dataset", None)
+            while dataset is not None and hasattr(dataset, "dataset") and type(dataset).__name__ == "Subset":
+                dataset = dataset.dataset
+            objects.append(dataset)
+        try:
+            files = user_source_files(objects)
+            result = lint_paths(files) if files else None
+        except Exception as err:  # noqa: BLE001
+            f.lint_error = f"{type(err).__name__}: {err}"
+            return
+        f.lint_ran = True
+        f.lint_files = files
+        f.lint_findings = list(result.findings) if result is not None else []
+
+    def finish(self, trainer: Trainer | None = None, pl_module: LightningModule | None = None) -> list[Finding]:
+        """Run the checks on what was collected (collecting the static facts now if no batch ran).
+
+        Called at the end of ``fit``; the doctor calls it itself when ``fit`` failed. Prints the
+        report once when ``print_report`` is set (global rank zero only).
+        """
+        from lightning_speedups.doctor.runner import run_checks
+
+        if trainer is not None:
+            if not self.facts.collected:
+                with _quiet():
+                    try:
+                        collect_static(self.facts, trainer, pl_module, None)
+                    except Exception as err:  # noqa: BLE001
+                        self.facts.unavailable["static"] = f"could not inspect the trainer: {err}"
+            self._harvest(trainer)
+        if not self._finalized:
+            self._lint()
+            self._finalized = True
+        self.findings = run_checks(self.facts)
+        n = sum(1 for x in self.findings if x.status == "finding")
+        self.report(True, f"{n} tip(s) apply, report printed at the end of fit" if self.print_report else f"{n} tip(s) apply")
+        if self.print_report and not self._reported and (trainer is None or trainer.is_global_zero):
+            self._reported = True
+            from lightning_speedups.doctor.report import print_report
+
+            print_report(self.findings, self.facts, show_ok=self.show_ok, title="lightning_speedups SpeedAdvisor")
+        return self.findings
+
+    def worst(self) -> str | None:
+        """The highest severity among the findings (``None`` when nothing applies)."""
+        for sev in SEVERITIES:
+            if any(x.status == "finding" and x.severity == sev for x in self.findings):
+                return sev
+        return None

@@ -1,0 +1,476 @@
+"""What the doctor knows about a run: the facts every check reads.
+
+:class:`Facts` holds plain values (numbers, names, small summaries) and a few references (the model,
+the optimizers, the train loaders) gathered by :func:`collect_static` once everything is set up (at
+the first training batch, after every callback's ``setup`` and ``on_train_start``), plus the
+runtime evidence the :class:`~lightning_speedups.doctor.advisor.SpeedAdvisor` monitors record
+during the first steps. Each fact that cannot be read is left at its default and the reason is kept
+in :attr:`Facts.unavailable`, so a check can say "not checked here" with that reason instead of
+failing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["Facts", "TensorInfo", "collect_static", "part_unavailable", "user_source_files"]
+
+#: Packages whose source files are never linted as "the user's code".
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY_ROOTS = ("torch", "lightning", "pytorch_lightning", "torchmetrics", "lightning_utilities", "numpy")
+
+
+def part_unavailable(module: str, err: BaseException) -> str:
+    """The reason a check cannot run because a part of the pack could not be imported."""
+    return f"part not available: {module} ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of the first training batch (as the model receives it)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    floating: bool
+    channels_last: bool  # 4D/5D tensor in channels-last layout (and not also plain contiguous)
+    nchw: bool  # 4D/5D floating tensor in plain contiguous layout with channels > 1
+    nbytes: int
+
+
+@dataclass
+class Facts:
+    """Everything the checks read. Defaults mean "unknown"."""
+
+    # -- the run ------------------------------------------------------------------------------------
+    device_type: str = "cpu"
+    device_name: str = "cpu"
+    num_devices: int = 1
+    num_nodes: int = 1
+    world_size: int = 1
+    configured_devices: str | None = None  # what the config asked when the doctor ran fewer
+    strategy: str = ""
+    strategy_obj: Any = None
+    cuda_count: int = 0
+    precision: str = "32-true"
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str | None = None
+    callbacks: list[Any] = field(default_factory=list)
+    speedups: Any = None  # the config's Speedups section (doctor only)
+    cudnn_benchmark: bool | None = None
+    matmul_precision: str = "highest"
+    cpus: int | None = None
+    cpus_reason: str = ""
+
+    # -- model, optimizers, data --------------------------------------------------------------------
+    model: nn.Module | None = None
+    model_name: str = ""
+    datamodule: Any = None
+    datamodule_name: str = ""
+    optimizers: list[Any] = field(default_factory=list)
+    schedulers: list[tuple[str, str, bool]] = field(default_factory=list)  # (class, interval, cyclic)
+    train_loaders: list[Any] = field(default_factory=list)
+    batch: list[TensorInfo] = field(default_factory=list)
+    batch_size: int | None = None
+    input_shape: tuple[int, ...] | None = None
+    has_eval_loop: bool | None = None
+    automatic_optimization: bool = True
+
+    # -- static analysis of the model (filled at collection, before anything can change it) -------
+    conv_bias_plan: Any = None
+    channels_last_modules: list[tuple[str, str, str]] = field(default_factory=list)  # (name, class, layout)
+    misaligned: list[Any] = field(default_factory=list)
+    compile_status: dict[str, str] = field(default_factory=dict)
+    checkpointed: list[str] = field(default_factory=list)
+    checkpoint_candidates: list[str] = field(default_factory=list)
+    module_counts: dict[str, int] = field(default_factory=dict)
+    data_parallel_modules: list[str] = field(default_factory=list)
+    n_params: int = 0
+
+    # -- debugging tools ----------------------------------------------------------------------------
+    debug_tools: list[Any] = field(default_factory=list)
+    deliberate_tools: list[Any] = field(default_factory=list)
+
+    # -- runtime evidence ---------------------------------------------------------------------------
+    steps_run: int = 0
+    seconds: float | None = None
+    data_wait_fraction: float | None = None
+    data_wait_steps: int = 0
+    input_stats: dict[str, Any] = field(default_factory=dict)
+    input_problems: dict[str, list[str]] = field(default_factory=dict)
+    input_batches: int = 0
+    shape_tracker: Any = None
+    sync_watcher: Any = None
+    zeroed_grads: Any = None
+    zeroed_culprit: str | None = None
+    grads_checked: int = 0
+    eval_findings: list[dict[str, Any]] = field(default_factory=list)
+    eval_batches_checked: int = 0
+    grad_norms: list[float] = field(default_factory=list)
+    peak_memory: int | None = None
+    total_memory: int | None = None
+    unpinned: dict[str, list[str]] = field(default_factory=dict)
+    pinned_checked: bool = False
+    storage: Any = None
+    storage_root: str | None = None
+    storage_error: str | None = None
+    data_in_memory: bool | None = None
+
+    # -- lint of the user's source files ------------------------------------------------------------
+    lint_ran: bool = False
+    lint_files: list[str] = field(default_factory=list)
+    lint_findings: list[Any] = field(default_factory=list)
+    lint_error: str | None = None
+
+    # -- what went wrong ----------------------------------------------------------------------------
+    run_error: str | None = None
+    collected: bool = False
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    # -- helpers ------------------------------------------------------------------------------------
+    @property
+    def on_cuda(self) -> bool:
+        return self.device_type == "cuda"
+
+    @property
+    def half_precision(self) -> bool:
+        return any(k in str(self.precision) for k in ("16", "bf16"))
+
+    def callback_of(self, class_name: str) -> Any:
+        """The first trainer callback whose class is called ``class_name`` (``None`` when absent)."""
+        for cb in self.callbacks:
+            if type(cb).__name__ == class_name:
+                return cb
+        return None
+
+    def run_note(self) -> str:
+        """Why runtime evidence is missing, in words."""
+        if self.run_error:
+            return f"the training steps failed ({self.run_error})"
+        if self.steps_run == 0:
+            return "no training step ran"
+        return ""
+
+
+# ------------------------------------------------------------------------------------------ collect
+
+
+def _safe(facts: Facts, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except ImportError as err:
+        facts.unavailable[key] = part_unavailable(getattr(err, "name", None) or key, err)
+    except Exception as err:  # noqa: BLE001 - a fact that cannot be read must not stop the doctor
+        first = str(err).splitlines()[0] if str(err) else ""
+        facts.unavailable[key] = f"could not inspect: {type(err).__name__}: {first}"[:300]
+    return None
+
+
+def _tensor_infos(batch: Any) -> list[TensorInfo]:
+    from lightning_speedups.functional.loaders import named_tensors
+
+    out = []
+    for name, t in named_tensors(batch):
+        fmt = None
+        if t.dim() == 4:
+            fmt = torch.channels_last
+        elif t.dim() == 5:
+            fmt = torch.channels_last_3d
+        cl = bool(fmt is not None and t.is_contiguous(memory_format=fmt) and not t.is_contiguous())
+        nchw = bool(fmt is not None and t.is_floating_point() and t.is_contiguous() and t.shape[1] > 1
+                    and not t.is_contiguous(memory_format=fmt))
+        out.append(
+            TensorInfo(
+                name=name,
+                shape=tuple(t.shape),
+                dtype=str(t.dtype).replace("torch.", ""),
+                floating=t.is_floating_point(),
+                channels_last=cl,
+                nchw=nchw,
+                nbytes=t.numel() * t.element_size(),
+            )
+        )
+    return out
+
+
+def _flat_loaders(loaders: Any) -> list[Any]:
+    if loaders is None:
+        return []
+    flat = getattr(loaders, "flattened", None)
+    if flat is not None:
+        return list(flat)
+    if isinstance(loaders, dict):
+        return list(loaders.values())
+    if isinstance(loaders, (list, tuple)):
+        return list(loaders)
+    return [loaders]
+
+
+def _loader_batch_size(loader: Any) -> int | None:
+    size = getattr(loader, "batch_size", None)
+    if size is None:
+        size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    return int(size) if isinstance(size, int) else None
+
+
+def _has_eval_loop(trainer: Any, model: Any) -> bool | None:
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    if model is None:
+        return None
+    if not is_overridden("validation_step", model):
+        return False
+    dm = getattr(trainer, "datamodule", None)
+    if dm is not None and is_overridden("val_dataloader", dm):
+        return True
+    if is_overridden("val_dataloader", model):
+        return True
+    source = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    val_loop = getattr(source, "val_loop", None)
+    data_source = getattr(val_loop, "_data_source", None)
+    return bool(getattr(data_source, "instance", None) is not None)
+
+
+def _module_counts(model: nn.Module) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for m in model.modules():
+        counts[type(m).__name__] = counts.get(type(m).__name__, 0) + 1
+    return counts
+
+
+def _channels_last_modules(model: nn.Module) -> list[tuple[str, str, str]]:
+    """``(name, class, layout)`` of each module with 4D/5D weights; layout is ``"channels_last"``,
+    ``"nchw"``, or ``"neutral"`` (weights whose memory is the same in both layouts, e.g. one input channel)."""
+    from lightning_speedups.functional.channels_last import channels_last_candidates
+
+    out = []
+    for name in channels_last_candidates(model):
+        module = model.get_submodule(name)
+        params = [p for p in module.parameters(recurse=False) if p.is_floating_point() and p.dim() in (4, 5)]
+        layouts = set()
+        for p in params:
+            fmt = torch.channels_last if p.dim() == 4 else torch.channels_last_3d
+            cl, plain = p.is_contiguous(memory_format=fmt), p.is_contiguous()
+            layouts.add("neutral" if cl and plain else "channels_last" if cl else "nchw")
+        if "nchw" in layouts:
+            layout = "nchw"
+        elif "channels_last" in layouts:
+            layout = "channels_last"
+        else:
+            layout = "neutral"
+        out.append((name, type(module).__name__, layout))
+    return out
+
+
+def _checkpointing(model: nn.Module) -> tuple[list[str], list[str]]:
+    from lightning_speedups.functional.checkpointing import (
+        auto_checkpoint_targets,
+        is_checkpointed,
+    )
+
+    done = [n for n, m in model.named_modules() if is_checkpointed(m)]
+    candidates = [n for n, _ in auto_checkpoint_targets(model)]
+    return done, candidates
+
+
+def _cuda_name(device: torch.device) -> str:
+    try:
+        return torch.cuda.get_device_name(device)
+    except Exception:  # noqa: BLE001
+        return "CUDA device"
+
+
+def _storage(facts: Facts, trainer: Any) -> None:
+    from lightning_speedups.functional.storage import find_data_root, storage_report
+
+    root = find_data_root(getattr(trainer, "datamodule", None))
+    if root is None:
+        for loader in facts.train_loaders:
+            root = find_data_root(getattr(loader, "dataset", None))
+            if root is not None:
+                break
+    if root is None:
+        facts.data_in_memory = all(_in_memory(getattr(dl, "dataset", None)) for dl in facts.train_loaders) if facts.train_loaders else None
+        return
+    facts.storage_root = str(root)
+    try:
+        facts.storage = storage_report(root, sample_files=8, max_bytes=16 * 2**20)
+    except (OSError, ValueError) as err:
+        facts.storage_error = str(err)
+
+
+def _in_memory(dataset: Any) -> bool:
+    from torch.utils.data import Subset, TensorDataset
+
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return isinstance(dataset, TensorDataset)
+
+
+_STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins", "typing", "abc"}
+
+
+def _stdlib_dirs() -> list[str]:
+    import sysconfig
+
+    dirs = []
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.append(os.path.abspath(path) + os.sep)
+    return dirs
+
+
+def user_source_files(objects: list[Any]) -> list[str]:
+    """Source files of the classes of ``objects`` and their base classes, outside torch / Lightning."""
+    files: list[str] = []
+    prefixes = []
+    for name in _LIBRARY_ROOTS:
+        mod = sys.modules.get(name)
+        path = getattr(mod, "__file__", None)
+        if path:
+            prefixes.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    for obj in objects:
+        if obj is None:
+            continue
+        for cls in type(obj).__mro__:
+            if cls.__module__.split(".")[0] in _LIBRARY_ROOTS or cls.__module__.split(".")[0] in _STDLIB_NAMES:
+                continue
+            try:
+                path = inspect.getsourcefile(cls)
+            except (TypeError, OSError):
+                continue
+            if not path or not os.path.isfile(path):
+                continue
+            path = os.path.abspath(path)
+            if path.startswith(_PACKAGE_DIR):
+                if not path.startswith(os.path.join(_PACKAGE_DIR, "demo") + os.sep):
+                    continue  # the pack's own parts are not the user's code; its demo model is
+            elif "site-packages" in Path(path).parts or "dist-packages" in Path(path).parts:
+                continue
+            if any(path.startswith(p) for p in prefixes) or any(path.startswith(p) for p in _stdlib_dirs()):
+                continue
+            if path not in files:
+                files.append(path)
+    return files
+
+
+def collect_static(facts: Facts, trainer: Any, pl_module: Any, batch: Any = None) -> Facts:
+    """Fill the static facts from a set-up Trainer and model (and, when given, the first batch).
+
+    Reading never changes anything. Every part that fails is recorded in ``facts.unavailable``.
+    """
+    facts.collected = True
+    facts.model = pl_module
+    facts.model_name = type(pl_module).__name__ if pl_module is not None else ""
+    dm = getattr(trainer, "datamodule", None)
+    facts.datamodule = dm
+    facts.datamodule_name = type(dm).__name__ if dm is not None else ""
+    facts.callbacks = list(getattr(trainer, "callbacks", []) or [])
+
+    device = _safe(facts, "device", lambda: trainer.strategy.root_device)
+    if device is not None:
+        facts.device_type = device.type
+        facts.device_name = _cuda_name(device) if device.type == "cuda" else str(device)
+    facts.num_devices = int(getattr(trainer, "num_devices", 1) or 1)
+    facts.num_nodes = int(getattr(trainer, "num_nodes", 1) or 1)
+    facts.world_size = int(getattr(trainer, "world_size", 1) or 1)
+    facts.strategy_obj = getattr(trainer, "strategy", None)
+    facts.strategy = type(facts.strategy_obj).__name__ if facts.strategy_obj is not None else ""
+    facts.cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    facts.precision = str(_safe(facts, "precision", lambda: trainer.precision) or "32-true")
+    facts.accumulate_grad_batches = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+    facts.gradient_clip_val = getattr(trainer, "gradient_clip_val", None)
+    facts.gradient_clip_algorithm = getattr(trainer, "gradient_clip_algorithm", None)
+    facts.cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
+    facts.matmul_precision = torch.get_float32_matmul_precision()
+    cpu = _safe(facts, "cpus", _available_cpus)
+    if cpu is not None:
+        facts.cpus, facts.cpus_reason = cpu.count, cpu.reason
+
+    facts.optimizers = list(getattr(trainer, "optimizers", []) or [])
+    scheds = []
+    for config in getattr(trainer, "lr_scheduler_configs", []) or []:
+        sched = config.scheduler
+        cyclic = isinstance(sched, (torch.optim.lr_scheduler.OneCycleLR, torch.optim.lr_scheduler.CyclicLR))
+        scheds.append((type(sched).__name__, str(config.interval), cyclic))
+    facts.schedulers = scheds
+
+    facts.train_loaders = _safe(facts, "loaders", lambda: _flat_loaders(trainer.train_dataloader)) or []
+    sizes = [s for s in (_loader_batch_size(dl) for dl in facts.train_loaders) if s is not None]
+    facts.batch_size = sizes[0] if sizes else None
+    facts.has_eval_loop = _safe(facts, "eval_loop", _has_eval_loop, trainer, pl_module)
+    facts.automatic_optimization = bool(getattr(pl_module, "automatic_optimization", True))
+
+    if batch is not None:
+        facts.batch = _safe(facts, "batch", _tensor_infos, batch) or []
+        floating = [t for t in facts.batch if t.floating and len(t.shape) >= 2]
+        chosen = floating[0] if floating else (facts.batch[0] if facts.batch else None)
+        if chosen is not None:
+            facts.input_shape = chosen.shape
+            if facts.batch_size is None and chosen.shape:
+                facts.batch_size = chosen.shape[0]
+
+    if isinstance(pl_module, nn.Module):
+        facts.n_params = sum(p.numel() for p in pl_module.parameters())
+        facts.module_counts = _module_counts(pl_module)
+        facts.data_parallel_modules = [n or "<root>" for n, m in pl_module.named_modules() if isinstance(m, nn.DataParallel)]
+        facts.conv_bias_plan = _safe(facts, "conv_bias", _conv_bias_plan, pl_module)
+        facts.channels_last_modules = _safe(facts, "channels_last", _channels_last_modules, pl_module) or []
+        facts.misaligned = _safe(facts, "alignment", _misaligned, pl_module, facts.batch_size, facts.input_shape) or []
+        facts.compile_status = _safe(facts, "compile", _compile_status, pl_module) or {}
+        ck = _safe(facts, "checkpointing", _checkpointing, pl_module)
+        if ck is not None:
+            facts.checkpointed, facts.checkpoint_candidates = ck
+
+    tools = _safe(facts, "debug_tools", _debug_tools, trainer)
+    if tools is not None:
+        facts.debug_tools, facts.deliberate_tools = tools
+    _safe(facts, "storage", _storage, facts, trainer)
+    return facts
+
+
+def _available_cpus() -> Any:
+    from lightning_speedups.functional.loaders import available_cpus
+
+    return available_cpus()
+
+
+def _conv_bias_plan(model: nn.Module) -> Any:
+    from lightning_speedups.functional.conv_bias import plan_conv_bias_removal
+
+    return plan_conv_bias_removal(model)
+
+
+def _misaligned(model: nn.Module, batch_size: int | None, input_shape: tuple[int, ...] | None) -> list[Any]:
+    from lightning_speedups.functional.alignment import find_misaligned
+
+    return find_misaligned(model, batch_size=batch_size, input_shape=input_shape, multiple=8)
+
+
+def _compile_status(model: nn.Module) -> dict[str, str]:
+    from lightning_speedups.functional.compile import compile_status
+
+    status = compile_status(model)
+    for name, m in model.named_modules():  # compiled by the user with module.compile()
+        if name not in status and getattr(m, "_compiled_call_impl", None) is not None:
+            status[name] = "compiled"
+    return status
+
+
+def _debug_tools(trainer: Any) -> tuple[list[Any], list[Any]]:
+    from lightning_speedups.callbacks.guards import DebugToolsCheck
+    from lightning_speedups.functional.debug import find_debug_tools
+
+    deliberate = DebugToolsCheck.deliberate_ids(trainer)
+    tools = find_debug_tools(trainer)
+    return [t for t in tools if t.id not in deliberate], [t for t in tools if t.id in deliberate]

@@ -1,0 +1,161 @@
+"""The doctor's result type: one :class:`Finding` per tip, with the evidence items behind it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from lightning_speedups.tips import BY_ID
+
+__all__ = ["PRINCIPLES", "PRINCIPLE_OF", "SEVERITIES", "STATUSES", "Finding", "Item", "severity_rank", "worst"]
+
+#: Severities, highest first (the same words as the runtime guards use).
+SEVERITIES = ("high", "medium", "low")
+#: ``finding``: the tip applies and something should change; ``ok``: checked and fine;
+#: ``not-checked``: the check cannot run here, with the reason.
+STATUSES = ("finding", "ok", "not-checked")
+
+Status = Literal["finding", "ok", "not-checked"]
+
+#: The three principles of the second seed document (and the rest: compute), each with its tips.
+PRINCIPLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "io": ("Time on I/O: keep the device fed", ("T02", "T13", "T18", "T19")),
+    "overlap": ("Overlap transfers, loading and compute", ("T03", "T08", "T20", "T21")),
+    "memory": ("Use memory well: memory saved buys a larger batch", ("T04", "T05", "T09", "T10", "T12", "T16", "T17")),
+    "compute": ("Compute: faster kernels for the same maths", ("T01", "T06", "T07", "T11", "T14", "T15", "T22", "T23", "T24")),
+}
+PRINCIPLE_OF: dict[str, str] = {tip: key for key, (_, tips) in PRINCIPLES.items() for tip in tips}
+
+
+def severity_rank(severity: str | None) -> int:
+    """3 for high, 2 for medium, 1 for low, 0 for none."""
+    return {"high": 3, "medium": 2, "low": 1}.get(severity or "", 0)
+
+
+def worst(severities: list[str | None]) -> str | None:
+    """The highest of ``severities`` (``None`` when empty)."""
+    best = max(severities, key=severity_rank, default=None)
+    return best if severity_rank(best) else None
+
+
+@dataclass
+class Item:
+    """One piece of evidence with its fix.
+
+    Attributes:
+        severity: ``"high"``, ``"medium"`` or ``"low"``.
+        evidence: what was observed, in numbers.
+        fix: the exact preset key, callback, or code change.
+        source: ``"static"`` (model / trainer / loaders), ``"runtime"`` (the training steps) or
+            ``"lint"`` (the user's source files).
+    """
+
+    severity: str
+    evidence: str
+    fix: str
+    source: str = "static"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"severity": self.severity, "evidence": self.evidence, "fix": self.fix, "source": self.source}
+
+
+@dataclass
+class Finding:
+    """What the doctor says about one tip.
+
+    Attributes:
+        tip: registry id (``"T16"``).
+        slug: registry slug (``"conv-bias"``).
+        status: ``"finding"``, ``"ok"`` or ``"not-checked"``.
+        severity: the highest item severity for a finding, ``None`` otherwise.
+        evidence: the evidence in numbers (for ``ok``: what was checked; for ``not-checked``: why not).
+        fix: the exact change for a finding; for ``not-checked`` how to get it checked; ``None`` for ``ok``.
+        title: the tip's title.
+        check: dotted name of the check that produced it (``lightning_speedups.doctor.checks:check_t16``).
+        items: the individual pieces of evidence of a finding.
+        notes: extra context (what was fine, what could not be checked).
+    """
+
+    tip: str
+    slug: str
+    status: Status
+    severity: str | None
+    evidence: str
+    fix: str | None
+    title: str = ""
+    check: str = ""
+    items: list[Item] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def principle(self) -> str:
+        return PRINCIPLE_OF.get(self.tip, "compute")
+
+    def at_least(self, severity: str) -> bool:
+        """Whether this is a finding of ``severity`` or higher."""
+        return self.status == "finding" and severity_rank(self.severity) >= severity_rank(severity)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tip": self.tip,
+            "slug": self.slug,
+            "title": self.title,
+            "status": self.status,
+            "severity": self.severity,
+            "evidence": self.evidence,
+            "fix": self.fix,
+            "principle": self.principle,
+            "check": self.check,
+            "items": [i.to_dict() for i in self.items],
+            "notes": list(self.notes),
+        }
+
+    # -- constructors -------------------------------------------------------------------------------
+    @classmethod
+    def _base(cls, tip: str, **kwargs: Any) -> Finding:
+        rec = BY_ID[tip]
+        check = f"lightning_speedups.doctor.checks:check_{tip.lower()}"
+        return cls(tip=tip, slug=rec.slug, title=rec.title, check=check, **kwargs)
+
+    @classmethod
+    def from_items(cls, tip: str, items: list[Item], notes: list[str] | None = None) -> Finding:
+        """A finding made of ``items`` (evidence and fixes joined, the highest severity)."""
+        if not items:
+            raise ValueError("a finding needs at least one item")
+        fixes: list[str] = []
+        for i in items:
+            if i.fix and i.fix not in fixes:
+                fixes.append(i.fix)
+        return cls._base(
+            tip,
+            status="finding",
+            severity=worst([i.severity for i in items]),
+            evidence="; ".join(i.evidence for i in items),
+            fix="; ".join(fixes),
+            items=list(items),
+            notes=list(notes or []),
+        )
+
+    @classmethod
+    def ok(cls, tip: str, evidence: str, notes: list[str] | None = None) -> Finding:
+        """The tip was checked and nothing needs to change."""
+        return cls._base(tip, status="ok", severity=None, evidence=evidence, fix=None, notes=list(notes or []))
+
+    @classmethod
+    def not_checked(cls, tip: str, reason: str, how: str | None = None, notes: list[str] | None = None) -> Finding:
+        """The check cannot run here: ``reason``; ``how`` says where or how it can."""
+        return cls._base(tip, status="not-checked", severity=None, evidence=reason, fix=how, notes=list(notes or []))
+
+    def with_items(self, extra: list[Item], note: str | None = None) -> Finding:
+        """This result with more evidence items (lint findings, say): becomes a finding."""
+        if not extra:
+            return self
+        items = (list(self.items) if self.status == "finding" else []) + list(extra)
+        notes = list(self.notes)
+        if self.status != "finding":
+            notes.insert(0, f"{'checked' if self.status == 'ok' else 'not checked here'}: {self.evidence}")
+        if note:
+            notes.append(note)
+        merged = Finding.from_items(self.tip, items, notes)
+        merged.check = self.check
+        return merged

@@ -1,0 +1,242 @@
+"""The doctor's report: a rich terminal report and one JSON object.
+
+The terminal report opens with what ran (model, data, device, precision, steps), then a summary in
+the three principles of the second seed document (time on I/O, overlap, memory; the rest is
+compute), then the findings grouped by severity (each with its evidence and fix), then the tips
+that were checked and found fine, then those not checked here with the reason.
+
+``--json`` prints one object::
+
+    {"tool": "lightning_speedups doctor", "version": 1, "model": ..., "device": ..., "steps": ...,
+     "exit_code": 0, "fail_on": "high", "counts": {"high": 0, "medium": 1, "low": 3, "ok": 12,
+     "not-checked": 8}, "principles": {...}, "error": null,
+     "findings": [{"tip": "T01", "slug": "lr-schedule", "status": "finding", "severity": "low",
+                   "evidence": "...", "fix": "...", "title": ..., "principle": ..., "check": ...,
+                   "items": [...], "notes": [...]}, ...]}
+
+with exactly one entry per tip T01-T24 in ``findings``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_speedups.doctor.facts import Facts
+from lightning_speedups.doctor.findings import PRINCIPLES, SEVERITIES, Finding
+
+__all__ = ["counts", "principle_summary", "print_report", "to_dict", "to_json"]
+
+_STYLE = {"high": "bold red", "medium": "bold yellow", "low": "cyan"}
+
+
+def counts(findings: Sequence[Finding]) -> dict[str, int]:
+    """How many findings of each severity, and how many ok / not-checked."""
+    out = {s: 0 for s in SEVERITIES}
+    out.update({"ok": 0, "not-checked": 0})
+    for f in findings:
+        if f.status == "finding" and f.severity in out:
+            out[f.severity] += 1
+        elif f.status in out:
+            out[f.status] += 1
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None else "?"
+
+
+def principle_summary(findings: Sequence[Finding], facts: Facts) -> dict[str, dict[str, Any]]:
+    """Per principle: its title, a headline figure, and the tips that apply."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, (title, tips) in PRINCIPLES.items():
+        found = [f for f in findings if f.tip in tips and f.status == "finding"]
+        unchecked = [f.tip for f in findings if f.tip in tips and f.status == "not-checked"]
+        if key == "io":
+            headline = (
+                f"{_pct(facts.data_wait_fraction)} of step time waiting for data"
+                if facts.data_wait_fraction is not None
+                else "data wait not measured"
+            )
+        elif key == "overlap":
+            if facts.sync_watcher is not None:
+                w = facts.sync_watcher
+                headline = f"{w.user_syncs} device syncs in your code, {w.total} in all, over {w.windows} steps"
+            else:
+                headline = f"batches stay on {facts.device_type}: nothing to overlap" if not facts.on_cuda else "syncs not counted"
+        elif key == "memory":
+            if facts.peak_memory and facts.total_memory:
+                headline = f"peak {facts.peak_memory / 2**30:.1f} GiB of {facts.total_memory / 2**30:.1f} GiB"
+            else:
+                headline = f"{facts.n_params:,} parameters, batch size {facts.batch_size or '?'}"
+        else:
+            headline = f"{facts.precision} on {facts.device_name if facts.on_cuda else facts.device_type}"
+        out[key] = {
+            "title": title,
+            "headline": headline,
+            "tips": [f.tip for f in found],
+            "worst": next((s for s in SEVERITIES if any(f.severity == s for f in found)), None),
+            "not_checked": unchecked,
+        }
+    return out
+
+
+def _meta(facts: Facts, result: Any = None) -> dict[str, Any]:
+    return {
+        "model": facts.model_name or None,
+        "data": facts.datamodule_name or None,
+        "device": (facts.device_name if facts.on_cuda else facts.device_type) if facts.collected else None,
+        "precision": facts.precision if facts.collected else None,
+        "steps": facts.steps_run,
+        "configured_devices": facts.configured_devices,
+        "configs": list(getattr(result, "configs", []) or []),
+        "options": list(getattr(result, "options", []) or []),
+        "seconds": round(float(getattr(result, "seconds", 0.0) or facts.seconds or 0.0), 2),
+    }
+
+
+def to_dict(result: Any, fail_on: str = "high") -> dict[str, Any]:
+    """The JSON object of a :class:`~lightning_speedups.doctor.runner.DoctorResult`."""
+    findings = list(result.findings)
+    facts = result.facts
+    doc: dict[str, Any] = {"tool": "lightning_speedups doctor", "version": 1}
+    doc.update(_meta(facts, result))
+    doc.update(
+        {
+            "exit_code": result.exit_code(fail_on),
+            "fail_on": fail_on,
+            "error": result.error or result.run_error,
+            "counts": counts(findings),
+            "principles": principle_summary(findings, facts) if findings else {},
+            "findings": [f.to_dict() for f in findings],
+        }
+    )
+    return doc
+
+
+def to_json(result: Any, fail_on: str = "high") -> str:
+    """One JSON object (see the module docstring)."""
+    return json.dumps(to_dict(result, fail_on), indent=2, default=str)
+
+
+def _console(console: Any = None) -> Any:
+    from rich.console import Console
+
+    if console is not None:
+        return console
+    if sys.stdout.isatty():
+        return Console()
+    try:
+        width = int(os.environ.get("COLUMNS", "110"))
+    except ValueError:
+        width = 110
+    return Console(width=max(60, width))
+
+
+def print_report(
+    findings: Sequence[Finding],
+    facts: Facts,
+    *,
+    show_ok: bool = True,
+    title: str = "lightning_speedups doctor",
+    result: Any = None,
+    fail_on: str | None = None,
+    console: Any = None,
+) -> None:
+    """Print the report with rich (to ``console``, default stdout)."""
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    con = _console(console)
+    meta = _meta(facts, result)
+    head = Text()
+    head.append(f"{meta['model'] or 'model ?'}", style="bold")
+    if meta["data"]:
+        head.append(f" on {meta['data']}")
+    head.append(f"  ·  {meta['device'] or facts.device_type}  ·  {meta['precision'] or facts.precision}  ·  {meta['steps']} training step(s)")
+    if meta["seconds"]:
+        head.append(f" in {meta['seconds']:.1f} s")
+    if meta["configured_devices"]:
+        head.append(f"\nthe config asks for {meta['configured_devices']} devices; the doctor ran one")
+    if result is not None:
+        cfgs, opts = meta["configs"], meta["options"]
+        if cfgs:
+            head.append("\nconfig: " + ", ".join(cfgs))
+        elif facts.model_name == "DigitsCNN":
+            head.append("\nconfig: none, the embedded default (DigitsCNN on the scikit-learn digits)")
+        if opts:
+            head.append("\noptions: " + " ".join(opts))
+    if facts.run_error:
+        head.append(f"\nthe training steps failed: {facts.run_error}", style="bold red")
+    con.print(Panel(head, title=title, expand=False))
+
+    # the three principles
+    summary = principle_summary(findings, facts)
+    table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_column()
+    for row in summary.values():
+        tips = ", ".join(row["tips"]) or "nothing to change"
+        style = _STYLE.get(row["worst"] or "", "green")
+        extra = f" ({len(row['not_checked'])} not checked here)" if row["not_checked"] else ""
+        table.add_row(Text(row["title"]), Text(row["headline"]), Text(tips + extra, style=style))
+    con.print(table)
+    con.print()
+
+    # findings by severity
+    for sev in SEVERITIES:
+        group = [f for f in findings if f.status == "finding" and f.severity == sev]
+        if not group:
+            continue
+        con.print(Text(f"{sev.upper()} ({len(group)})", style=_STYLE[sev]))
+        for f in group:
+            line = Text("  ")
+            line.append(f"{f.tip} {f.slug}", style="bold")
+            line.append(f"  {f.title}", style="dim")
+            con.print(line)
+            for item in f.items:
+                ev = Text("    ")
+                if len(f.items) > 1:
+                    ev.append(f"[{item.severity}] ", style=_STYLE.get(item.severity, ""))
+                ev.append(item.evidence)
+                con.print(ev)
+                fx = Text("      fix: ", style="green")
+                fx.append(item.fix)
+                con.print(fx)
+            for note in f.notes:
+                con.print(Text(f"    note: {note}", style="dim"))
+        con.print()
+
+    ok = [f for f in findings if f.status == "ok"]
+    if ok and show_ok:
+        con.print(Text(f"FINE ({len(ok)})", style="bold green"))
+        for f in ok:
+            line = Text("  ")
+            line.append(f"{f.tip} {f.slug:<25}", style="green")
+            line.append(f.evidence)
+            con.print(line)
+        con.print()
+    unchecked = [f for f in findings if f.status == "not-checked"]
+    if unchecked:
+        con.print(Text(f"NOT CHECKED HERE ({len(unchecked)})", style="bold magenta"))
+        for f in unchecked:
+            line = Text("  ")
+            line.append(f"{f.tip} {f.slug:<25}", style="magenta")
+            line.append(f.evidence)
+            con.print(line)
+            if f.fix:
+                con.print(Text(f"      how: {f.fix}", style="dim"))
+        con.print()
+
+    c = counts(findings)
+    tail = Text(
+        f"{c['high']} high, {c['medium']} medium, {c['low']} low; {c['ok']} fine; {c['not-checked']} not checked here"
+    )
+    if result is not None and fail_on is not None:
+        tail.append(f"  ·  exit {result.exit_code(fail_on)} (--fail-on {fail_on})")
+    con.print(tail)

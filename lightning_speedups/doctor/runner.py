@@ -1,0 +1,332 @@
+"""``python -m lightning_speedups doctor``: build a config as ``fit`` would, run a few steps, report.
+
+The doctor builds the model, data and Trainer of the config with
+:func:`lightning_speedups.cli.build` (so presets, the ``speedups:`` section and the embedded default
+behave exactly as in ``fit``), overrides only what keeps the run short and silent (``max_steps``,
+no logger, no checkpoints, no progress bar, two validation batches in the sanity check, one device),
+attaches a :class:`~lightning_speedups.doctor.advisor.SpeedAdvisor`, runs ``--steps`` training
+steps, and prints one result per tip T01-T24.
+
+Exit codes: ``0`` no finding at or above ``--fail-on`` (default ``high``: a finding that costs a
+large share of step time, such as debugging tools left on, an input-bound run or fp32 on a
+tensor-core GPU); ``1`` at least one such finding; ``2`` an error (a config that does not build, a
+config path that does not exist, training steps that fail), printed as one message, no traceback
+(set ``LIGHTNING_SPEEDUPS_TRACEBACK=1`` to see it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_speedups.doctor.checks import CHECKS
+from lightning_speedups.doctor.facts import Facts
+from lightning_speedups.doctor.findings import Finding, Item
+
+__all__ = ["LINT_SEVERITY", "DoctorResult", "diagnose", "exit_code_for", "main", "run_checks"]
+
+#: Severity of a lint finding in the doctor's report, by rule code (default ``"low"``).
+LINT_SEVERITY = {
+    "LS301": "high",  # nn.DataParallel
+    "LS305": "high",  # anomaly detection on
+    "LS306": "medium",  # profiler on
+    "LS201": "medium",  # .item()/.cpu() in the step
+    "LS202": "medium",  # print(tensor) in the step
+}
+FAIL_ON = ("high", "medium", "low", "never")
+
+#: Trainer settings the doctor overrides to keep its run short and silent (``max_steps`` comes from ``--steps``).
+DOCTOR_TRAINER_OVERRIDES: dict[str, Any] = {
+    "logger": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 2,
+    "limit_val_batches": 2,
+    "max_time": None,
+}
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _lint_items(facts: Facts) -> dict[str, list[Item]]:
+    out: dict[str, list[Item]] = {}
+    for f in facts.lint_findings:
+        item = Item(
+            LINT_SEVERITY.get(f.code, "low"),
+            f"{_short(f.path)}:{f.line}: {f.code} {f.message}",
+            f.fix,
+            "lint",
+        )
+        out.setdefault(f.tip, []).append(item)
+    return out
+
+
+def run_checks(facts: Facts) -> list[Finding]:
+    """One :class:`Finding` per tip T01-T24, in registry order, lint findings merged into their tip.
+
+    A check that raises becomes ``not-checked`` with the error, so the doctor never crashes on an
+    unusual model.
+    """
+    lint = _lint_items(facts)
+    results = []
+    for tip, check in CHECKS.items():
+        try:
+            result = check(facts)
+        except Exception as err:  # noqa: BLE001
+            first = str(err).splitlines()[0] if str(err) else ""
+            result = Finding.not_checked(tip, f"the check failed: {type(err).__name__}: {first}"[:300])
+        extra = lint.get(tip, [])
+        if extra:
+            result = result.with_items(extra)
+        results.append(result)
+    return results
+
+
+def exit_code_for(findings: Sequence[Finding], fail_on: str = "high") -> int:
+    """``1`` when a finding is at or above ``fail_on`` (``"never"``: never), else ``0``."""
+    if fail_on not in FAIL_ON:
+        raise ValueError(f"`fail_on` must be one of {', '.join(FAIL_ON)}, got {fail_on!r}.")
+    if fail_on == "never":
+        return 0
+    return 1 if any(f.at_least(fail_on) for f in findings) else 0
+
+
+@dataclass
+class DoctorResult:
+    """What :func:`diagnose` found."""
+
+    findings: list[Finding] = field(default_factory=list)
+    facts: Facts = field(default_factory=Facts)
+    configs: list[str] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)  # the other command-line options
+    steps: int = 0
+    seconds: float = 0.0
+    error: str | None = None  # a config that did not build: no findings then
+    run_error: str | None = None  # training steps that failed: static findings only
+
+    def exit_code(self, fail_on: str = "high") -> int:
+        if self.error or self.run_error:
+            return 2
+        return exit_code_for(self.findings, fail_on)
+
+
+class DoctorError(Exception):
+    """A config that does not build: the message is one line for the user."""
+
+
+@contextlib.contextmanager
+def _silenced() -> Iterator[list[warnings.WarningMessage]]:
+    """Lightning's info logs off, warnings recorded (not shown), stray prints to stderr."""
+    names = ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_speedups")
+    levels = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(sys.stderr):
+            warnings.simplefilter("always")
+            yield caught
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+
+
+def _error_line(err: BaseException) -> str:
+    """One line for an exception; for jsonargparse's "Union subtypes" wrapper, the class's own message."""
+    import re
+
+    text = str(err).strip()
+    if "Does not validate against any of the Union subtypes" in text:
+        reasons = [
+            line.strip()[2:].strip()
+            for line in text.splitlines()
+            if line.strip().startswith("- ") and "Expected a <class 'NoneType'>" not in line
+        ]
+        where = re.search(r"class_path='([^']+)'", text)
+        if reasons:
+            return (f"{where.group(1).rsplit('.', 1)[-1]}: " if where else "") + reasons[0]
+    first = text.splitlines()[0] if text else ""
+    return f"{type(err).__name__}: {first}"
+
+
+def _build(args: Sequence[str], advisor: Any, overrides: dict[str, Any]) -> Any:
+    from lightning_speedups.cli import build
+
+    return build(list(args), callbacks=[advisor], trainer_overrides=overrides)
+
+
+def _prepare_trainer(trainer: Any, advisor: Any) -> None:
+    """No checkpoint files, no saved config; the advisor last, so it sees every other part's changes."""
+    from lightning.pytorch.callbacks import Checkpoint
+    from lightning.pytorch.cli import SaveConfigCallback
+
+    kept = [cb for cb in trainer.callbacks if not isinstance(cb, (Checkpoint, SaveConfigCallback)) and cb is not advisor]
+    trainer.callbacks = kept + [advisor]
+
+
+def diagnose(args: Sequence[str] = (), steps: int = 5, lint: bool = True) -> DoctorResult:
+    """Build the config given by ``args`` as ``fit`` would, run ``steps`` training steps, check every tip.
+
+    Args:
+        args: CLI arguments as after ``fit`` (``--config`` values may be preset names; other
+            ``--model.*`` / ``--data.*`` / ``--trainer.*`` / ``--speedups.*`` options pass through).
+        steps: training steps to watch (>= 1).
+        lint: lint the source files of the model and data classes.
+
+    Returns:
+        A :class:`DoctorResult`; ``error`` is set (and ``findings`` empty) when the config does not build.
+
+    Raises:
+        SystemExit: the config does not parse (the message was printed to stderr).
+    """
+    from lightning_speedups.cli import UsageError, resolve_config_args
+    from lightning_speedups.doctor.advisor import SpeedAdvisor
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"`steps` must be an int >= 1 (e.g. 5), got {steps!r}.")
+    t0 = time.perf_counter()
+    try:
+        argv = resolve_config_args(list(args))
+    except UsageError as err:
+        return DoctorResult(error=str(err), steps=steps)
+    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--config", "-c")]
+    configs += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    overrides = {**DOCTOR_TRAINER_OVERRIDES, "max_steps": steps}
+    options = [a for i, a in enumerate(argv) if a not in ("--config", "-c") and not a.startswith("--config=")
+               and not (i > 0 and argv[i - 1] in ("--config", "-c"))]
+    result = DoctorResult(configs=configs, options=options, steps=steps)
+    with _silenced():
+        advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint)
+        try:
+            cli = _build(argv, advisor, overrides)
+            configured = None
+            trainer = cli.trainer
+            if trainer.num_devices > 1 or trainer.num_nodes > 1:
+                configured = f"{trainer.num_devices}" + (f" x {trainer.num_nodes} nodes" if trainer.num_nodes > 1 else "")
+                advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint)
+                cli = _build(argv, advisor, {**overrides, "devices": 1, "num_nodes": 1})
+                trainer = cli.trainer
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's config or classes: one line, exit 2
+            if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
+                traceback.print_exc()
+            result.error = f"the config does not build: {_error_line(err)}"
+            result.seconds = time.perf_counter() - t0
+            return result
+        advisor.speedups = getattr(getattr(cli, "config_init", None), "speedups", None)
+        _prepare_trainer(trainer, advisor)
+        try:
+            trainer.fit(cli.model, datamodule=cli.datamodule)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's training step: report what was seen, exit 2
+            if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
+                traceback.print_exc()
+            result.run_error = f"the training steps failed: {_error_line(err)}"
+            advisor.facts.run_error = advisor.facts.run_error or _error_line(err)
+            advisor.finish(trainer, cli.model)
+        if not advisor.findings:
+            advisor.finish(trainer, cli.model)
+        facts = advisor.facts
+        facts.configured_devices = configured
+        if configured is not None:
+            advisor.findings = run_checks(facts)
+    result.findings = advisor.findings
+    result.facts = advisor.facts
+    result.seconds = time.perf_counter() - t0
+    result.facts.seconds = result.seconds
+    return result
+
+
+HELP_EPILOG = """\
+Any other option is passed to the config as in `fit` (e.g. --model.init_args.channels=16,
+--trainer.accelerator=cpu). Exit codes: 0 no finding at or above --fail-on; 1 such findings;
+2 an error (config does not build, path does not exist, training steps fail).
+
+Severities: high = costs a large share of step time (debugging tools left on, input-bound,
+fp32 on a tensor-core GPU, nn.DataParallel); medium = a clear, measurable gain; low = small or
+hardware-dependent gains. Statuses: finding / ok (checked, fine) / not-checked (cannot run here,
+with the reason).
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m lightning_speedups doctor",
+        description="Build a config as `fit` would, run a few training steps with monitors attached, and say"
+        " which of the tips T01-T24 apply, each with its evidence and the exact fix.",
+        epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("-c", "--config", action="append", default=[], metavar="CONFIG",
+                   help="a config file or a packaged preset name (repeatable; later ones win key by key)."
+                   " Default: the embedded demo (DigitsCNN on the scikit-learn digits).")
+    p.add_argument("--steps", type=int, default=5, help="training steps to watch (default 5)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    p.add_argument("--fail-on", choices=FAIL_ON, default="high",
+                   help="exit 1 when a finding has this severity or higher (default: high)")
+    p.add_argument("--no-lint", action="store_true", help="do not lint the source files of the model and data classes")
+    p.add_argument("--hide-ok", action="store_true", help="do not list the tips that were checked and found fine")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m lightning_speedups doctor``; returns the exit code."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    try:
+        ns, rest = parser.parse_known_args(args_in)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    if ns.steps < 1:
+        print(f"error: --steps must be at least 1, got {ns.steps}", file=sys.stderr)
+        return 2
+    build_args: list[str] = []
+    for c in ns.config:
+        build_args += ["--config", c]
+    build_args += rest
+    try:
+        result = diagnose(build_args, steps=ns.steps, lint=not ns.no_lint)
+    except SystemExit as exc:  # jsonargparse printed why the config does not parse (or its --help)
+        if exc.code in (0, None):
+            return 0
+        if ns.json:
+            from lightning_speedups.doctor.report import to_json
+
+            bad = DoctorResult(error="the config does not parse (the reason is on stderr)", steps=ns.steps)
+            print(to_json(bad, fail_on=ns.fail_on))
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+        if ns.json:
+            from lightning_speedups.doctor.report import to_json
+
+            print(to_json(result, fail_on=ns.fail_on))
+        return 2
+    code = result.exit_code(ns.fail_on)
+    from lightning_speedups.doctor.report import print_report, to_json
+
+    if ns.json:
+        print(to_json(result, fail_on=ns.fail_on))
+    else:
+        print_report(result.findings, result.facts, show_ok=not ns.hide_ok, result=result, fail_on=ns.fail_on)
+    if result.run_error:
+        print(f"error: {result.run_error}", file=sys.stderr)
+    return code
