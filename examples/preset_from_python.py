@@ -22,8 +22,10 @@ def main() -> None:
     print("parts turned on:", ", ".join(sorted(p.parts())) or "none")
     trainer = Trainer(**p.trainer_kwargs(), callbacks=p.callbacks(), max_epochs=args.max_epochs,
                       max_steps=args.max_steps, logger=False, enable_checkpointing=False)
-    trainer.fit(DigitsCNN(), datamodule=DigitsDataModule())
-    print("val_acc:", float(trainer.callback_metrics["val_acc"]))
+    model, data = DigitsCNN(), DigitsDataModule()
+    trainer.fit(model, datamodule=data)
+    (metrics,) = trainer.validate(model, datamodule=data, verbose=False)
+    print("val_acc:", metrics["val_acc"])
 
 
 if __name__ == "__main__":

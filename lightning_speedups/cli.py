@@ -179,7 +179,6 @@ class SpeedupsCLI(LightningCLI):
     """
 
     def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
-        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("parser_class", SpeedupsArgumentParser)
         super().__init__(model_class=None, datamodule_class=None, args=args, **kwargs)
 

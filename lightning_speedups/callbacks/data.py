@@ -198,6 +198,7 @@ class LoaderTuning(SpeedupCallback):
         self._said: set[str] = set()
         self._batch_checked = False
         self._short: dict[str, str] = {}
+        self._changed_any = False
 
     # -- the tuning itself -------------------------------------------------------------------
     def tune(self, loader: Any, stage: str) -> Any:
@@ -229,12 +230,13 @@ class LoaderTuning(SpeedupCallback):
             new = loader
         if stage not in self.choices:
             self.choices[stage] = line
-            self._short[stage] = text if new is not loader or changed else f"{text} (unchanged)"
+            self._short[stage] = text if new is not loader else f"{text} (as they were)"
+            self._changed_any = self._changed_any or new is not loader
             rank_zero_info(f"LoaderTuning: {line}")
             grouped: dict[str, list[str]] = {}
             for name, short in self._short.items():
                 grouped.setdefault(short, []).append(name)
-            self.report(True, "; ".join(f"{'/'.join(names)}: {short}" for short, names in grouped.items()))
+            self.report(self._changed_any, "; ".join(f"{'/'.join(names)}: {short}" for short, names in grouped.items()))
         return new
 
     def _tune_collection(self, data: Any, stage: str) -> Any:

@@ -385,7 +385,8 @@ class LRSchedule(SpeedupCallback):
             LRSchedulerConfig(self.scheduler, name=f"speedups-{self.name}", interval="step", frequency=1)
         )
         peak = ", ".join(f"{p:.3g}" for p in self._peaks)
-        self.report(True, f"{type(self.scheduler).__name__} over {self._total_steps} optimizer steps, peak lr {peak}")
+        kind = "OneCycleLR" if self.name == "onecycle" else "CyclicLR"
+        self.report(True, f"{kind} over {self._total_steps} optimizer steps, peak lr {peak}")
 
     def _build(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
         assert self._peaks is not None and self._total_steps is not None
