@@ -1,0 +1,478 @@
+"""What one bench run measures (:class:`BenchProbe`), and how runs are summarised per variant.
+
+Per run (one process, one variant, one repeat):
+
+* ``warmup`` batches first (compilation, cuDNN autotuning, worker start-up happen there); their
+  cost is reported apart: ``warmup_s`` is the time from ``trainer.fit`` to the end of the last
+  warm-up batch, ``warmup_excess_s`` that minus ``warmup`` ordinary steps (the one-off cost).
+* ``steps`` timed batches: each step's time runs from the end of the previous batch to the end of
+  this one, so it holds the wait for the batch (loading, transfer) and the compute. The wait
+  (end of the previous batch to ``on_train_batch_start``) over the step time is the data-wait
+  share. On CUDA the probe synchronises at the batch boundaries (the same for every variant).
+* the loss of every timed batch; the sanity figure is the mean of the last five.
+* memory, in the figure each device measures best:
+
+  - ``train_mem_bytes`` (the memory ratio uses this one): on CUDA, the peak allocated during the
+    timed steps above what was allocated when they started; on CPU, the peak of live bytes of the
+    CPU allocator during one extra profiled batch after the timed ones, above what was live when it
+    started (``torch.profiler`` with ``profile_memory=True``: exact allocator accounting, blind to
+    the C library's caching and to other processes). Parameters, optimizer state and the data set
+    are not in it; activations, gradients and temporaries are, which is what checkpointing and
+    16-bit activations change.
+  - ``peak_rss_bytes`` / ``rss_train_bytes`` (CPU): the peak resident memory of the process during
+    the steps (the kernel's high-water mark, reset before the first batch) and that peak above the
+    resident memory right before the first batch. Coarser: freed memory stays resident.
+  - ``cuda_peak_bytes``: ``torch.cuda.max_memory_allocated`` during the timed steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from lightning.pytorch.callbacks import Callback
+
+SANITY_WINDOW = 5
+
+
+# ------------------------------------------------------------------------------------- memory
+
+
+def rss_bytes() -> Optional[int]:
+    """Resident memory of this process now (Linux ``/proc``; ``None`` elsewhere)."""
+    return _status_field("VmRSS")
+
+
+def peak_rss_bytes() -> Optional[int]:
+    """High-water mark of the resident memory (``VmHWM``, or ``ru_maxrss`` where ``/proc`` is absent)."""
+    value = _status_field("VmHWM")
+    if value is not None:
+        return value
+    try:
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    except Exception:
+        return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's high-water mark of the resident memory (Linux >= 4.0); ``False`` if not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _status_field(name: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class CpuAllocationPeak:
+    """Peak live bytes of the CPU allocator between :meth:`start` and :meth:`stop` (``torch.profiler``)."""
+
+    def __init__(self) -> None:
+        self._prof: Any = None
+        self.peak: Optional[int] = None
+        self.error: Optional[str] = None
+
+    def start(self) -> None:
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
+        except Exception as err:
+            self._prof = None
+            self.error = f"{type(err).__name__}: {err}"
+
+    def stop(self) -> Optional[int]:
+        if self._prof is None:
+            return None
+        try:
+            self._prof.__exit__(None, None, None)
+            events = [e for e in self._prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+            events.sort(key=lambda e: e.start_ns())
+            live = peak = 0
+            for e in events:
+                if getattr(e.device_type(), "name", "CPU") != "CPU":
+                    continue
+                live += e.nbytes()
+                peak = max(peak, live)
+            self.peak = peak
+        except Exception as err:
+            self.error = f"{type(err).__name__}: {err}"
+        finally:
+            self._prof = None
+        return self.peak
+
+
+# ------------------------------------------------------------------------------------- the probe
+
+
+def _loss_of(outputs: Any) -> Any:
+    if outputs is None:
+        return None
+    if isinstance(outputs, Mapping):
+        outputs = outputs.get("loss")
+    try:
+        import torch
+
+        if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
+            return outputs.detach()
+    except Exception:
+        pass
+    if isinstance(outputs, (int, float)):
+        return float(outputs)
+    return None
+
+
+class BenchProbe(Callback):
+    """Times a training run batch by batch and stops it after ``warmup + steps`` (+1 memory) batches.
+
+    Args:
+        warmup: batches before the timed ones.
+        steps: timed batches.
+        memory_step: on CPU, profile one more batch for the allocator's peak (see the module doc).
+
+    The figures are in :meth:`results` once ``fit`` has returned.
+    """
+
+    def __init__(self, warmup: int, steps: int, memory_step: bool = True) -> None:
+        super().__init__()
+        if warmup < 0 or steps < 1:
+            raise ValueError(f"`warmup` must be >= 0 and `steps` >= 1, got {warmup} and {steps}.")
+        self.warmup = warmup
+        self.steps = steps
+        self.memory_step = memory_step
+        self.t_fit: Optional[float] = None
+        self.t_train_start: Optional[float] = None
+        self.t_warm_end: Optional[float] = None
+        self.t_last_end: Optional[float] = None
+        self.batches = 0
+        self.step_times: list[float] = []
+        self.wait_times: list[float] = []
+        self.samples: list[Optional[int]] = []
+        self._losses: list[Any] = []
+        self._t_batch_start: Optional[float] = None
+        self._cuda = False
+        self._device: Any = None
+        self.rss_before: Optional[int] = None
+        self.peak_rss: Optional[int] = None
+        self.hwm_reset = False
+        self.cuda_base: Optional[int] = None
+        self.cuda_peak: Optional[int] = None
+        self.cpu_peak: Optional[int] = None
+        self.mem_error: Optional[str] = None
+        self._alloc: Optional[CpuAllocationPeak] = None
+        self.done = False
+
+    # --- time
+    def _now(self) -> float:
+        if self._cuda:
+            import torch
+
+            torch.cuda.synchronize(self._device)
+        return time.perf_counter()
+
+    @property
+    def total_batches(self) -> int:
+        return self.warmup + self.steps + (1 if self._memory_batch else 0)
+
+    @property
+    def _memory_batch(self) -> bool:
+        return self.memory_step and not self._cuda
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.t_fit is None:
+            self.t_fit = time.perf_counter()
+        self._cuda = pl_module.device.type == "cuda"
+        self._device = pl_module.device
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.t_train_start = self._now()
+        self.t_last_end = self.t_train_start
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        n = self.batches
+        if n == 0:
+            self.rss_before = rss_bytes()
+            self.hwm_reset = reset_peak_rss()
+        if n == self.warmup and self._cuda:
+            import torch
+
+            torch.cuda.synchronize(self._device)
+            torch.cuda.reset_peak_memory_stats(self._device)
+            self.cuda_base = torch.cuda.memory_allocated(self._device)
+        now = self._now()
+        if self.warmup <= n < self.warmup + self.steps:
+            assert self.t_last_end is not None
+            self.wait_times.append(now - self.t_last_end)
+            self.samples.append(_batch_size(batch))
+        if n == self.warmup + self.steps and self._memory_batch:
+            self._alloc = CpuAllocationPeak()
+            self._alloc.start()
+        self._t_batch_start = now
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        n = self.batches
+        now = self._now()
+        if self.warmup <= n < self.warmup + self.steps:
+            assert self.t_last_end is not None
+            self.step_times.append(now - self.t_last_end)
+            self._losses.append(_loss_of(outputs))
+        if n == self.warmup - 1:
+            self.t_warm_end = now
+        if n == self.warmup + self.steps - 1:
+            self.peak_rss = peak_rss_bytes()
+            if self._cuda:
+                import torch
+
+                self.cuda_peak = torch.cuda.max_memory_allocated(self._device)
+        if self._alloc is not None and n == self.warmup + self.steps:
+            self.cpu_peak = self._alloc.stop()
+            self.mem_error = self._alloc.error
+            self._alloc = None
+        self.batches += 1
+        self.t_last_end = self._now() if self._cuda else time.perf_counter()
+        if self.batches >= self.total_batches:
+            self.done = True
+            trainer.should_stop = True
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self._alloc is not None:
+            self._alloc.stop()
+            self._alloc = None
+
+    # --- results
+    def losses(self) -> list[Optional[float]]:
+        out: list[Optional[float]] = []
+        for loss in self._losses:
+            try:
+                out.append(None if loss is None else float(loss))
+            except Exception:
+                out.append(None)
+        return out
+
+    def results(self) -> dict[str, Any]:
+        """The raw figures of this run (all times in seconds, memory in bytes)."""
+        steps = list(self.step_times)
+        timed = sum(steps)
+        known = [s for s in self.samples if s is not None]
+        samples = sum(known) if len(known) == len(self.samples) and known else None
+        median_step = statistics.median(steps) if steps else None
+        losses = self.losses()
+        tail = [x for x in losses[-SANITY_WINDOW:] if x is not None]
+        warmup_s = None
+        if self.t_fit is not None:
+            end = self.t_warm_end if self.warmup > 0 else self.t_train_start
+            warmup_s = None if end is None else end - self.t_fit
+        train_mem = None
+        mem_source = None
+        if self.cuda_peak is not None and self.cuda_base is not None:
+            train_mem, mem_source = self.cuda_peak - self.cuda_base, "cuda peak allocated above the start of the timed steps"
+        elif self.cpu_peak is not None:
+            train_mem, mem_source = self.cpu_peak, "cpu allocator peak during one profiled batch"
+        elif self.peak_rss is not None and self.rss_before is not None and self.hwm_reset:
+            train_mem, mem_source = self.peak_rss - self.rss_before, "peak rss above the rss before the first batch"
+        return {
+            "completed": self.done,
+            "batches": self.batches,
+            "step_times": steps,
+            "wait_times": list(self.wait_times),
+            "samples": list(self.samples),
+            "losses": losses,
+            "timed_s": timed,
+            "step_s": median_step,
+            "samples_per_s": (samples / timed) if samples and timed > 0 else None,
+            "steps_per_s": (len(steps) / timed) if steps and timed > 0 else None,
+            "data_wait_fraction": (sum(self.wait_times) / timed) if timed > 0 else None,
+            "loss": statistics.fmean(tail) if tail else None,
+            "warmup_s": warmup_s,
+            "setup_s": (self.t_train_start - self.t_fit) if self.t_train_start and self.t_fit else None,
+            "warmup_excess_s": (warmup_s - self.warmup * median_step) if warmup_s is not None and median_step else warmup_s,
+            "train_mem_bytes": train_mem,
+            "mem_source": mem_source,
+            "mem_error": self.mem_error,
+            "rss_before_bytes": self.rss_before,
+            "peak_rss_bytes": self.peak_rss if self.hwm_reset else None,
+            "rss_train_bytes": (self.peak_rss - self.rss_before)
+            if self.hwm_reset and self.peak_rss is not None and self.rss_before is not None
+            else None,
+            "cuda_peak_bytes": self.cuda_peak,
+            "batch_size": self.samples[0] if self.samples else None,
+        }
+
+
+def _batch_size(batch: Any) -> Optional[int]:
+    try:
+        import warnings
+
+        from lightning.pytorch.utilities.data import extract_batch_size
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return int(extract_batch_size(batch))
+    except Exception:
+        return None
+
+
+# ------------------------------------------------------------------------------------- summaries
+
+
+@dataclass
+class Spread:
+    """Median and range of one figure over repeats."""
+
+    median: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def pct(self) -> Optional[float]:
+        """Half the range as a percentage of the median (``±x%``)."""
+        if self.median in (None, 0) or self.low is None or self.high is None:
+            return None
+        return 100.0 * (self.high - self.low) / (2.0 * abs(self.median))  # type: ignore[arg-type]
+
+    @classmethod
+    def of(cls, values: Sequence[Optional[float]]) -> "Spread":
+        vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+        if not vals:
+            return cls(None, None, None, [])
+        return cls(statistics.median(vals), min(vals), max(vals), vals)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "min": self.low, "max": self.high, "spread_pct": self.pct, "values": self.values}
+
+
+def sanity_check(loss: Optional[float], baseline_loss: Optional[float], tolerance: float) -> tuple[bool, str]:
+    """Whether a variant's loss after the timed steps is finite and close to the baseline's.
+
+    ``tolerance`` is relative to the baseline's loss (with a floor of 0.05 absolute, so a loss
+    near zero does not turn noise into a failure).
+
+    Example:
+        >>> sanity_check(2.10, 2.00, 0.25)
+        (True, 'loss 2.1 vs baseline 2 (+5.0%)')
+        >>> sanity_check(float("nan"), 2.0, 0.25)[0]
+        False
+    """
+    if loss is None:
+        return True, "no loss to compare (training_step returned none)"
+    if not math.isfinite(loss):
+        return False, f"loss is {loss}"
+    if baseline_loss is None or not math.isfinite(baseline_loss):
+        return True, f"loss {loss:.4g} (no baseline loss to compare)"
+    diff = loss - baseline_loss
+    limit = max(tolerance * abs(baseline_loss), 0.05)
+    rel = f"{100.0 * diff / abs(baseline_loss):+.1f}%" if baseline_loss else f"{diff:+.3g}"
+    text = f"loss {loss:.4g} vs baseline {baseline_loss:.4g} ({rel})"
+    if abs(diff) > limit:
+        return False, text + f": further than the tolerance {tolerance:.0%}"
+    return True, text
+
+
+@dataclass
+class VariantSummary:
+    """The figures of one variant over its repeats, and how they compare with the baseline."""
+
+    runs_ok: int
+    runs_failed: int
+    samples_per_s: Spread
+    step_s: Spread
+    data_wait: Spread
+    warmup_s: Spread
+    warmup_excess_s: Spread
+    train_mem: Spread
+    peak_rss: Spread
+    cuda_peak: Spread
+    loss: Spread
+    speedup: Optional[float] = None
+    speedup_range: tuple[Optional[float], Optional[float]] = (None, None)
+    mem_ratio: Optional[float] = None
+    sane: bool = True
+    sanity: str = ""
+    failure: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"runs_ok": self.runs_ok, "runs_failed": self.runs_failed}
+        for name in ("samples_per_s", "step_s", "data_wait", "warmup_s", "warmup_excess_s", "train_mem", "peak_rss", "cuda_peak", "loss"):
+            out[name] = getattr(self, name).to_dict()
+        out.update(
+            speedup=self.speedup,
+            speedup_min=self.speedup_range[0],
+            speedup_max=self.speedup_range[1],
+            mem_ratio=self.mem_ratio,
+            sane=self.sane,
+            sanity=self.sanity,
+            failure=self.failure,
+        )
+        return out
+
+
+def _rate(run: Mapping[str, Any]) -> Optional[float]:
+    return run.get("samples_per_s") or run.get("steps_per_s")
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> VariantSummary:
+    """Summarise the raw results of one variant's runs (failed runs are counted, not averaged)."""
+    ok = [r for r in runs if r.get("status") == "ok"]
+    failed = [r for r in runs if r.get("status") != "ok"]
+    s = VariantSummary(
+        runs_ok=len(ok),
+        runs_failed=len(failed),
+        samples_per_s=Spread.of([_rate(r) for r in ok]),
+        step_s=Spread.of([r.get("step_s") for r in ok]),
+        data_wait=Spread.of([r.get("data_wait_fraction") for r in ok]),
+        warmup_s=Spread.of([r.get("warmup_s") for r in ok]),
+        warmup_excess_s=Spread.of([r.get("warmup_excess_s") for r in ok]),
+        train_mem=Spread.of([r.get("train_mem_bytes") for r in ok]),
+        peak_rss=Spread.of([r.get("peak_rss_bytes") for r in ok]),
+        cuda_peak=Spread.of([r.get("cuda_peak_bytes") for r in ok]),
+        loss=Spread.of([r.get("loss") for r in ok]),
+    )
+    if failed and not ok:
+        s.failure = str(failed[0].get("reason") or "failed")
+        s.sane = False
+        s.sanity = "no run completed"
+    elif any(r.get("loss") is not None and not math.isfinite(float(r["loss"])) for r in ok):
+        s.sane = False
+        s.sanity = "a run ended with a non-finite loss"
+    return s
+
+
+def compare(summary: VariantSummary, runs: Sequence[Mapping[str, Any]], baseline: VariantSummary,
+            baseline_runs: Sequence[Mapping[str, Any]], tolerance: float) -> None:
+    """Fill in the speed-up, its range over paired repeats, the memory ratio and the sanity verdict."""
+    base = baseline.samples_per_s.median
+    if summary.samples_per_s.median is not None and base:
+        summary.speedup = summary.samples_per_s.median / base
+        by_repeat = {r.get("repeat"): _rate(r) for r in baseline_runs if r.get("status") == "ok"}
+        paired = [
+            _rate(r) / by_repeat[r.get("repeat")]  # type: ignore[operator]
+            for r in runs
+            if r.get("status") == "ok" and _rate(r) and by_repeat.get(r.get("repeat"))
+        ]
+        if paired:
+            summary.speedup_range = (min(paired), max(paired))
+    if summary.train_mem.median is not None and baseline.train_mem.median:
+        summary.mem_ratio = summary.train_mem.median / baseline.train_mem.median
+    if summary.runs_ok and summary.sane:
+        summary.sane, summary.sanity = sanity_check(summary.loss.median, baseline.loss.median, tolerance)

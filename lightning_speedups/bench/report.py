@@ -1,0 +1,296 @@
+"""The bench's outputs: a rich table, a JSON file with every raw figure, a PNG chart, a YAML preset."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Optional
+
+from lightning_speedups.bench.runner import MEMORY_FIGURE, BenchResult, VariantRecord, _flatten, speedups_defaults
+
+MiB = 2**20
+
+
+def _fmt(value: Optional[float], fmt: str = "{:.3g}") -> str:
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else fmt.format(value)
+
+
+def _pm(pct: Optional[float]) -> str:
+    return "" if pct is None else f" ±{pct:.0f}%"
+
+
+def sorted_records(result: BenchResult) -> list[VariantRecord]:
+    """Variants by speed-up over baseline, fastest first; failed and skipped ones last."""
+
+    def key(rec: VariantRecord) -> tuple[int, float]:
+        s = rec.summary
+        if s is None or not s.runs_ok or s.speedup is None:
+            return (1, 0.0)
+        return (0, -s.speedup)
+
+    return sorted(result.records, key=key)
+
+
+def _note(rec: VariantRecord, result: BenchResult) -> str:
+    if rec.skipped:
+        return rec.skipped
+    s = rec.summary
+    if s is None:
+        return "not run"
+    parts: list[str] = []
+    if s.failure:
+        parts.append(f"failed: {s.failure}")
+    elif s.runs_failed:
+        first = next((r.get("reason") for r in rec.runs if r.get("status") != "ok"), "")
+        parts.append(f"{s.runs_failed} run(s) failed: {first}")
+    if rec.phase > 1:
+        parts.append(f"search step, vs its own baseline (phase {rec.phase})")
+    skipped_parts = {
+        f"{p[0]}: {p[3]}"
+        for r in rec.runs
+        for p in r.get("parts") or []
+        if len(p) == 4 and p[2] != "active" and p[0] not in ("summary",)
+    }
+    if skipped_parts and rec.variant.kind != "idle":
+        parts.append("; ".join(sorted(skipped_parts))[:160])
+    if result.pick is rec and rec.variant.kind != "baseline":
+        parts.insert(0, "PICKED")
+    return "; ".join(parts)
+
+
+def table_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
+    """The table as plain strings: ``(header, rows)``, sorted by speed-up."""
+    header = ["variant", "speed-up", "samples/s", "step ms", "train mem MiB", "mem ratio", "data wait",
+              "warm-up s", "loss", "sane", "notes"]
+    rows: list[list[str]] = []
+    for rec in sorted_records(result):
+        s = rec.summary
+        name = rec.variant.name + (" (picked)" if result.pick is rec and rec.variant.kind != "baseline" else "")
+        if s is None or not s.runs_ok:
+            rows.append([name] + ["-"] * 9 + [_note(rec, result)])
+            continue
+        lo, hi = s.speedup_range
+        speed = _fmt(s.speedup, "{:.2f}x")
+        if lo is not None and hi is not None and s.runs_ok > 1:
+            speed += f" ({lo:.2f}-{hi:.2f})"
+        rows.append([
+            name,
+            speed,
+            _fmt(s.samples_per_s.median, "{:.1f}") + _pm(s.samples_per_s.pct),
+            _fmt(None if s.step_s.median is None else s.step_s.median * 1e3, "{:.1f}") + _pm(s.step_s.pct),
+            _fmt(None if s.train_mem.median is None else s.train_mem.median / MiB, "{:.1f}"),
+            _fmt(s.mem_ratio, "{:.2f}x"),
+            _fmt(None if s.data_wait.median is None else 100 * s.data_wait.median, "{:.1f}%"),
+            _fmt(s.warmup_excess_s.median, "{:.1f}"),
+            _fmt(s.loss.median, "{:.4g}"),
+            "yes" if s.sane else "NO",
+            _note(rec, result).replace("PICKED; ", "").replace("PICKED", ""),
+        ])
+    return header, rows
+
+
+def markdown(result: BenchResult) -> str:
+    """The table and the summary lines as Markdown (for committed results)."""
+    header, rows = table_rows(result)
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join(cell.replace("|", "/") for cell in row) + " |")
+    out.append("")
+    out += [f"- {line}" for line in summary_lines(result)]
+    out.append(f"- {MEMORY_FIGURE[result.info.device]}.")
+    return "\n".join(out) + "\n"
+
+
+def render_table(result: BenchResult, console: Any = None) -> None:
+    """Print the table sorted by speed-up, then what was skipped, the search and the pick."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    device = result.info.device
+    meta = result.meta
+    title = (
+        f"bench: {result.info.model or 'model'} on {device}"
+        f" ({meta.get('cpu') or ''}{', ' + meta['gpu'] if meta.get('gpu') else ''}),"
+        f" {result.options.steps} timed steps after {result.options.warmup} warm-up, {_repeats(result)} repeat(s)"
+    )
+    table = Table(title=title, show_lines=False)
+    for col, justify in (
+        ("variant", "left"),
+        ("speed-up", "right"),
+        ("samples/s", "right"),
+        ("step ms", "right"),
+        ("train mem MiB", "right"),
+        ("mem ratio", "right"),
+        ("data wait", "right"),
+        ("warm-up s", "right"),
+        ("loss", "right"),
+        ("sane", "center"),
+        ("notes", "left"),
+    ):
+        table.add_column(col, justify=justify, overflow="fold")
+    for rec in sorted_records(result):
+        s = rec.summary
+        name = rec.variant.name
+        if result.pick is rec:
+            name = f"[bold green]{name}[/]"
+        if s is None or not s.runs_ok:
+            table.add_row(name, "-", "-", "-", "-", "-", "-", "-", "-", "-", _note(rec, result))
+            continue
+        lo, hi = s.speedup_range
+        speed = _fmt(s.speedup, "{:.2f}x")
+        if lo is not None and hi is not None and s.runs_ok > 1:
+            speed += f" ({lo:.2f}-{hi:.2f})"
+        table.add_row(
+            name,
+            speed,
+            _fmt(s.samples_per_s.median, "{:.1f}") + _pm(s.samples_per_s.pct),
+            _fmt(None if s.step_s.median is None else s.step_s.median * 1e3, "{:.1f}") + _pm(s.step_s.pct),
+            _fmt(None if s.train_mem.median is None else s.train_mem.median / MiB, "{:.1f}"),
+            _fmt(s.mem_ratio, "{:.2f}x"),
+            _fmt(None if s.data_wait.median is None else 100 * s.data_wait.median, "{:.1f}%"),
+            _fmt(s.warmup_excess_s.median, "{:.1f}"),
+            _fmt(s.loss.median, "{:.4g}"),
+            "[green]yes[/]" if s.sane else "[red]no[/]",
+            _note(rec, result),
+        )
+    console.print(table)
+    console.print(
+        "speed-up: median samples/s over the baseline's (range: paired per repeat). step ms: median over repeats of"
+        " each run's median step (wait + compute), ± half the range. warm-up s: the one-off cost before the timed"
+        " steps (build excluded). " + MEMORY_FIGURE[device] + "."
+    )
+    for line in summary_lines(result):
+        console.print(line)
+
+
+def _repeats(result: BenchResult) -> int:
+    base = result.baselines.get(1)
+    return len(base.runs) if base else 0
+
+
+def summary_lines(result: BenchResult) -> list[str]:
+    """Plain lines: skipped tips and presets, the search, notes and the pick."""
+    lines: list[str] = []
+    if result.skipped_tips:
+        lines.append("not timed: " + "; ".join(f"{t} ({why})" for t, why in result.skipped_tips.items()))
+    if result.skipped_presets:
+        lines.append("presets not timed: " + "; ".join(f"{p} ({why})" for p, why in result.skipped_presets.items()))
+    if result.search is not None:
+        sr = result.search
+        if not sr.helpful:
+            lines.append(f"search: no tip helped alone by {result.options.min_gain:.0%} or more; nothing to combine.")
+        elif len(sr.helpful) == 1:
+            lines.append(f"search: only {sr.helpful[0]} helped alone; nothing to combine.")
+        else:
+            steps = "; ".join(f"{'+'.join(s.tips)} {s.note}" for s in sr.steps)
+            lines.append(f"search over {', '.join(sr.helpful)}: {steps}. Best: {'+'.join(sr.best)} ({sr.speedup:.2f}x).")
+    for note in result.notes:
+        lines.append(f"note: {note}")
+    pick = result.pick
+    if pick is not None:
+        s = pick.summary
+        if pick.variant.kind == "baseline":
+            lines.append("pick: baseline. No variant beat it by the minimum gain while passing the sanity check.")
+        elif s is not None:
+            lines.append(f"pick: {pick.variant.name} ({s.speedup:.2f}x samples/s over baseline, {s.sanity}).")
+    return lines
+
+
+def to_json(result: BenchResult, path: str) -> None:
+    """Write every raw figure (all runs of all variants, the search, the context) as JSON."""
+    data = result.to_dict()
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, default=str)
+
+
+def plot(result: BenchResult, path: str) -> None:
+    """A PNG with two panels: speed-up over baseline (with the paired range) and the memory ratio."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in sorted_records(result) if r.summary is not None and r.summary.runs_ok and r.summary.speedup]
+    recs = list(reversed(recs))
+    names = [r.variant.name for r in recs]
+    speed = [r.summary.speedup for r in recs]  # type: ignore[union-attr]
+    lo = [max(0.0, r.summary.speedup - (r.summary.speedup_range[0] or r.summary.speedup)) for r in recs]  # type: ignore[union-attr, operator]
+    hi = [max(0.0, (r.summary.speedup_range[1] or r.summary.speedup) - r.summary.speedup) for r in recs]  # type: ignore[union-attr, operator]
+    mem = [r.summary.mem_ratio or 0.0 for r in recs]  # type: ignore[union-attr]
+    colors = [
+        "tab:green" if r is result.pick else ("tab:red" if not r.summary.sane else "tab:blue")  # type: ignore[union-attr]
+        for r in recs
+    ]
+    height = max(3.0, 0.35 * len(recs) + 1.5)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, height), sharey=True)
+    y = range(len(recs))
+    ax1.barh(list(y), speed, xerr=[lo, hi], color=colors, capsize=3)
+    ax1.axvline(1.0, color="black", linewidth=0.8)
+    ax1.set_yticks(list(y))
+    ax1.set_yticklabels(names)
+    ax1.set_xlabel("samples/s over baseline (x)")
+    ax2.barh(list(y), mem, color=colors)
+    ax2.axvline(1.0, color="black", linewidth=0.8)
+    ax2.set_xlabel("train memory over baseline (x)")
+    fig.suptitle(
+        f"bench on {result.info.device}: {result.info.model} ({result.meta.get('date', '')}); green = picked, red = failed sanity",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+def preset_dict(result: BenchResult, record: Optional[VariantRecord] = None) -> dict[str, Any]:
+    """The ``speedups:`` section of a variant, as a preset that composes after the user's config:
+    every key the variant sets away from the default, plus every key the user's config set (so that
+    ``--config yours.yaml --config picked.yaml`` runs exactly the variant)."""
+    record = record or result.pick
+    if record is None:
+        raise ValueError("no variant to write: the bench ran nothing.")
+    section = next((r.get("speedups") for r in record.runs if r.get("status") == "ok" and r.get("speedups")), None)
+    if section is None:
+        raise ValueError(f"variant {record.variant.name!r} has no completed run to take its settings from.")
+    defaults = speedups_defaults()
+    flat = _flatten(section)
+    keep = {k: v for k, v in flat.items() if k in result.user_speedups_keys or defaults.get(k, object()) != v}
+    return {"speedups": _nest(keep)}
+
+
+def write_preset(result: BenchResult, path: str, record: Optional[VariantRecord] = None) -> str:
+    """Write the picked (or given) variant as a YAML preset that ``fit --config`` accepts; returns the path."""
+    import yaml
+
+    record = record or result.pick
+    data = preset_dict(result, record)
+    assert record is not None
+    s = record.summary
+    figure = f"{s.speedup:.2f}x samples/s over baseline" if s is not None and s.speedup is not None else ""
+    header = [
+        f"# Written by `python -m lightning_speedups bench` on {time.strftime('%Y-%m-%d')}: the fastest variant",
+        f"# that passed the sanity check on this setup: {record.variant.name} ({figure}, {result.info.device},",
+        f"# {result.meta.get('cpu') or result.meta.get('gpu') or 'this machine'}).",
+        "# Use: python -m lightning_speedups fit --config YOUR.yaml --config THIS.yaml",
+    ]
+    if not data["speedups"]:
+        header.append("# The baseline was fastest: nothing to turn on.")
+        data["speedups"] = {"summary": True}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(header) + "\n")
+        yaml.safe_dump(data, fh, sort_keys=False, default_flow_style=False)
+    return path

@@ -1,0 +1,400 @@
+"""The variants ``bench`` runs, which tips apply to a setup, and the combination search.
+
+A *variant* is the user's own setup (model, data, trainer from their config) with the ``speedups:``
+section replaced: ``baseline`` (every speed-up off), one tip on top of the baseline, a packaged
+preset, a combination of tips, the static all-on combination, or the pack's parts with nothing to
+do (their overhead). Which tips apply is decided from the built model and the device
+(:func:`inspect_setup`, :func:`plan_tips`); the combination search (:func:`greedy_search`) is a
+pure function of measured speed-ups, so it is tested with injected figures.
+
+Example::
+
+    info = SetupInfo(device="cpu", conv_modules=3, conv_bias_pairs=3, repeated_blocks=0, compile_targets=2)
+    tips, skipped = plan_tips(info)          # ["T02", "T05", "T06", "T16", "T22", "T24"], {"T07": "...", ...}
+    result = greedy_search({"T24": 1.2, "T22": 1.4}, measure=lambda combo: 1.6, min_gain=0.02)
+    result.best                              # ("T22", "T24")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from lightning_speedups.tips import BY_ID, get_tip
+
+
+@dataclass(frozen=True)
+class TipVariant:
+    """How ``bench`` turns one tip on.
+
+    Attributes:
+        overrides: dotted ``speedups.*`` keys (without the ``speedups.`` prefix) and their values.
+        goal: ``"speed"`` (a candidate for the combination search) or ``"memory"``.
+        needs: what the setup must have for the tip to apply: ``"cuda"``, ``"convs"`` (4D/5D
+            convolutions), ``"conv_bias"`` (a biased convolution feeding a BatchNorm),
+            ``"blocks"`` (repeated blocks to checkpoint), ``"compile"`` (sub-modules with parameters).
+    """
+
+    overrides: Mapping[str, Any]
+    goal: str = "speed"
+    needs: tuple[str, ...] = ()
+
+
+#: tip id -> how bench turns it on. Every tip of the registry is either here or in NOT_TIMED.
+TIP_VARIANTS: dict[str, TipVariant] = {
+    "T02": TipVariant({"loaders.num_workers": "auto", "loaders.persistent_workers": True}),
+    "T03": TipVariant({"loaders.pin_memory": True}, needs=("cuda",)),
+    "T05": TipVariant({"precision": "half"}),
+    "T06": TipVariant({"optimizer": "auto"}),
+    "T07": TipVariant({"cudnn_benchmark": "on"}, needs=("cuda",)),
+    "T09": TipVariant({"checkpointing.targets": ["auto"]}, goal="memory", needs=("blocks",)),
+    "T16": TipVariant({"conv_bias": True}, needs=("conv_bias",)),
+    "T22": TipVariant({"compile.enabled": True}, needs=("compile",)),
+    "T24": TipVariant({"channels_last": True}, needs=("convs",)),
+}
+
+_OPTIMISATION = "changes the optimisation, not the step time: compare accuracy, not samples/s"
+_CHECK = "a check or lint rule (doctor / lint), nothing to time"
+#: tip id -> why bench never times it on its own.
+NOT_TIMED: dict[str, str] = {
+    "T01": f"learning-rate schedule {_OPTIMISATION}",
+    "T04": "changes the batch size and the learning rate, so samples/s are not like for like (use speedups.largest_batch)",
+    "T08": _CHECK,
+    "T10": f"gradient accumulation {_OPTIMISATION}",
+    "T11": "needs several devices; bench times one device (use the ddp preset on the real machine)",
+    "T12": _CHECK,
+    "T13": _CHECK,
+    "T14": "the baseline already runs with the debugging tools off (doctor checks for them)",
+    "T15": f"gradient clipping {_OPTIMISATION}",
+    "T17": _CHECK,
+    "T18": _CHECK,
+    "T19": "a storage check; the data-wait column shows whether loading limits the step",
+    "T20": _CHECK,
+    "T21": "covered by T03: non-blocking copies only overlap from pinned memory",
+    "T23": _CHECK,
+}
+
+#: packaged presets bench never runs, and why.
+PRESETS_NOT_TIMED: dict[str, str] = {
+    "ddp": "needs several devices; bench times one device",
+    "debug": "deliberately slow (anomaly detection, sync warnings): for finding bugs, not for speed",
+}
+
+_NEED_REASONS = {
+    "cuda": "needs a CUDA device (this bench runs on {device})",
+    "convs": "the model has no 4D/5D convolutions",
+    "conv_bias": "no biased convolution feeds a BatchNorm",
+    "blocks": "the model has no repeated blocks to checkpoint",
+    "compile": "the model has no sub-module with parameters to compile",
+}
+
+
+@dataclass
+class SetupInfo:
+    """What ``bench`` learnt about the user's setup before running anything.
+
+    Attributes:
+        device: ``"cpu"`` or ``"cuda"``.
+        conv_modules: modules with 4D/5D weights (``None``: could not tell).
+        conv_bias_pairs: biased convolutions that feed a BatchNorm.
+        repeated_blocks: blocks ``checkpointing.targets: [auto]`` would wrap.
+        compile_targets: sub-modules ``compile.enabled`` would compile.
+        model: the model's class name.
+        errors: part name -> why the inspection with that part failed (e.g. it does not import).
+    """
+
+    device: str = "cpu"
+    conv_modules: Optional[int] = 0
+    conv_bias_pairs: Optional[int] = 0
+    repeated_blocks: Optional[int] = 0
+    compile_targets: Optional[int] = 0
+    model: str = ""
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def has(self, need: str) -> Optional[bool]:
+        """Whether the setup has ``need`` (``None``: unknown, the part could not be inspected)."""
+        if need == "cuda":
+            return self.device == "cuda"
+        value = {
+            "convs": self.conv_modules,
+            "conv_bias": self.conv_bias_pairs,
+            "blocks": self.repeated_blocks,
+            "compile": self.compile_targets,
+        }[need]
+        return None if value is None else value > 0
+
+
+def inspect_setup(model: Any, device: str) -> SetupInfo:
+    """Inspect a built model with each part's own planning function (nothing is changed).
+
+    A part that fails to import or to plan is recorded in ``errors`` and its count is ``None``.
+    """
+    info = SetupInfo(device=device, model=type(model).__name__)
+
+    def count(name: str, fn: Callable[[], int]) -> Optional[int]:
+        try:
+            return int(fn())
+        except Exception as err:  # a part that is missing or broken must not stop the bench
+            info.errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".strip()
+            return None
+
+    def convs() -> int:
+        from lightning_speedups.functional.channels_last import channels_last_candidates
+
+        return len(channels_last_candidates(model))
+
+    def conv_bias() -> int:
+        from lightning_speedups.functional.conv_bias import plan_conv_bias_removal
+
+        return len(plan_conv_bias_removal(model).pairs)
+
+    def blocks() -> int:
+        from lightning_speedups.functional.checkpointing import auto_checkpoint_targets
+
+        return len(auto_checkpoint_targets(model))
+
+    def compile_targets() -> int:
+        from lightning_speedups.functional.compile import default_compile_targets
+
+        return len(default_compile_targets(model))
+
+    info.conv_modules = count("channels_last", convs)
+    info.conv_bias_pairs = count("conv_bias", conv_bias)
+    info.repeated_blocks = count("checkpointing", blocks)
+    info.compile_targets = count("compile", compile_targets)
+    return info
+
+
+def resolve_tips(keys: Optional[Iterable[str]]) -> Optional[list[str]]:
+    """Turn ``--tips`` values (ids or slugs, comma-separated allowed) into tip ids.
+
+    Raises:
+        KeyError: an unknown tip, with the list of valid ids.
+    """
+    if keys is None:
+        return None
+    out: list[str] = []
+    for key in keys:
+        for part in str(key).split(","):
+            part = part.strip()
+            if part:
+                tip = get_tip(part)
+                if tip.id not in out:
+                    out.append(tip.id)
+    return out
+
+
+def plan_tips(info: SetupInfo, selected: Optional[Sequence[str]] = None) -> tuple[list[str], dict[str, str]]:
+    """Which tips to time on this setup, and why each other one is not timed.
+
+    Args:
+        info: the inspected setup.
+        selected: tip ids to consider (``None``: all).
+
+    Returns:
+        ``(tip ids to time, {tip id: reason it is skipped})``.
+    """
+    timed: list[str] = []
+    skipped: dict[str, str] = {}
+    for tip_id in BY_ID:
+        if selected is not None and tip_id not in selected:
+            continue
+        if tip_id in NOT_TIMED:
+            skipped[tip_id] = NOT_TIMED[tip_id]
+            continue
+        spec = TIP_VARIANTS[tip_id]
+        reason = None
+        for need in spec.needs:
+            has = info.has(need)
+            if has is None:
+                part = {"convs": "channels_last", "conv_bias": "conv_bias", "blocks": "checkpointing", "compile": "compile"}[need]
+                reason = f"the {part} part could not inspect the model ({info.errors.get(part, 'unknown error')})"
+                break
+            if not has:
+                reason = _NEED_REASONS[need].format(device=info.device)
+                break
+        if reason is None:
+            timed.append(tip_id)
+        else:
+            skipped[tip_id] = reason
+    return timed, skipped
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One setup to time.
+
+    Attributes:
+        name: shown in the report (``"baseline"``, ``"T24 channels-last"``, ``"preset:fast"``,
+            ``"T22+T24"``, ``"all-on"``, ``"idle-parts"``, ``"yours"``).
+        kind: ``"baseline"``, ``"tip"``, ``"preset"``, ``"combo"``, ``"all-on"``, ``"idle"`` or ``"yours"``.
+        tips: the tips it turns on.
+        presets: packaged preset names (or paths) composed on top of the reset section.
+        overrides: dotted ``speedups`` keys set last.
+        description: one line for the report.
+    """
+
+    name: str
+    kind: str
+    tips: tuple[str, ...] = ()
+    presets: tuple[str, ...] = ()
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["overrides"] = dict(self.overrides)
+        d["tips"] = list(self.tips)
+        d["presets"] = list(self.presets)
+        return d
+
+
+def tip_overrides(tips: Iterable[str]) -> dict[str, Any]:
+    """The merged ``speedups`` overrides of several tips."""
+    out: dict[str, Any] = {}
+    for tip_id in tips:
+        out.update(TIP_VARIANTS[tip_id].overrides)
+    return out
+
+
+def tip_variant(tip_id: str) -> Variant:
+    tip = BY_ID[tip_id]
+    return Variant(f"{tip_id} {tip.slug}", "tip", (tip_id,), overrides=tip_overrides([tip_id]), description=tip.title)
+
+
+def combo_variant(tips: Sequence[str], kind: str = "combo", name: Optional[str] = None) -> Variant:
+    ordered = tuple(sorted(tips))
+    return Variant(
+        name or "+".join(ordered),
+        kind,
+        ordered,
+        overrides=tip_overrides(ordered),
+        description=" + ".join(BY_ID[t].slug for t in ordered),
+    )
+
+
+BASELINE = Variant("baseline", "baseline", description="every speed-up off: plain Lightning")
+
+
+def idle_overrides(info: SetupInfo, skipped: Mapping[str, str]) -> dict[str, Any]:
+    """Overrides that turn on the parts that have nothing to do on this setup (their pure overhead).
+
+    These are the tips skipped because the setup lacks what they need (not the ones bench never
+    times), plus ``tf32: auto`` where no GPU has TF32.
+    """
+    out: dict[str, Any] = {}
+    for tip_id in skipped:
+        spec = TIP_VARIANTS.get(tip_id)
+        if spec is None or any(info.has(n) is None for n in spec.needs):
+            continue
+        out.update(spec.overrides)
+    if info.device != "cuda":
+        out["tf32"] = "auto"
+    return out
+
+
+def build_variants(
+    info: SetupInfo,
+    timed_tips: Sequence[str],
+    skipped: Mapping[str, str],
+    presets: Sequence[str],
+    extras: bool = True,
+    yours: bool = False,
+) -> list[Variant]:
+    """The variants of the first phase: baseline, each tip alone, the presets, all-on and idle-parts."""
+    variants = [BASELINE]
+    if yours:
+        variants.append(Variant("yours", "yours", description="your config's own speedups section"))
+    variants += [tip_variant(t) for t in timed_tips]
+    variants += [Variant(f"preset:{p}", "preset", presets=(p,), description=f"the packaged {p} preset") for p in presets]
+    if extras:
+        speed = [t for t in timed_tips if TIP_VARIANTS[t].goal == "speed"]
+        if len(speed) >= 2:
+            variants.append(combo_variant(speed, kind="all-on", name="all-on"))
+        idle = idle_overrides(info, skipped)
+        if idle:
+            variants.append(
+                Variant("idle-parts", "idle", overrides=idle, description="parts with nothing to do here: " + ", ".join(sorted(idle)))
+            )
+    return variants
+
+
+# ------------------------------------------------------------------------------------ the search
+
+
+@dataclass
+class SearchStep:
+    """One candidate of the combination search: its tips, measured speed-up (``None``: failed, not
+    sane, or not measured) and whether it was kept."""
+
+    tips: tuple[str, ...]
+    speedup: Optional[float]
+    accepted: bool
+    note: str = ""
+
+
+@dataclass
+class SearchResult:
+    """The best combination found (``()``: nothing beat the baseline), its speed-up, and the steps."""
+
+    best: tuple[str, ...]
+    speedup: float
+    steps: list[SearchStep] = field(default_factory=list)
+    helpful: list[str] = field(default_factory=list)
+
+
+class BudgetExhausted(Exception):
+    """Raised by a ``measure`` callable when the time budget does not allow another measurement."""
+
+
+def helpful_tips(singles: Mapping[str, Optional[float]], min_gain: float) -> list[str]:
+    """Tips whose speed-up alone is at least ``1 + min_gain``, best first."""
+    good = [t for t, r in singles.items() if r is not None and r >= 1.0 + min_gain]
+    return sorted(good, key=lambda t: (-float(singles[t]), t))  # type: ignore[arg-type]
+
+
+def greedy_search(
+    singles: Mapping[str, Optional[float]],
+    measure: Callable[[tuple[str, ...]], Optional[float]],
+    min_gain: float = 0.02,
+) -> SearchResult:
+    """Greedy forward selection over the tips that helped alone.
+
+    Start from the best single tip; try adding each other helpful tip in order of its own speed-up;
+    keep an addition only when the measured combination beats the current best by at least
+    ``min_gain`` (relative). ``measure(tips)`` returns the speed-up over baseline of the combination
+    (``None`` when it failed or failed the sanity check) and may raise :class:`BudgetExhausted`.
+
+    Args:
+        singles: tip id -> speed-up over baseline when on alone (``None``: failed or not sane).
+        measure: times a combination (called with sorted tip ids).
+        min_gain: relative gain a tip or an addition must bring to count.
+
+    Example:
+        >>> r = greedy_search({"A": 1.3, "B": 1.2, "C": 0.9}, lambda c: {("A", "B"): 1.5}[c])
+        >>> r.best, r.speedup
+        (('A', 'B'), 1.5)
+    """
+    helpful = helpful_tips(singles, min_gain)
+    if not helpful:
+        return SearchResult((), 1.0, [], helpful)
+    best: tuple[str, ...] = (helpful[0],)
+    best_speedup = float(singles[helpful[0]])  # type: ignore[arg-type]
+    steps: list[SearchStep] = []
+    for tip in helpful[1:]:
+        candidate = tuple(sorted(best + (tip,)))
+        try:
+            speedup = measure(candidate)
+        except BudgetExhausted:
+            steps.append(SearchStep(candidate, None, False, "not measured: the --budget ran out"))
+            break
+        accepted = speedup is not None and speedup >= best_speedup * (1.0 + min_gain)
+        note = (
+            "failed or not sane" if speedup is None
+            else f"{'kept' if accepted else 'dropped'}: {speedup:.3f}x vs {best_speedup:.3f}x without {tip}"
+        )
+        steps.append(SearchStep(candidate, speedup, accepted, note))
+        if accepted:
+            best, best_speedup = candidate, float(speedup)  # type: ignore[arg-type]
+    return SearchResult(best, best_speedup, steps, helpful)

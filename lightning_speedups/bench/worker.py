@@ -1,0 +1,204 @@
+"""One bench run: build one variant of the user's setup, train ``warmup + steps`` batches, report.
+
+Runs in its own process, so global state (cuDNN flags, compiled caches, thread pools, allocator
+caches) cannot leak from one variant into the next. Two ways to start it:
+
+* ``python -m lightning_speedups.bench.worker SPEC.json RESULT.json`` (a fresh interpreter), or
+* :func:`child_main` as the target of a process forked from a server that has only imported torch
+  and Lightning (the default: saves the interpreter start on every run).
+
+The spec is a JSON object: ``args`` (CLI arguments as for ``fit``), ``speedups_overrides``,
+``trainer_overrides``, ``warmup``, ``steps``, ``seed``, ``memory_step``, ``sys_path``, ``cwd``,
+``env``. The result is a JSON object with ``status`` (``"ok"`` or ``"failed"``), ``reason`` when it
+failed, and the figures of :meth:`~lightning_speedups.bench.measure.BenchProbe.results`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, Mapping
+
+
+def cli_value(value: Any) -> str:
+    """A value as a command-line argument: strings as they are (``on`` / ``off`` must not be quoted,
+    jsonargparse would keep the quotes), everything else as JSON (which YAML reads)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def override_args(prefix: str, overrides: Mapping[str, Any]) -> list[str]:
+    """``{"a.b": 1}`` -> ``["--prefix.a.b=1"]``."""
+    return [f"--{prefix}.{key}={cli_value(value)}" for key, value in (overrides or {}).items()]
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(err).__name__}: {line}"[:300] if line else type(err).__name__
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, MemoryError):
+        return True
+    try:
+        import torch
+
+        if isinstance(err, torch.cuda.OutOfMemoryError):
+            return True
+    except Exception:
+        pass
+    text = str(err).lower()
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+def _parts(trainer: Any) -> list[list[str]]:
+    """``[part, tip, state, reason]`` of every part of the pack on the trainer."""
+    out = []
+    try:
+        from lightning_speedups.callbacks.base import SpeedupCallback
+
+        for cb in trainer.callbacks:
+            if isinstance(cb, SpeedupCallback) and cb.status is not None:
+                out.append([cb.part, cb.tip, cb.status[0], cb.status[1]])
+            notes = getattr(cb, "notes", None)
+            if type(cb).__name__ == "SpeedupsSummary" and notes:
+                out.extend([[name, "", "active" if active else "skipped", reason] for name, active, reason in notes])
+    except Exception:
+        pass
+    return out
+
+
+def _speedups_dict(cli: Any) -> Any:
+    import dataclasses
+
+    try:
+        value = cli._get(cli.config_init, "speedups")
+        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else None
+    except Exception:
+        return None
+
+
+def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Build and train one variant as the spec says; never raises (failures are in the result)."""
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"status": "failed", "reason": None, "pid": os.getpid()}
+    stage = "import"
+    try:
+        import lightning.pytorch as pl
+        import torch
+
+        from lightning_speedups.bench.measure import BenchProbe
+        from lightning_speedups.cli import build
+
+        if spec.get("threads"):
+            torch.set_num_threads(int(spec["threads"]))  # the bench's own process: asked with --threads
+        result["torch_threads"] = torch.get_num_threads()
+        stage = "build"
+        try:
+            pl.seed_everything(int(spec.get("seed", 0)), workers=True, verbose=False)
+        except TypeError:  # Lightning < 2.3 has no `verbose`
+            pl.seed_everything(int(spec.get("seed", 0)), workers=True)
+        probe = BenchProbe(int(spec["warmup"]), int(spec["steps"]), memory_step=bool(spec.get("memory_step", True)))
+        trainer_overrides = dict(spec.get("trainer_overrides") or {})
+        speedups_args = override_args("speedups", spec.get("speedups_overrides") or {})
+
+        def argv() -> list[str]:
+            return list(spec.get("args") or []) + speedups_args + override_args("trainer", trainer_overrides)
+
+        try:
+            cli = build(argv(), callbacks=[probe])
+        except SystemExit as exc:
+            result["reason"] = f"the config does not build (exit {exc.code}; see the log)"
+            return result
+        except Exception as err:
+            if "enable_checkpointing" in str(err) and "enable_checkpointing" in trainer_overrides:
+                trainer_overrides.pop("enable_checkpointing")  # the config has its own ModelCheckpoint
+                cli = build(argv(), callbacks=[probe])
+            else:
+                raise
+        trainer = cli.trainer
+        probe = next(cb for cb in trainer.callbacks if isinstance(cb, BenchProbe))
+        result["build_s"] = time.perf_counter() - t0
+        result["speedups"] = _speedups_dict(cli)
+        result["precision"] = str(getattr(trainer, "precision", ""))
+        result["accelerator"] = type(trainer.accelerator).__name__
+        stage = "fit"
+        probe.t_fit = time.perf_counter()
+        trainer.fit(cli.model, datamodule=cli.datamodule)
+        result["parts"] = _parts(trainer)
+        result.update(probe.results())
+        if not probe.done:
+            result["reason"] = (
+                f"training stopped after {probe.batches} of {probe.total_batches} batches"
+                " (the config's max_steps / max_time / min_epochs / a callback stopped it)"
+            )
+            return result
+        result["status"] = "ok"
+    except BaseException as err:  # noqa: BLE001 - a variant that fails must not stop the bench
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        why = _first_line(err)
+        result["reason"] = f"out of memory ({why})" if _is_oom(err) else f"{stage} failed: {why}"
+        result["traceback"] = traceback.format_exc(limit=20)
+        try:
+            result["parts"] = _parts(cli.trainer)  # type: ignore[possibly-undefined]
+        except Exception:
+            pass
+    finally:
+        result["run_s"] = time.perf_counter() - t0
+    return result
+
+
+def _prepare(spec: Mapping[str, Any]) -> None:
+    for path in spec.get("sys_path") or []:
+        if path not in sys.path:
+            sys.path.append(path)
+    cwd = spec.get("cwd")
+    if cwd:
+        os.chdir(cwd)
+    for key, value in (spec.get("env") or {}).items():
+        os.environ[key] = str(value)
+
+
+def _write(path: str, result: Mapping[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, default=str)
+    os.replace(tmp, path)
+
+
+def child_main(spec_path: str, result_path: str, log_path: str) -> None:
+    """Target of a forked run: output to ``log_path``, spec from and result to JSON files."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    with open(spec_path, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    _prepare(spec)
+    _write(result_path, run_variant(spec))
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def main(argv: Any = None) -> int:
+    """``python -m lightning_speedups.bench.worker SPEC.json RESULT.json``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m lightning_speedups.bench.worker SPEC.json RESULT.json", file=sys.stderr)
+        return 2
+    with open(args[0], encoding="utf-8") as fh:
+        spec = json.load(fh)
+    _prepare(spec)
+    result = run_variant(spec)
+    _write(args[1], result)
+    return 0 if result.get("status") == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

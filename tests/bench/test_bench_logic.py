@@ -1,0 +1,356 @@
+"""bench: the logic without processes (tip planning, sanity, search, interleaving, picking, presets)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from lightning_speedups.bench import main
+from lightning_speedups.bench.measure import Spread, sanity_check, summarize
+from lightning_speedups.bench.report import preset_dict, render_table, summary_lines, to_json, write_preset
+from lightning_speedups.bench.runner import (
+    Bench,
+    BenchError,
+    BenchOptions,
+    reset_args,
+    speedups_defaults,
+    user_speedups_keys,
+)
+from lightning_speedups.bench.variants import (
+    NOT_TIMED,
+    TIP_VARIANTS,
+    BudgetExhausted,
+    SetupInfo,
+    greedy_search,
+    idle_overrides,
+    plan_tips,
+    resolve_tips,
+)
+from lightning_speedups.tips import BY_ID
+
+TINY_CNN = ["--model=helpers.TinyCNN"]
+TINY_TRANSFORMER = ["--model=helpers.TinyTransformer"]
+
+
+# ------------------------------------------------------------------------------------ tip planning
+
+
+def test_every_tip_is_timed_or_has_a_reason():
+    assert set(TIP_VARIANTS) | set(NOT_TIMED) == set(BY_ID)
+    assert not set(TIP_VARIANTS) & set(NOT_TIMED)
+
+
+def test_plan_tips_skips_inapplicable_with_reasons():
+    cnn = SetupInfo(device="cpu", conv_modules=3, conv_bias_pairs=2, repeated_blocks=0, compile_targets=2)
+    timed, skipped = plan_tips(cnn)
+    assert timed == ["T02", "T05", "T06", "T16", "T22", "T24"]
+    assert "CUDA" in skipped["T07"] and "cpu" in skipped["T07"]
+    assert "repeated blocks" in skipped["T09"]
+    transformer = SetupInfo(device="cuda", conv_modules=0, conv_bias_pairs=0, repeated_blocks=2, compile_targets=3)
+    timed, skipped = plan_tips(transformer)
+    assert "T24" not in timed and "convolutions" in skipped["T24"]
+    assert "T16" not in timed and "BatchNorm" in skipped["T16"]
+    assert {"T03", "T07", "T09"} <= set(timed)
+
+
+def test_plan_tips_restricted_and_part_that_failed_to_inspect():
+    info = SetupInfo(device="cpu", conv_modules=None, errors={"channels_last": "ImportError: boom"})
+    timed, skipped = plan_tips(info, ["T24", "T06"])
+    assert timed == ["T06"]
+    assert "ImportError: boom" in skipped["T24"]
+    assert set(skipped) == {"T24"}
+
+
+def test_idle_overrides_are_the_parts_with_nothing_to_do():
+    info = SetupInfo(device="cpu", conv_modules=0, conv_bias_pairs=0, repeated_blocks=2, compile_targets=3)
+    _, skipped = plan_tips(info)
+    idle = idle_overrides(info, skipped)
+    assert idle == {"loaders.pin_memory": True, "cudnn_benchmark": "on", "conv_bias": True, "channels_last": True, "tf32": "auto"}
+
+
+def test_resolve_tips_ids_slugs_commas_and_unknown():
+    assert resolve_tips(["t24", "fusion,T06"]) == ["T24", "T22", "T06"]
+    assert resolve_tips(None) is None
+    with pytest.raises(KeyError, match="T99"):
+        resolve_tips(["T99"])
+
+
+# ------------------------------------------------------------------------------------ sanity
+
+
+def test_sanity_check():
+    assert sanity_check(2.1, 2.0, 0.25)[0]
+    ok, why = sanity_check(3.0, 2.0, 0.25)
+    assert not ok and "tolerance" in why
+    assert not sanity_check(float("nan"), 2.0, 0.25)[0]
+    assert not sanity_check(float("inf"), 2.0, 0.25)[0]
+    assert sanity_check(0.02, 0.0, 0.25)[0]  # absolute floor near zero
+    assert sanity_check(None, 2.0, 0.25)[0]  # manual optimisation: nothing to compare
+
+
+def test_summarize_and_spread():
+    runs = [
+        {"status": "ok", "samples_per_s": 100.0, "step_s": 0.1, "loss": 1.0, "repeat": 0},
+        {"status": "ok", "samples_per_s": 110.0, "step_s": 0.09, "loss": 1.1, "repeat": 1},
+        {"status": "failed", "reason": "out of memory", "repeat": 2},
+    ]
+    s = summarize(runs)
+    assert (s.runs_ok, s.runs_failed) == (2, 1)
+    assert s.samples_per_s.median == pytest.approx(105.0)
+    assert s.samples_per_s.pct == pytest.approx(100 * 10 / (2 * 105))
+    assert summarize([runs[2]]).failure == "out of memory"
+    assert Spread.of([None, float("nan")]).median is None
+
+
+# ------------------------------------------------------------------------------------ search
+
+
+def test_greedy_search_with_injected_timings():
+    singles = {"T24": 1.20, "T22": 1.40, "T16": 1.05, "T05": 0.85, "T06": None}
+    combos = {("T22", "T24"): 1.62, ("T16", "T22", "T24"): 1.63}  # T16 adds < 2 %: dropped
+    calls = []
+
+    def measure(tips):
+        calls.append(tips)
+        return combos[tips]
+
+    r = greedy_search(singles, measure, min_gain=0.02)
+    assert r.helpful == ["T22", "T24", "T16"]
+    assert calls == [("T22", "T24"), ("T16", "T22", "T24")]
+    assert r.best == ("T22", "T24") and r.speedup == pytest.approx(1.62)
+    assert [s.accepted for s in r.steps] == [True, False]
+
+
+def test_greedy_search_insane_combination_is_not_kept():
+    r = greedy_search({"A": 1.3, "B": 1.2}, lambda tips: None)
+    assert r.best == ("A",) and r.speedup == pytest.approx(1.3)
+    assert r.steps[0].accepted is False
+
+
+def test_greedy_search_nothing_helps_and_budget_stops():
+    assert greedy_search({"A": 0.9, "B": 1.01}, lambda t: 2.0).best == ()
+
+    def out_of_budget(tips):
+        raise BudgetExhausted()
+
+    r = greedy_search({"A": 1.3, "B": 1.2, "C": 1.1}, out_of_budget)
+    assert r.best == ("A",) and len(r.steps) == 1 and "budget" in r.steps[0].note
+
+
+# ------------------------------------------------------------------------------------ the runner, with a fake launcher
+
+
+class FakeLauncher:
+    """Returns made-up results by variant name; records the order of the runs."""
+
+    def __init__(self, rates, losses=None, fail=(), wall=1.0):
+        self.rates = rates
+        self.losses = losses or {}
+        self.fail = set(fail)
+        self.wall = wall
+        self.calls: list[str] = []
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def run(self, spec, name, timeout=None):
+        v = spec["variant"]
+        self.calls.append(v)
+        self.now += self.wall
+        if v in self.fail:
+            return {"status": "failed", "reason": "out of memory (OutOfMemoryError: boom)", "wall_s": self.wall}
+        key = "baseline" if v.startswith("baseline") else v
+        rate = self.rates.get(key, 100.0)
+        overrides = spec["speedups_overrides"]
+        section = {k: v for k, v in speedups_defaults().items()}
+        section.update(overrides)
+        nested: dict = {}
+        for k, val in section.items():
+            node = nested
+            *head, last = k.split(".")
+            for h in head:
+                node = node.setdefault(h, {})
+            node[last] = val
+        return {
+            "status": "ok",
+            "samples_per_s": rate,
+            "step_s": 64 / rate,
+            "step_times": [64 / rate] * 3,
+            "data_wait_fraction": 0.01,
+            "warmup_s": 0.5,
+            "warmup_excess_s": 0.2,
+            "train_mem_bytes": 1000 if "precision" not in overrides else 500,
+            "loss": self.losses.get(key, 2.0),
+            "speedups": nested,
+            "wall_s": self.wall,
+        }
+
+
+@pytest.fixture(autouse=True)
+def _bench_dir(tmp_path, monkeypatch):
+    """Bench's working folder inside the test's tmp_path (nothing left in /tmp)."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
+
+def _bench(launcher, **kw):
+    opts = dict(args=TINY_CNN, steps=2, warmup=1, repeats=2, presets=["none"], progress=False)
+    opts.update(kw)
+    bench = Bench(BenchOptions(**opts), launcher=launcher, clock=launcher.clock)
+    bench.prepare()
+    return bench
+
+
+def test_runner_interleaves_repeats_and_picks_fastest_sane():
+    rates = {"baseline": 100.0, "T24 channels-last": 120.0, "T22 fusion": 150.0, "T16 conv-bias": 101.0, "T22+T24": 170.0}
+    fake = FakeLauncher(rates, losses={"T05 amp": float("nan")}, fail={"T06 optimizer"})
+    bench = _bench(fake, extras=False)
+    result = bench.run()
+    names = [r.variant.name for r in result.records if r.phase == 1]
+    assert names[0] == "baseline" and "T24 channels-last" in names and "T09 activation-checkpointing" not in names
+    # round-robin: every phase-1 variant runs once before any runs a second time
+    n = len(names)
+    assert sorted(fake.calls[:n]) == sorted(names) and sorted(fake.calls[n : 2 * n]) == sorted(names)
+    assert fake.calls[n:2 * n] != fake.calls[:n]  # rotated order in the second repeat
+    # the failed variant is recorded, the insane one never picked, the search combined the two winners
+    t06 = result.record("T06 optimizer")
+    assert t06.summary.failure.startswith("out of memory")
+    t05 = result.record("T05 amp")
+    assert not t05.summary.sane
+    assert result.search.best == ("T22", "T24")
+    combo = result.record("T22+T24")
+    assert combo.phase == 2 and combo.summary.speedup == pytest.approx(1.7)
+    assert any(c.startswith("baseline (phase 2") for c in fake.calls)
+    assert result.pick is combo
+
+
+def test_pick_ignores_a_combination_the_search_dropped():
+    # T05+T22+T24 measures 1.71 vs 1.70 for T22+T24: under the 2 % minimum gain, so T22+T24 is picked
+    rates = {"baseline": 100.0, "T24 channels-last": 120.0, "T22 fusion": 150.0, "T05 amp": 110.0,
+             "T22+T24": 170.0, "T05+T22+T24": 171.0}
+    result = _bench(FakeLauncher(rates), extras=False, tips=["T05", "T22", "T24"]).run()
+    assert [s.accepted for s in result.search.steps] == [True, False]
+    assert result.pick.variant.name == "T22+T24"
+    lines = summary_lines(result)
+    assert any(line.startswith("pick: T22+T24") for line in lines)
+
+
+def test_runner_picks_baseline_when_nothing_helps(tmp_path):
+    fake = FakeLauncher({"baseline": 100.0}, losses={})
+    result = _bench(fake, tips=["T24", "T06"]).run()
+    assert result.pick.variant.kind == "baseline"
+    path = write_preset(result, str(tmp_path / "p.yaml"))
+    data = yaml.safe_load(open(path))
+    assert data == {"speedups": {"summary": True}}
+
+
+def test_runner_budget_too_small_after_baseline():
+    fake = FakeLauncher({"baseline": 100.0}, wall=15.0)
+    bench = _bench(fake, budget=25.0)
+    with pytest.raises(BenchError, match="too small"):
+        bench.run()
+
+
+def test_runner_budget_reduces_repeats_and_skips():
+    fake = FakeLauncher({"baseline": 100.0}, wall=10.0)
+    result = _bench(fake, budget=45.0, repeats=3, search=False, extras=False).run()
+    assert any("1 repeat(s) instead of 3" in note for note in result.notes)
+    assert len(fake.calls) == 4  # 40 s of runs in a 45 s budget
+    skipped = [r for r in result.records if r.skipped]
+    assert skipped and all("--budget" in r.skipped for r in skipped)
+    assert fake.calls[0] == "baseline"
+
+
+def test_json_and_table(tmp_path, capsys):
+    import json
+
+    from rich.console import Console
+
+    fake = FakeLauncher({"baseline": 100.0, "T24 channels-last": 125.0})
+    result = _bench(fake, tips=["T24"]).run()
+    path = tmp_path / "b.json"
+    to_json(result, str(path))
+    data = json.loads(path.read_text())
+    assert {"meta", "options", "setup", "variants", "search", "pick", "memory_figure", "skipped_tips"} <= set(data)
+    base = data["variants"][0]
+    assert base["name"] == "baseline" and len(base["runs"]) == 2
+    assert base["summary"]["samples_per_s"]["median"] == 100.0
+    t24 = next(v for v in data["variants"] if v["name"] == "T24 channels-last")
+    assert t24["summary"]["speedup"] == pytest.approx(1.25) and t24["overrides"] == {"channels_last": True}
+    console = Console(width=200, record=True)
+    render_table(result, console)
+    assert "T24 channels-last" in console.export_text()
+    from lightning_speedups.bench.report import markdown
+
+    md = markdown(result)
+    assert md.splitlines()[0].startswith("| variant | speed-up |") and "| T24 channels-last (picked) | 1.25x" in md
+
+
+# ------------------------------------------------------------------------------------ presets and the reset
+
+
+def test_user_keys_and_reset_give_the_baseline(tmp_path):
+    from lightning_speedups.cli import build
+    from lightning_speedups.config import Speedups
+
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text("speedups:\n  channels_last: true\n  compile:\n    enabled: true\n")
+    args = TINY_CNN + ["--config", str(cfg), "--speedups.optimizer=auto"]
+    keys = user_speedups_keys(args)
+    assert set(keys) == {"channels_last", "compile.enabled", "optimizer"}
+    cli = build(args + reset_args(keys))
+    assert cli._get(cli.config_init, "speedups") == Speedups()
+
+
+def test_written_preset_round_trips_through_build(tmp_path):
+    from lightning_speedups.cli import build
+
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text("speedups:\n  precision: half\n")
+    fake = FakeLauncher({"baseline": 100.0, "T24 channels-last": 130.0})
+    result = _bench(fake, args=TINY_CNN + ["--config", str(cfg)], tips=["T24"], extras=False).run()
+    assert result.pick.variant.name == "T24 channels-last"
+    path = write_preset(result, str(tmp_path / "fastest.yaml"))
+    assert preset_dict(result) == {"speedups": {"precision": "off", "channels_last": True}}
+    cli = build(TINY_CNN + ["--config", str(cfg), "--config", path])
+    speedups = cli._get(cli.config_init, "speedups")
+    assert speedups.channels_last is True and speedups.precision == "off"
+
+
+# ------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--tips", "T99"], "unknown tip"),
+        (["--budget", "1"], "too small to run one variant"),
+        (["--steps", "0"], "--steps"),
+        (["--presets", "nosuch"], "unknown preset"),
+        (["--model=nosuch_module.Model"], "does not build"),
+        (["--model=helpers.TinyCNN", "--model.lr=oops"], "does not build"),
+    ],
+)
+def test_bad_input_exits_2(argv, message, capsys):
+    assert main(argv + ["--no-progress"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cuda_requested_without_cuda(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert main(TINY_CNN + ["--device", "cuda", "--no-progress"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_transformer_setup_skips_conv_tips():
+    bench = Bench(BenchOptions(args=TINY_TRANSFORMER, presets=["none"], progress=False), launcher=FakeLauncher({}))
+    bench.prepare()
+    assert "T24" in bench.skipped_tips and "T16" in bench.skipped_tips
+    idle = next(v for v in bench.variants if v.kind == "idle")
+    assert idle.overrides["channels_last"] is True and idle.overrides["conv_bias"] is True
+    assert math.isfinite(len(bench.variants))
