@@ -226,8 +226,11 @@ class SpeedupsCLI(LightningCLI):
 
 
 def _arg_value(value: Any) -> str:
+    """A command-line value for ``value``: strings as they are (``off`` stays ``off``), the rest as YAML."""
     import yaml
 
+    if isinstance(value, str):
+        return value
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 

@@ -232,10 +232,17 @@ def test_matmul_precision_rejects_bad_mode():
 
 
 # ---------------------------------------------------------------- T05
-def test_precision_auto_on_cpu_depends_on_amx(monkeypatch):
+def test_precision_auto_on_cpu_depends_on_the_bf16_units(monkeypatch):
     monkeypatch.setattr(prec, "cpu_has_amx_bf16", lambda: False)
+    monkeypatch.setattr(prec, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    monkeypatch.setattr(prec, "cpu_vendor", lambda: "GenuineIntel")
+    assert prec.resolve_precision("auto", "cpu")[0] == "32-true"  # Xeon without AMX: measured slower
+    assert prec.resolve_precision("half", "cpu")[0] == "bf16-mixed"  # the memory preset takes it anyway
+    monkeypatch.setattr(prec, "cpu_vendor", lambda: "AuthenticAMD")
+    value, reason = prec.resolve_precision("auto", "cpu")
+    assert value == "bf16-mixed" and "AMD" in reason  # Zen 4: measured faster
+    monkeypatch.setattr(prec, "cpu_flags", lambda: frozenset({"avx2"}))
     assert prec.resolve_precision("auto", "cpu")[0] == "32-true"
-    assert prec.resolve_precision("half", "cpu")[0] == "bf16-mixed"
     monkeypatch.setattr(prec, "cpu_has_amx_bf16", lambda: True)
     assert prec.resolve_precision("auto", "cpu")[0] == "bf16-mixed"
 

@@ -4,9 +4,12 @@ Card:
     What: ``resolve_precision("auto")`` returns a Lightning ``precision`` value with a one-line reason.
     Seed tip: A#4 / B#11, automatic mixed precision ("2.75x faster, 37% less memory" on BERT-size
     models, on GPUs with tensor cores).
-    Expected gain: 1.5x to 3x on tensor-core GPUs; on CPUs only where the CPU has matrix units for
-    bf16 (Intel AMX). Without them bf16 autocast measured 0.83x (slower) on a small transformer on a
-    2-core Xeon with avx512_bf16, so ``auto`` keeps fp32 there.
+    Expected gain: 1.5x to 3x on tensor-core GPUs. On CPUs it depends on the bf16 units: with Intel
+    AMX bf16 is fast; on AMD Zen 4+ (avx512_bf16) bf16 autocast measured 1.31x on a small
+    transformer and 1.74x on a small CNN (benchmarks/RESULTS.md, 2-core EPYC); on an Intel Xeon with
+    avx512_bf16 but no AMX it measured 0.83x (slower) on a small transformer. So ``auto`` picks bf16
+    on CPUs with AMX or with AMD's avx512_bf16, and keeps fp32 elsewhere. ``bench`` measures it on
+    your own setup.
     When it hurts: fp16 without a loss scaler underflows (Lightning's ``16-mixed`` brings one);
     ops with no low-precision kernel fall back and add casts.
 """
@@ -46,6 +49,27 @@ def cpu_has_amx_bf16() -> bool:
         return bool(probe()) if probe is not None else False
     except Exception:  # pragma: no cover - private API, absent or failing on some builds
         return False
+
+
+def cpu_vendor() -> str:
+    """The CPU vendor string (``GenuineIntel``, ``AuthenticAMD``, ...) from ``/proc/cpuinfo``, or ``""``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def cpu_fast_bf16() -> Optional[str]:
+    """Why bf16 autocast is faster than fp32 on this CPU, or ``None`` when it is not expected to be."""
+    if cpu_has_amx_bf16():
+        return "the CPU has AMX bf16 matrix units"
+    if "avx512_bf16" in cpu_flags() and cpu_vendor() == "AuthenticAMD":
+        return "AMD CPU with avx512_bf16 (measured 1.3x-1.7x faster than fp32 on a 2-core EPYC)"
+    return None
 
 
 def cuda_supports_bf16(device: Optional[int] = None) -> bool:
@@ -94,11 +118,12 @@ def resolve_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[O
         return "16-mixed", f"{name} has no native bf16: fp16 with a gradient scaler"
     if str(accelerator) not in ("cpu", "auto", "None"):
         return None, f"left to Lightning on accelerator {accelerator!r}"
+    fast = cpu_fast_bf16()
     if mode == "half":
-        return "bf16-mixed", "bf16 autocast on CPU halves saved activations (it is not faster without AMX)"
-    if cpu_has_amx_bf16():
-        return "bf16-mixed", "the CPU has AMX bf16 matrix units"
-    return "32-true", "the CPU has no AMX bf16 units: bf16 autocast would be slower (measured 0.83x)"
+        return "bf16-mixed", "bf16 autocast on CPU halves saved activations" + (f"; {fast}" if fast else " (it may be slower here)")
+    if fast:
+        return "bf16-mixed", fast
+    return "32-true", "no AMX or AMD avx512_bf16 units: bf16 autocast would be slower (measured 0.83x on a Xeon without AMX)"
 
 
 def resolve_matmul_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[Optional[str], str]:
