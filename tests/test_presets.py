@@ -83,3 +83,17 @@ def test_preset_api_errors_are_clear(tmp_path):
     bad.write_text("speedups:\n  channels_lats: true\n")
     with pytest.raises(PresetError, match=r"bad.yaml.*channels_lats"):
         preset(str(bad))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED - {"ddp"}))
+@pytest.mark.parametrize("kind", ["cnn", "transformer"])
+def test_every_preset_trains_both_kinds_of_model(name, kind):
+    """Each preset's parts together, on hardware-resolved settings, on a CNN and a transformer."""
+    from helpers import QUIET, TinyCNN, TinyTransformer
+    from lightning.pytorch import Trainer
+
+    p = preset(name)
+    model = TinyCNN(optimizer="adamw") if kind == "cnn" else TinyTransformer()
+    trainer = Trainer(**{**QUIET, **p.trainer_kwargs(accelerator="cpu")}, callbacks=p.callbacks(), max_steps=2)
+    trainer.fit(model)
+    assert trainer.global_step == 2

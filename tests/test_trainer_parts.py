@@ -147,7 +147,8 @@ def test_fused_optimizer_switches_adamw_in_place_and_trains_the_same():
     trainer = quiet_trainer(max_steps=3, callbacks=[cb])
     trainer.fit(fused)
     opt = trainer.optimizers[0]
-    assert opt.param_groups[0]["fused"] is True and opt._step_supports_amp_scaling
+    assert opt.param_groups[0]["fused"] is True
+    assert not getattr(opt, "_step_supports_amp_scaling", False)  # no GradScaler: Lightning may clip
     assert cb.changed == ["AdamW->fused"]
     for (name, a), b in zip(plain.named_parameters(), fused.parameters()):
         if name in ("features.0.bias", "features.3.bias"):
@@ -299,3 +300,14 @@ def test_fused_optimizer_avoids_fused_under_fp16_with_agc():
     with pytest.warns(UserWarning, match="fp16"):
         FusedOptimizer("auto").on_train_start(trainer, None)
     assert opt.param_groups[0]["fused"] is False
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "32-true"])
+def test_fused_optimizer_with_gradient_clipping_trains(precision):
+    # bf16-mixed uses Lightning's MixedPrecision plugin, which refuses to clip an optimizer that
+    # claims to unscale internally; the fused switch must not make that claim without a scaler.
+    model = TinyCNN(optimizer="adamw", lr=1e-2)
+    cb = FusedOptimizer("auto")
+    trainer = quiet_trainer(max_steps=2, precision=precision, gradient_clip_val=1.0, callbacks=[cb])
+    trainer.fit(model)
+    assert trainer.global_step == 2 and trainer.optimizers[0].param_groups[0]["fused"] is True

@@ -503,8 +503,11 @@ class FusedOptimizer(SpeedupCallback):
             if "fused" in optimizer.defaults:
                 optimizer.defaults["fused"] = choice == "fused"
             optimizer.defaults["foreach"] = choice == "foreach"
-            if choice == "fused":
-                optimizer._step_supports_amp_scaling = True  # what the constructor does for fused=True
+            if choice == "fused" and scaler is not None:
+                # what the constructor does for fused=True: the GradScaler then hands its scale to the
+                # step. Without a scaler (fp32, bf16) it must stay off: Lightning's mixed-precision
+                # plugin refuses to clip gradients of an optimizer that says it unscales internally.
+                optimizer._step_supports_amp_scaling = True
             self.changed.append(f"{type(optimizer).__name__}->{choice}")
         if avoid_fused and self.mode != "foreach":
             rank_zero_warn(
