@@ -384,6 +384,7 @@ class DataWaitMonitor(SpeedupCallback):
         self._excluded = 0.0
         self._val_start: float | None = None
         self._cuda = False
+        self._interval_wait = self._interval_step = 0.0
 
     @property
     def data_wait_fraction(self) -> float | None:
@@ -407,6 +408,7 @@ class DataWaitMonitor(SpeedupCallback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._cuda = self.sync_cuda and pl_module.device.type == "cuda"
         self.wait_seconds = self.step_seconds = 0.0
+        self._interval_wait = self._interval_step = 0.0
         self.steps = self._seen = 0
         self.last_fraction = None
 
@@ -453,15 +455,22 @@ class DataWaitMonitor(SpeedupCallback):
             self.wait_seconds += self._wait
             self.step_seconds += step
             self.steps += 1
-        if self.log:
+        self._interval_wait += self._wait
+        self._interval_step += step
+        # self.log costs ~0.5 ms a call: log where Lightning writes logs (every log_every_n_steps), at
+        # the end of each epoch, or every step for the progress bar, with the fraction since the last call.
+        last = getattr(getattr(trainer.fit_loop.epoch_loop, "batch_progress", None), "is_last_batch", False)
+        last = last or (trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps)
+        if self.log and (self.prog_bar or last or self._seen % max(trainer.log_every_n_steps, 1) == 0):
             pl_module.log(
                 "speedups/data_wait_fraction",
-                self.last_fraction,
+                self._interval_wait / self._interval_step,
                 on_step=True,
                 on_epoch=False,
                 prog_bar=self.prog_bar,
                 batch_size=1,
             )
+            self._interval_wait = self._interval_step = 0.0
 
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

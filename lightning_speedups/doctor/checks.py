@@ -294,7 +294,7 @@ def check_t05(facts: Facts) -> Finding:
     if not facts.on_cuda and "bf16" in current and best in ("32-true", "32"):
         return Finding.from_items(tip, [Item(
             "low",
-            f"{current} on a CPU without AMX bf16 units: autocast adds casts and measured 0.83x (slower) here",
+            f"{current} on a CPU where bf16 is not expected to be faster ({why}): autocast adds casts",
             "speedups.precision: auto (32-true here); keep bf16 only if you need the memory (speedups.precision: half)",
         )])
     if full:

@@ -98,11 +98,11 @@ def test_gradient_explosion_without_clipping():
     assert checks.check_t15(Facts(grad_norms=[1.0, 5e3], gradient_clip_val=1.0)).status == "ok"
 
 
-def test_fp32_on_cpu_is_fine_unless_amx():
-    from lightning_speedups.functional.precision import cpu_has_amx_bf16
+def test_fp32_on_cpu_is_fine_unless_bf16_is_faster_here():
+    from lightning_speedups.functional.precision import cpu_fast_bf16
 
     t05 = checks.check_t05(Facts(collected=True, device_type="cpu", precision="32-true"))
-    assert t05.status == ("finding" if cpu_has_amx_bf16() else "ok")
+    assert t05.status == ("finding" if cpu_fast_bf16() else "ok")
 
 
 def test_gpu_only_checks_say_not_checked_on_cpu():

@@ -93,9 +93,11 @@ def test_default_covers_every_tip_once_and_reports_fine_ones(default_result):
 
 
 def test_exit_codes_follow_fail_on(default_result):
-    # the demo has low findings only: 0 unless --fail-on low
+    # the demo has low findings, plus a medium T05 finding on CPUs where bf16 is faster than its fp32
+    from lightning_speedups.functional.precision import cpu_fast_bf16
+
     assert default_result.exit_code("high") == 0
-    assert default_result.exit_code("medium") == 0
+    assert default_result.exit_code("medium") == (1 if cpu_fast_bf16() else 0)
     assert default_result.exit_code("low") == 1
     assert default_result.exit_code("never") == 0
 

@@ -35,7 +35,9 @@ def test_advisor_quiet_mode_and_validation():
     quiet_trainer(max_steps=1, callbacks=[advisor], num_sanity_val_steps=1, limit_val_batches=1).fit(TinyCNN())
     t17 = next(f for f in advisor.findings if f.tip == "T17")
     assert t17.status == "ok" and "without autograd" in t17.evidence
-    assert advisor.worst() == "low"
+    from lightning_speedups.functional.precision import cpu_fast_bf16
+
+    assert advisor.worst() == ("medium" if cpu_fast_bf16() else "low")  # T05: fp32 where bf16 is faster
 
 
 def test_advisor_from_the_preset_key():
