@@ -45,13 +45,22 @@ def idle_parts():
             InputStatsCheck(), GradsToNoneCheck(), NoGradEvalCheck(), ShapeWatch(), SpeedupsSummary()]
 
 
-def measure(model, steps: int) -> tuple[float, float, int]:
-    profiler = SimpleProfiler()
+def measure(model, steps: int, config: str | None = None) -> tuple[float, float, float, int]:
     parts = idle_parts()
     names = {type(cb).__name__ for cb in parts}
-    trainer = Trainer(**{**QUIET, "max_steps": steps, "limit_val_batches": 0, "profiler": profiler},
-                      callbacks=parts)
-    trainer.fit(model)
+    if config is None:
+        profiler = SimpleProfiler()
+        trainer = Trainer(**{**QUIET, "max_steps": steps, "limit_val_batches": 0, "profiler": profiler},
+                          callbacks=parts)
+        trainer.fit(model)
+    else:  # a reference workload, built exactly as `fit --config` builds it
+        from lightning_speedups.cli import build
+
+        overrides = {k: v for k, v in QUIET.items() if k not in ("accelerator", "devices")}
+        cli = build(["--config", config], callbacks=parts, trainer_overrides={
+            **overrides, "max_steps": steps, "limit_val_batches": 0, "profiler": "simple"})
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        trainer, profiler = cli.trainer, cli.trainer.profiler
     per_step = once = total = 0.0
     for action, durations in profiler.recorded_durations.items():
         if action.startswith("[Callback]") and action.split("]")[1].split(".")[0] in names:
@@ -68,14 +77,17 @@ def measure(model, steps: int) -> tuple[float, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--config", nargs="*", default=[], help="also measure these workloads (YAML configs)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {args.steps} steps, 1 thread")
     print("| model | per-step hooks of the pack | training steps | per-step overhead | one-off hooks (setup, fit start, ...) |")
     print("|---|---|---|---|---|")
-    for label, make in (("TinyTransformer (2 layers, d=32)", lambda: TinyTransformer(n=64, batch_size=8)),
-                        ("TinyCNN (2 convs, 8x8)", lambda: TinyCNN(n=256, batch_size=16))):
-        per_step, once, total, steps = measure(make(), args.steps)
+    runs = [("TinyTransformer (2 layers, d=32)", lambda: TinyTransformer(n=64, batch_size=8), None),
+            ("TinyCNN (2 convs, 8x8)", lambda: TinyCNN(n=256, batch_size=16), None)]
+    runs += [(config, lambda: None, config) for config in args.config]
+    for label, make, config in runs:
+        per_step, once, total, steps = measure(make(), args.steps, config)
         print(f"| {label} | {per_step * 1e3:.1f} ms | {total * 1e3:.0f} ms over {steps} steps |"
               f" {per_step / total:.2%} | {once * 1e3:.0f} ms |")
 

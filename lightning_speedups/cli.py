@@ -131,8 +131,14 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
         lines = [f"unknown key {key!r}"]
     detail = [line.strip() for line in message.strip().splitlines()[1:] if line.strip()]
     literal = next((re.search(r"Literal\[(.*)\]\. Got value: (.*)", d) for d in detail if "Literal[" in d), None)
+    problem = re.search(r"Problem with given class_path '([^']+)':\s*\n\s*(.+)", message)
     if literal:
         lines = [f"bad value {literal.group(2).strip()!r} for {key}; allowed: {literal.group(1).replace(chr(39), '')}"]
+    elif problem:
+        reason = problem.group(2).strip()
+        lines = [f"{key}: class_path {problem.group(1)!r} does not work: {reason}"]
+        if "No module named" in reason:
+            lines.append("run from the folder that holds that module (it is put on sys.path), or pip install it")
     elif detail:
         lines.append(detail[0][:300])
     if key is not None:

@@ -145,3 +145,10 @@ def test_onecycle_from_plain_lr_scheduler_flag_steps_per_optimizer_step(elsewher
     finally:
         sys.argv = saved
     assert cli.trainer.lr_scheduler_configs[0].interval == "step"
+
+
+def test_a_class_path_that_does_not_import_says_why(elsewhere, capsys):
+    bad = _write(elsewhere / "mine.yaml", {"model": {"class_path": "nowhere_pkg.Model"}})
+    assert main(["fit", "--config", bad]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere_pkg.Model" in err and "No module named 'nowhere_pkg'" in err and "mine.yaml" in err
