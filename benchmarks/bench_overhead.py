@@ -20,7 +20,9 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.profilers import SimpleProfiler
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # the reference workloads' class_path: benchmarks.cnn_workload...
 from helpers import QUIET, TinyCNN, TinyTransformer  # noqa: E402
 
 from lightning_speedups import (  # noqa: E402

@@ -266,7 +266,13 @@ def build(
     saved = sys.argv
     sys.argv = [saved[0] if saved else "lightning_speedups", *argv]
     try:
-        return SpeedupsCLI(run=False, trainer_defaults={"callbacks": list(callbacks)} if callbacks else None)
+        # no SaveConfigCallback: doctor and bench runs are not results to keep, and must not leave or
+        # trip over a config.yaml in the user's working directory
+        return SpeedupsCLI(
+            run=False,
+            save_config_callback=None,
+            trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
+        )
     finally:
         sys.argv = saved
 
