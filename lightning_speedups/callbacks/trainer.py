@@ -430,7 +430,8 @@ class LRSchedule(SpeedupCallback):
             trainer.strategy.lr_scheduler_configs = [c for c in configs if c.scheduler is not self.scheduler]
 
 
-def _fused_devices() -> tuple[str, ...]:
+def fused_devices() -> tuple[str, ...]:
+    """Device types that have fused optimizer kernels in this torch build."""
     try:
         from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
@@ -439,8 +440,12 @@ def _fused_devices() -> tuple[str, ...]:
         return ("cuda",)
 
 
-def _supports(optimizer: torch.optim.Optimizer, flag: str) -> bool:
-    return flag in inspect.signature(type(optimizer).__init__).parameters
+def optimizer_accepts(optimizer: torch.optim.Optimizer, flag: str) -> bool:
+    """Whether the optimizer's class takes ``flag`` (``"fused"`` / ``"foreach"``) in its constructor."""
+    try:
+        return flag in inspect.signature(type(optimizer).__init__).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _params(optimizer: torch.optim.Optimizer) -> Iterable[torch.Tensor]:
@@ -526,14 +531,14 @@ class FusedOptimizer(SpeedupCallback):
         devices = {p.device.type for p in params}
         floating = all(p.is_floating_point() for p in params)
         can_fuse = (
-            _supports(optimizer, "fused") and len(devices) == 1 and devices <= set(_fused_devices()) and floating
+            optimizer_accepts(optimizer, "fused") and len(devices) == 1 and devices <= set(fused_devices()) and floating
             and not optimizer.defaults.get("differentiable", False)
         )
         if self.mode != "foreach" and can_fuse and not avoid_fused:
             return "fused"
         if self.mode == "fused" and not can_fuse and not avoid_fused:
             rank_zero_warn(f"optimizer: {type(optimizer).__name__} has no fused implementation for these parameters; using foreach.")
-        return "foreach" if _supports(optimizer, "foreach") else None
+        return "foreach" if optimizer_accepts(optimizer, "foreach") else None
 
 
 class SpeedupsSummary(SpeedupCallback):

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from lightning_speedups.callbacks.trainer import fused_devices, optimizer_accepts
 from lightning_speedups.doctor.facts import Facts
 from lightning_speedups.doctor.findings import Finding, Item
 
@@ -305,24 +306,6 @@ def check_t05(facts: Facts) -> Finding:
 # ------------------------------------------------------------------------------------------ T06
 
 
-def _fused_devices() -> tuple[str, ...]:
-    try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-        return tuple(_get_fused_kernels_supported_devices())
-    except Exception:  # noqa: BLE001 - older torch
-        return ("cuda",)
-
-
-def _accepts(optimizer: Any, flag: str) -> bool:
-    import inspect
-
-    try:
-        return flag in inspect.signature(type(optimizer).__init__).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def check_t06(facts: Facts) -> Finding:
     """T06 optimizer: fused / foreach implementations of the built-in optimizers."""
     tip = "T06"
@@ -344,7 +327,7 @@ def check_t06(facts: Facts) -> Finding:
         foreach = any(g.get("foreach") for g in groups)
         devices = {p.device.type for p in params}
         can_fuse = (
-            _accepts(opt, "fused") and len(devices) == 1 and devices <= set(_fused_devices())
+            optimizer_accepts(opt, "fused") and len(devices) == 1 and devices <= set(fused_devices())
             and all(p.is_floating_point() for p in params) and not opt.defaults.get("differentiable", False)
         )
         dev = next(iter(devices)) if len(devices) == 1 else "several devices"
@@ -360,7 +343,7 @@ def check_t06(facts: Facts) -> Finding:
                 oks.append(f"{name} is fused")
             continue
         default_foreach = (
-            not foreach and all(g.get("foreach") is None for g in groups) and _accepts(opt, "foreach")
+            not foreach and all(g.get("foreach") is None for g in groups) and optimizer_accepts(opt, "foreach")
             and devices <= {"cuda", "xpu", "mtia"}
         )
         impl = "foreach" if foreach else ("foreach (torch's default on CUDA)" if default_foreach else "per-parameter for-loop")
@@ -373,7 +356,7 @@ def check_t06(facts: Facts) -> Finding:
                 f" a fused kernel exists for {dev}",
                 f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., fused=True)",
             ))
-        elif not (foreach or default_foreach) and _accepts(opt, "foreach") and n > 1:
+        elif not (foreach or default_foreach) and optimizer_accepts(opt, "foreach") and n > 1:
             items.append(Item(
                 "low",
                 f"{name} runs a per-parameter for-loop over {_plural(n, 'parameter tensor')} on {dev}",
