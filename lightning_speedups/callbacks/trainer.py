@@ -14,30 +14,12 @@ from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.functional.debug import batch_shape_signature
 from lightning_speedups.functional.precision import resolve_matmul_precision
 
 
 def _on_cuda(trainer: "pl.Trainer") -> bool:
     return trainer.strategy.root_device.type == "cuda"
-
-
-def _float_shapes(batch: Any) -> tuple:
-    """The shapes of the floating-point tensors of a (nested) batch, in a stable order."""
-    shapes: list[tuple[int, ...]] = []
-
-    def walk(obj: Any) -> None:
-        if isinstance(obj, torch.Tensor):
-            if obj.is_floating_point():
-                shapes.append(tuple(obj.shape))
-        elif isinstance(obj, dict):
-            for key in sorted(obj, key=str):
-                walk(obj[key])
-        elif isinstance(obj, (list, tuple)):
-            for item in obj:
-                walk(item)
-
-    walk(batch)
-    return tuple(shapes)
 
 
 class CudnnBenchmark(SpeedupCallback):
@@ -93,7 +75,7 @@ class CudnnBenchmark(SpeedupCallback):
     def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int) -> None:
         if self._previous is None or trainer.global_step >= self.watch_steps or not torch.backends.cudnn.benchmark:
             return
-        self.shapes.add(_float_shapes(batch))
+        self.shapes.add(batch_shape_signature(batch))
         if len(self.shapes) > self.max_shapes:
             torch.backends.cudnn.benchmark = self._previous
             self.report(False, f"turned off again: {len(self.shapes)} distinct input shapes in {batch_idx + 1} batches")
