@@ -177,14 +177,9 @@ def bench(name, factory, make_input, steps):
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from lightning_speedups.functional.precision import cpuinfo_field
+
+    return cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 def main(argv=None):

@@ -290,15 +290,9 @@ def machine_meta(device: str) -> dict[str, Any]:
     import lightning
     import torch
 
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from lightning_speedups.functional.precision import cpuinfo_field
+
+    cpu = cpuinfo_field("model name") or platform.processor() or ""
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "python": platform.python_version(),

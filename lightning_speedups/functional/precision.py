@@ -28,16 +28,29 @@ PRECISION_CHOICES = ("off", "auto", "half", "bf16-mixed", "16-mixed", "32-true",
 
 
 @lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags of this machine (from ``/proc/cpuinfo``; empty where it does not exist)."""
+def _cpuinfo() -> dict[str, str]:
+    """The first value of each key of ``/proc/cpuinfo`` (empty where the file does not exist)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith("flags") or line.startswith("Features"):
-                    return frozenset(line.split(":", 1)[1].split())
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return frozenset()
+    return fields
+
+
+def cpuinfo_field(*keys: str) -> str:
+    """The value of the first of ``keys`` that ``/proc/cpuinfo`` has (e.g. ``"model name"``), or ``""``."""
+    info = _cpuinfo()
+    return next((info[key] for key in keys if key in info), "")
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of this machine (from ``/proc/cpuinfo``; empty where it does not exist)."""
+    return frozenset(cpuinfo_field("flags", "Features").split())
 
 
 def cpu_has_amx_bf16() -> bool:
@@ -53,14 +66,7 @@ def cpu_has_amx_bf16() -> bool:
 
 def cpu_vendor() -> str:
     """The CPU vendor string (``GenuineIntel``, ``AuthenticAMD``, ...) from ``/proc/cpuinfo``, or ``""``."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return cpuinfo_field("vendor_id")
 
 
 def cpu_fast_bf16() -> Optional[str]:
