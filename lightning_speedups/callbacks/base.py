@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional
 
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
+
+
+def on_cuda(trainer) -> bool:
+    """Whether the trainer runs on a CUDA device (where cuDNN, syncs and pinned copies matter)."""
+    device = getattr(trainer.strategy, "root_device", None)
+    return device is not None and device.type == "cuda" and torch.cuda.is_available()
 
 
 class SpeedupCallback(Callback):

@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import on_cuda as _on_cuda
 from lightning_speedups.functional.debug import (
     DEBUG_TOOL_IDS,
     DebugTool,
@@ -43,12 +44,6 @@ from lightning_speedups.functional.debug import (
 __all__ = ["DebugMode", "DebugToolsCheck", "NoGradEvalCheck", "ShapeWatch", "SyncGuard"]
 
 _SYNC_MODES = ("count", "warn", "error")
-
-
-def _on_cuda(trainer: Trainer) -> bool:
-    """Whether the trainer runs on a CUDA device (the only place syncs and cuDNN matter)."""
-    device = getattr(trainer.strategy, "root_device", None)
-    return device is not None and device.type == "cuda" and torch.cuda.is_available()
 
 
 # ---------------------------------------------------------------------------------------------------

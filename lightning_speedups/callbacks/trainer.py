@@ -13,13 +13,9 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, on_cuda
 from lightning_speedups.functional.debug import batch_shape_signature
 from lightning_speedups.functional.precision import resolve_matmul_precision
-
-
-def _on_cuda(trainer: "pl.Trainer") -> bool:
-    return trainer.strategy.root_device.type == "cuda"
 
 
 class CudnnBenchmark(SpeedupCallback):
@@ -64,7 +60,7 @@ class CudnnBenchmark(SpeedupCallback):
         if self.mode == "off":
             self.report(False, "off")
             return
-        if self.mode == "auto" and not _on_cuda(trainer):
+        if self.mode == "auto" and not on_cuda(trainer):
             self.report(False, "skipped, cuDNN is only used on CUDA devices")
             return
         self._previous = torch.backends.cudnn.benchmark
