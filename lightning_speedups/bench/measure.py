@@ -28,7 +28,6 @@ Per run (one process, one variant, one repeat):
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
