@@ -56,7 +56,7 @@ def measure(model, steps: int, config: str | None = None) -> tuple[float, float,
                           callbacks=parts)
         trainer.fit(model)
     else:  # a reference workload, built exactly as `fit --config` builds it
-        from lightning_speedups.cli import build
+        from lightning_speedups.session import build
 
         overrides = {k: v for k, v in QUIET.items() if k not in ("accelerator", "devices")}
         cli = build(["--config", config], callbacks=parts, trainer_overrides={

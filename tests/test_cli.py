@@ -58,7 +58,7 @@ def test_fit_fast_on_the_embedded_default_from_any_directory(elsewhere, capsys):
 
 
 def test_embedded_default_reaches_90_percent_validation_accuracy(elsewhere):
-    from lightning_speedups.cli import SpeedupsCLI
+    from lightning_speedups.session import SpeedupsCLI
 
     saved = sys.argv
     sys.argv = ["lightning_speedups", "fit", "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
@@ -121,7 +121,7 @@ def test_presets_and_tips_commands_list_everything(capsys):
 
 
 def test_trainer_flag_in_the_config_wins_over_the_preset(elsewhere):
-    from lightning_speedups.cli import SpeedupsCLI
+    from lightning_speedups.session import SpeedupsCLI
 
     saved = sys.argv
     sys.argv = ["x", "fit", "--config", resolve_config_args(["--config", "memory.yaml"])[1], "--trainer.precision", "32-true", *QUICK]
@@ -135,7 +135,7 @@ def test_trainer_flag_in_the_config_wins_over_the_preset(elsewhere):
 
 
 def test_onecycle_from_plain_lr_scheduler_flag_steps_per_optimizer_step(elsewhere):
-    from lightning_speedups.cli import SpeedupsCLI
+    from lightning_speedups.session import SpeedupsCLI
 
     saved = sys.argv
     sys.argv = ["x", "fit", "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler", "OneCycleLR",

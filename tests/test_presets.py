@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from lightning_speedups.cli import SpeedupsCLI, resolve_config_args
+from lightning_speedups.session import SpeedupsCLI, resolve_config_args
 from lightning_speedups.presets import PresetError, list_presets, preset, preset_dir
 
 EXPECTED = {"baseline", "fast", "memory", "cnn", "transformer", "ddp", "debug"}

@@ -529,7 +529,7 @@ class Bench:
             self._launcher = Launcher(o.isolation, os.path.join(self.root, "runs"), o.timeout)
 
     def _build_once(self) -> Any:
-        from lightning_speedups.cli import UsageError, build
+        from lightning_speedups.session import UsageError, build
 
         from lightning_speedups.bench.worker import override_args
 

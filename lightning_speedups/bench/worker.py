@@ -91,7 +91,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         import torch
 
         from lightning_speedups.bench.measure import BenchProbe
-        from lightning_speedups.cli import build
+        from lightning_speedups.session import build
 
         if spec.get("threads"):
             torch.set_num_threads(int(spec["threads"]))  # the bench's own process: asked with --threads

@@ -1,7 +1,7 @@
 """``python -m lightning_speedups doctor``: build a config as ``fit`` would, run a few steps, report.
 
 The doctor builds the model, data and Trainer of the config with
-:func:`lightning_speedups.cli.build` (so presets, the ``speedups:`` section and the embedded default
+:func:`lightning_speedups.session.build` (so presets, the ``speedups:`` section and the embedded default
 behave exactly as in ``fit``), overrides only what keeps the run short and silent (``max_steps``,
 no logger, no checkpoints, no progress bar, two validation batches in the sanity check, one device),
 attaches a :class:`~lightning_speedups.doctor.advisor.SpeedAdvisor`, runs ``--steps`` training
@@ -164,7 +164,7 @@ def _error_line(err: BaseException) -> str:
 
 
 def _build(args: Sequence[str], advisor: Any, overrides: dict[str, Any]) -> Any:
-    from lightning_speedups.cli import build
+    from lightning_speedups.session import build
 
     return build(list(args), callbacks=[advisor], trainer_overrides=overrides)
 
@@ -193,7 +193,7 @@ def diagnose(args: Sequence[str] = (), steps: int = 5, lint: bool = True) -> Doc
     Raises:
         SystemExit: the config does not parse (the message was printed to stderr).
     """
-    from lightning_speedups.cli import UsageError, resolve_config_args
+    from lightning_speedups.session import UsageError, resolve_config_args
     from lightning_speedups.doctor.advisor import SpeedAdvisor
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

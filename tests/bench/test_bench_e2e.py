@@ -63,7 +63,7 @@ def test_two_variant_bench_through_processes(isolation, tmp_path, capsys):
     if isolation == "subprocess":
         assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the written preset parses with build and gives the picked variant's section
-    from lightning_speedups.cli import build
+    from lightning_speedups.session import build
 
     cli = build(["--model=helpers.TinyCNN", "--config", str(out_yaml)])
     picked = next(v for v in data["variants"] if v["name"] == data["pick"])

@@ -292,7 +292,7 @@ def test_json_and_table(tmp_path, capsys):
 
 
 def test_user_keys_and_reset_give_the_baseline(tmp_path):
-    from lightning_speedups.cli import build
+    from lightning_speedups.session import build
     from lightning_speedups.config import Speedups
 
     cfg = tmp_path / "mine.yaml"
@@ -305,7 +305,7 @@ def test_user_keys_and_reset_give_the_baseline(tmp_path):
 
 
 def test_written_preset_round_trips_through_build(tmp_path):
-    from lightning_speedups.cli import build
+    from lightning_speedups.session import build
 
     cfg = tmp_path / "mine.yaml"
     cfg.write_text("speedups:\n  precision: half\n")

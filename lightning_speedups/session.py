@@ -1,0 +1,282 @@
+"""The session layer: build a model, data and Trainer from a config exactly as ``fit`` would.
+
+It sits below ``doctor``, ``bench`` and the CLI (which only dispatches commands): all three build a
+user's setup through :func:`build`, and :class:`SpeedupsCLI` is the LightningCLI subclass that reads
+the typed ``speedups:`` section, resolves presets by name and trains the embedded default.
+
+Example::
+
+    from lightning_speedups.session import build
+
+    cli = build(["--config", "fast"], trainer_overrides={"max_steps": 2})
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from typing import Any, Optional, Sequence
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from lightning_speedups.config import Speedups
+from lightning_speedups.presets import PresetError, resolve_config
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_MODEL = "lightning_speedups.demo.digits.DigitsCNN"
+DEFAULT_DATA = "lightning_speedups.demo.digits.DigitsDataModule"
+DEFAULT_DEMO_EPOCHS = 5
+TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
+
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+def resolve_config_args(argv: Sequence[str]) -> list[str]:
+    """Replace every ``--config NAME`` / ``-c NAME`` / ``--config=NAME`` by a file path.
+
+    A local file wins; a bare name that is not a file resolves to the packaged preset of that name.
+
+    Raises:
+        UsageError: a config that is neither a file nor a packaged preset.
+    """
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            out += [arg, _resolve(args[i + 1])]
+            i += 2
+            continue
+        if arg.startswith("--config="):
+            out.append("--config=" + _resolve(arg.split("=", 1)[1]))
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
+def _resolve(value: str) -> str:
+    try:
+        return resolve_config(value)
+    except PresetError as err:
+        raise UsageError(str(err)) from None
+
+
+def _same_class(path: str, other: str) -> bool:
+    from jsonargparse._util import import_object  # noqa: PLC2701 - same resolver the parser used
+
+    try:
+        return import_object(path) is import_object(other)
+    except Exception:
+        return False
+
+
+def _trainer_defaults() -> dict[str, Any]:
+    return {
+        name: p.default
+        for name, p in inspect.signature(Trainer.__init__).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+
+
+def _config_files(argv: Sequence[str]) -> list[str]:
+    files = []
+    for i, arg in enumerate(argv):
+        if arg in ("--config", "-c") and i + 1 < len(argv):
+            files.append(argv[i + 1])
+        elif arg.startswith("--config="):
+            files.append(arg.split("=", 1)[1])
+    return files
+
+
+def _find_key(files: Sequence[str], dotted: str) -> Optional[str]:
+    """The last config file that sets ``dotted`` (e.g. ``speedups.precision``), if any."""
+    import yaml
+
+    found = None
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                node: Any = yaml.safe_load(fh)
+        except Exception:
+            continue
+        for part in dotted.split("."):
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, dict) and "init_args" in node and part in (node["init_args"] or {}):
+                node = node["init_args"][part]
+            else:
+                break
+        else:
+            found = path
+    return found
+
+
+def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -> str:
+    """A short message for a config error: the key, the file that set it, the allowed values or close keys."""
+    import difflib
+    import re
+
+    files = _config_files(argv)
+    match = re.search(r"does not accept option '([^']+)'", message) or re.search(r"Parser key \"([^\"]+)\"", message)
+    key = match.group(1) if match else None
+    lines = [message.strip().splitlines()[0]]
+    if key is not None and "does not accept option" in message:
+        lines = [f"unknown key {key!r}"]
+    detail = [line.strip() for line in message.strip().splitlines()[1:] if line.strip()]
+    literal = next((re.search(r"Literal\[(.*)\]\. Got value: (.*)", d) for d in detail if "Literal[" in d), None)
+    problem = re.search(r"Problem with given class_path '([^']+)':\s*\n\s*(.+)", message)
+    if literal:
+        lines = [f"bad value {literal.group(2).strip()!r} for {key}; allowed: {literal.group(1).replace(chr(39), '')}"]
+    elif problem:
+        reason = problem.group(2).strip()
+        lines = [f"{key}: class_path {problem.group(1)!r} does not work: {reason}"]
+        if "No module named" in reason:
+            lines.append("run from the folder that holds that module (it is put on sys.path), or pip install it")
+    elif detail:
+        lines.append(detail[0][:300])
+    if key is not None:
+        where = _find_key(files, key)
+        if where:
+            lines[0] += f" (set in {where})"
+        if "does not accept option" in message and parser is not None:
+            known = [d for a in parser._actions for d in [getattr(a, "dest", "")] if d]
+            parent = key.rsplit(".", 1)[0] if "." in key else ""
+            siblings = [k for k in known if k.rsplit(".", 1)[0] == parent] or known
+            close = difflib.get_close_matches(key, siblings, n=3, cutoff=0.6)
+            if close:
+                lines.append(f"did you mean: {', '.join(close)}?")
+            elif siblings:
+                lines.append(f"keys under {parent or 'the top level'}: {', '.join(sorted(k.rsplit('.', 1)[-1] for k in siblings)[:25])}")
+    return "\n".join(lines)
+
+
+class SpeedupsArgumentParser(LightningArgumentParser):
+    """LightningArgumentParser whose errors are a few lines naming the key, its file and the fix."""
+
+    def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
+        from jsonargparse._common import debug_mode_active  # noqa: PLC2701
+
+        if not self.exit_on_error or debug_mode_active():
+            return super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        text = explain_parse_error(message, sys.argv[1:], parser)
+        sys.stderr.write(f"error: {text}\n")
+        command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in TRAINER_COMMANDS else "fit"
+        sys.stderr.write(f"(all options: python -m lightning_speedups {command} --help)\n")
+        self.exit(2)
+
+
+class SpeedupsCLI(LightningCLI):
+    """LightningCLI with the typed ``speedups:`` section and the embedded default model and data.
+
+    - ``speedups:`` is turned into Trainer arguments and callbacks when the Trainer is built; a value
+      the config sets explicitly under ``trainer:`` wins over what a preset would pick.
+    - With no model in the config, :class:`~lightning_speedups.demo.DigitsCNN` trains on the digits
+      that scikit-learn ships (:class:`~lightning_speedups.demo.DigitsDataModule`), for
+      ``DEFAULT_DEMO_EPOCHS`` epochs unless the config says otherwise.
+    - A one-cycle / cyclic ``--lr_scheduler`` is stepped per optimizer step, not per epoch.
+    """
+
+    def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
+        kwargs.setdefault("parser_class", SpeedupsArgumentParser)
+        super().__init__(model_class=None, datamodule_class=None, args=args, **kwargs)
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_class_arguments(Speedups, "speedups", fail_untyped=True)
+        parser.set_defaults({"model": {"class_path": DEFAULT_MODEL}})
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        model = cfg.get("model")
+        model_path = model.get("class_path") if model is not None else None
+        if model_path is not None and _same_class(model_path, DEFAULT_MODEL):
+            if cfg.get("data") is None:
+                from jsonargparse import Namespace
+
+                cfg["data"] = Namespace(class_path=DEFAULT_DATA, init_args=Namespace())
+            trainer = cfg["trainer"]
+            if trainer.get("max_epochs") is None and trainer.get("max_steps", -1) == -1:
+                trainer["max_epochs"] = DEFAULT_DEMO_EPOCHS
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
+        speedups: Speedups = self._get(self.config_init, "speedups") or Speedups()
+        accelerator = config.get("accelerator", "auto")
+        kwargs, notes = speedups.trainer_kwargs(accelerator=accelerator)
+        defaults = _trainer_defaults()
+        for key, value in kwargs.items():
+            current = config.get(key, defaults.get(key))
+            if key in config and current != defaults.get(key) and current != value:
+                notes.append((f"{key}", False, f"kept trainer.{key}={current!r} from the config (speedups wanted {value!r})"))
+                continue
+            config[key] = value
+        callbacks = list(callbacks) + speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"))
+        return super()._instantiate_trainer(config, callbacks)
+
+    @staticmethod
+    def configure_optimizers(lightning_module: Any, optimizer: Any, lr_scheduler: Any = None) -> Any:
+        import torch
+
+        if lr_scheduler is None:
+            return optimizer
+        if isinstance(lr_scheduler, (torch.optim.lr_scheduler.OneCycleLR, torch.optim.lr_scheduler.CyclicLR)):
+            # T01: Lightning steps a plain scheduler once per epoch; these are per-step schedules.
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": lr_scheduler, "interval": "step"}}
+        return LightningCLI.configure_optimizers(lightning_module, optimizer, lr_scheduler)
+
+
+def _arg_value(value: Any) -> str:
+    """A command-line value for ``value``: strings as they are (``off`` stays ``off``), the rest as YAML."""
+    import yaml
+
+    if isinstance(value, str):
+        return value
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def build(
+    args: Sequence[str] = (),
+    callbacks: Sequence[Callback] = (),
+    trainer_overrides: Optional[dict[str, Any]] = None,
+    speedups_overrides: Optional[dict[str, Any]] = None,
+) -> SpeedupsCLI:
+    """Build the model, data and Trainer of a config exactly as ``fit`` would, without running anything.
+
+    Used by ``doctor`` and ``bench``. ``args`` are the CLI arguments after the subcommand (``--config``
+    values may be preset names); ``callbacks`` are added to the Trainer's; the overrides are dotted
+    ``trainer.*`` / ``speedups.*`` keys that win over every config.
+
+    Returns:
+        The :class:`SpeedupsCLI`, with ``.model``, ``.datamodule`` and ``.trainer`` instantiated.
+
+    Raises:
+        UsageError: an unknown preset.
+        SystemExit: a config that does not parse (the message was printed).
+    """
+    argv = resolve_config_args(list(args))
+    for prefix, overrides in (("trainer", trainer_overrides), ("speedups", speedups_overrides)):
+        for key, value in (overrides or {}).items():
+            argv.append(f"--{prefix}.{key}={_arg_value(value)}")
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "lightning_speedups", *argv]
+    try:
+        # no SaveConfigCallback: doctor and bench runs are not results to keep, and must not leave or
+        # trip over a config.yaml in the user's working directory
+        return SpeedupsCLI(
+            run=False,
+            save_config_callback=None,
+            trainer_defaults={"callbacks": list(callbacks)} if callbacks else None,
+        )
+    finally:
+        sys.argv = saved
+
+
+__all__ = ["SpeedupsCLI", "UsageError", "build", "explain_parse_error", "resolve_config_args"]
