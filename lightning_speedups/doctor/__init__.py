@@ -3,10 +3,13 @@
 - ``python -m lightning_speedups doctor [--config CONFIG ...] [--steps 5] [--json] [--fail-on high]``
   builds the config's model, data and Trainer as ``fit`` would, runs a few training steps with the
   pack's monitors attached, and reports one result per tip (:mod:`lightning_speedups.doctor.runner`).
-- :class:`SpeedAdvisor` runs the same checks inside a user's own ``fit`` and prints the report at the
-  end (``speedups.monitors.advisor: true`` in a preset).
-- :func:`run_checks` turns collected :class:`~lightning_speedups.doctor.facts.Facts` into one
-  :class:`Finding` per tip; :mod:`lightning_speedups.doctor.checks` holds one check per tip.
+- :class:`~lightning_speedups.advisor.SpeedAdvisor` runs the same checks inside a user's own ``fit``
+  and prints the report at the end (``speedups.monitors.advisor: true`` in a preset).
+- :func:`~lightning_speedups.advisor.run_checks` turns collected
+  :class:`~lightning_speedups.inspection.Facts` into one :class:`Finding` per tip; each tip's
+  record (``lightning_speedups/tips/tNN_*.py``) holds its check.
+
+This package holds only the command; the names below are re-exported for Python users.
 
 Example::
 
@@ -21,19 +24,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Finding", "Item", "SpeedAdvisor", "diagnose", "main", "run_checks"]
+__all__ = ["DoctorResult", "Finding", "Item", "SpeedAdvisor", "diagnose", "main", "run_checks"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: `import lightning_speedups.doctor` stays cheap
     if name in ("Finding", "Item"):
-        from lightning_speedups.doctor import findings
+        from lightning_speedups import inspection
 
-        return getattr(findings, name)
-    if name == "SpeedAdvisor":
-        from lightning_speedups.doctor.advisor import SpeedAdvisor
+        return getattr(inspection, name)
+    if name in ("SpeedAdvisor", "run_checks"):
+        from lightning_speedups import advisor
 
-        return SpeedAdvisor
-    if name in ("diagnose", "main", "run_checks"):
+        return getattr(advisor, name)
+    if name in ("DoctorResult", "diagnose", "main"):
         from lightning_speedups.doctor import runner
 
         return getattr(runner, name)

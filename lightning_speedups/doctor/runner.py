@@ -4,7 +4,7 @@ The doctor builds the model, data and Trainer of the config with
 :func:`lightning_speedups.session.build` (so presets, the ``speedups:`` section and the embedded default
 behave exactly as in ``fit``), overrides only what keeps the run short and silent (``max_steps``,
 no logger, no checkpoints, no progress bar, two validation batches in the sanity check, one device),
-attaches a :class:`~lightning_speedups.doctor.advisor.SpeedAdvisor`, runs ``--steps`` training
+attaches a :class:`~lightning_speedups.advisor.SpeedAdvisor`, runs ``--steps`` training
 steps, and prints one result per tip T01-T24.
 
 Exit codes: ``0`` no finding at or above ``--fail-on`` (default ``high``: a finding that costs a
@@ -24,24 +24,16 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_speedups.doctor.checks import CHECKS
-from lightning_speedups.doctor.facts import Facts
-from lightning_speedups.doctor.findings import Finding, Item
+from lightning_speedups.advisor import LINT_SEVERITY, SpeedAdvisor, run_checks
+from lightning_speedups.inspection import Facts, Finding, print_report, to_json
+from lightning_speedups.session import UsageError, build, resolve_config_args
 
-__all__ = ["LINT_SEVERITY", "DoctorResult", "diagnose", "exit_code_for", "main", "run_checks"]
+__all__ = ["DOCTOR_TRAINER_OVERRIDES", "FAIL_ON", "LINT_SEVERITY", "DoctorResult", "diagnose", "exit_code_for", "main", "run_checks"]
 
-#: Severity of a lint finding in the doctor's report, by rule code (default ``"low"``).
-LINT_SEVERITY = {
-    "LS301": "high",  # nn.DataParallel
-    "LS305": "high",  # anomaly detection on
-    "LS306": "medium",  # profiler on
-    "LS201": "medium",  # .item()/.cpu() in the step
-    "LS202": "medium",  # print(tensor) in the step
-}
 FAIL_ON = ("high", "medium", "low", "never")
 
 #: Trainer settings the doctor overrides to keep its run short and silent (``max_steps`` comes from ``--steps``).
@@ -53,48 +45,6 @@ DOCTOR_TRAINER_OVERRIDES: dict[str, Any] = {
     "limit_val_batches": 2,
     "max_time": None,
 }
-
-
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
-def _lint_items(facts: Facts) -> dict[str, list[Item]]:
-    out: dict[str, list[Item]] = {}
-    for f in facts.lint_findings:
-        item = Item(
-            LINT_SEVERITY.get(f.code, "low"),
-            f"{_short(f.path)}:{f.line}: {f.code} {f.message}",
-            f.fix,
-            "lint",
-        )
-        out.setdefault(f.tip, []).append(item)
-    return out
-
-
-def run_checks(facts: Facts) -> list[Finding]:
-    """One :class:`Finding` per tip T01-T24, in registry order, lint findings merged into their tip.
-
-    A check that raises becomes ``not-checked`` with the error, so the doctor never crashes on an
-    unusual model.
-    """
-    lint = _lint_items(facts)
-    results = []
-    for tip, check in CHECKS.items():
-        try:
-            result = check(facts)
-        except Exception as err:  # noqa: BLE001
-            first = str(err).splitlines()[0] if str(err) else ""
-            result = Finding.not_checked(tip, f"the check failed: {type(err).__name__}: {first}"[:300])
-        extra = lint.get(tip, [])
-        if extra:
-            result = result.with_items(extra)
-        results.append(result)
-    return results
 
 
 def exit_code_for(findings: Sequence[Finding], fail_on: str = "high") -> int:
@@ -123,10 +73,6 @@ class DoctorResult:
         if self.error or self.run_error:
             return 2
         return exit_code_for(self.findings, fail_on)
-
-
-class DoctorError(Exception):
-    """A config that does not build: the message is one line for the user."""
 
 
 @contextlib.contextmanager
@@ -164,8 +110,6 @@ def _error_line(err: BaseException) -> str:
 
 
 def _build(args: Sequence[str], advisor: Any, overrides: dict[str, Any]) -> Any:
-    from lightning_speedups.session import build
-
     return build(list(args), callbacks=[advisor], trainer_overrides=overrides)
 
 
@@ -178,7 +122,9 @@ def _prepare_trainer(trainer: Any, advisor: Any) -> None:
     trainer.callbacks = kept + [advisor]
 
 
-def diagnose(args: Sequence[str] = (), steps: int = 5, lint: bool = True) -> DoctorResult:
+def diagnose(
+    args: Sequence[str] = (), steps: int = 5, lint: bool = True, clock: Callable[[], float] = time.perf_counter
+) -> DoctorResult:
     """Build the config given by ``args`` as ``fit`` would, run ``steps`` training steps, check every tip.
 
     Args:
@@ -186,6 +132,7 @@ def diagnose(args: Sequence[str] = (), steps: int = 5, lint: bool = True) -> Doc
             ``--model.*`` / ``--data.*`` / ``--trainer.*`` / ``--speedups.*`` options pass through).
         steps: training steps to watch (>= 1).
         lint: lint the source files of the model and data classes.
+        clock: the seconds counter of every timing (the run, the data wait); tests pass a fake one.
 
     Returns:
         A :class:`DoctorResult`; ``error`` is set (and ``findings`` empty) when the config does not build.
@@ -193,12 +140,9 @@ def diagnose(args: Sequence[str] = (), steps: int = 5, lint: bool = True) -> Doc
     Raises:
         SystemExit: the config does not parse (the message was printed to stderr).
     """
-    from lightning_speedups.session import UsageError, resolve_config_args
-    from lightning_speedups.doctor.advisor import SpeedAdvisor
-
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"`steps` must be an int >= 1 (e.g. 5), got {steps!r}.")
-    t0 = time.perf_counter()
+    t0 = clock()
     try:
         argv = resolve_config_args(list(args))
     except UsageError as err:
@@ -210,14 +154,14 @@ def diagnose(args: Sequence[str] = (), steps: int = 5, lint: bool = True) -> Doc
                and not (i > 0 and argv[i - 1] in ("--config", "-c"))]
     result = DoctorResult(configs=configs, options=options, steps=steps)
     with _silenced():
-        advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint)
+        advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint, clock=clock)
         try:
             cli = _build(argv, advisor, overrides)
             configured = None
             trainer = cli.trainer
             if trainer.num_devices > 1 or trainer.num_nodes > 1:
                 configured = f"{trainer.num_devices}" + (f" x {trainer.num_nodes} nodes" if trainer.num_nodes > 1 else "")
-                advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint)
+                advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint, clock=clock)
                 cli = _build(argv, advisor, {**overrides, "devices": 1, "num_nodes": 1})
                 trainer = cli.trainer
         except (SystemExit, KeyboardInterrupt):
@@ -226,7 +170,7 @@ def diagnose(args: Sequence[str] = (), steps: int = 5, lint: bool = True) -> Doc
             if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
                 traceback.print_exc()
             result.error = f"the config does not build: {_error_line(err)}"
-            result.seconds = time.perf_counter() - t0
+            result.seconds = clock() - t0
             return result
         advisor.speedups = getattr(getattr(cli, "config_init", None), "speedups", None)
         _prepare_trainer(trainer, advisor)
@@ -248,7 +192,7 @@ def diagnose(args: Sequence[str] = (), steps: int = 5, lint: bool = True) -> Doc
             advisor.findings = run_checks(facts)
     result.findings = advisor.findings
     result.facts = advisor.facts
-    result.seconds = time.perf_counter() - t0
+    result.seconds = clock() - t0
     result.facts.seconds = result.seconds
     return result
 
@@ -306,8 +250,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.code in (0, None):
             return 0
         if ns.json:
-            from lightning_speedups.doctor.report import to_json
-
             bad = DoctorResult(error="the config does not parse (the reason is on stderr)", steps=ns.steps)
             print(to_json(bad, fail_on=ns.fail_on))
         return 2
@@ -316,13 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.error:
         print(f"error: {result.error}", file=sys.stderr)
         if ns.json:
-            from lightning_speedups.doctor.report import to_json
-
             print(to_json(result, fail_on=ns.fail_on))
         return 2
     code = result.exit_code(ns.fail_on)
-    from lightning_speedups.doctor.report import print_report, to_json
-
     if ns.json:
         print(to_json(result, fail_on=ns.fail_on))
     else:

@@ -1,11 +1,15 @@
-"""The doctor's result type: one :class:`Finding` per tip, with the evidence items behind it."""
+"""The doctor's result type: one :class:`Finding` per tip, with the evidence items behind it.
+
+A check builds its finding from the tip id alone (``Finding.ok("T16", ...)``); the tip's slug and
+title, and the dotted name of the check, are filled in by whoever runs the checks
+(:func:`lightning_speedups.advisor.run_checks`, above the tip registry), so this module needs no
+registry and the tip records can build findings without an import cycle.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-from lightning_speedups.tips import BY_ID
 
 __all__ = ["PRINCIPLES", "PRINCIPLE_OF", "SEVERITIES", "STATUSES", "Finding", "Item", "severity_rank", "worst"]
 
@@ -65,23 +69,24 @@ class Finding:
 
     Attributes:
         tip: registry id (``"T16"``).
-        slug: registry slug (``"conv-bias"``).
+        slug: registry slug (``"conv-bias"``; filled in by :func:`~lightning_speedups.advisor.run_checks`).
         status: ``"finding"``, ``"ok"`` or ``"not-checked"``.
         severity: the highest item severity for a finding, ``None`` otherwise.
         evidence: the evidence in numbers (for ``ok``: what was checked; for ``not-checked``: why not).
         fix: the exact change for a finding; for ``not-checked`` how to get it checked; ``None`` for ``ok``.
-        title: the tip's title.
-        check: dotted name of the check that produced it (``lightning_speedups.doctor.checks:check_t16``).
+        title: the tip's title (filled in with the slug).
+        check: dotted name of the check that produced it (``lightning_speedups.doctor.checks:check_t16``,
+            filled in with the slug).
         items: the individual pieces of evidence of a finding.
         notes: extra context (what was fine, what could not be checked).
     """
 
     tip: str
-    slug: str
     status: Status
     severity: str | None
     evidence: str
     fix: str | None
+    slug: str = ""
     title: str = ""
     check: str = ""
     items: list[Item] = field(default_factory=list)
@@ -112,12 +117,6 @@ class Finding:
 
     # -- constructors -------------------------------------------------------------------------------
     @classmethod
-    def _base(cls, tip: str, **kwargs: Any) -> Finding:
-        rec = BY_ID[tip]
-        check = f"lightning_speedups.doctor.checks:check_{tip.lower()}"
-        return cls(tip=tip, slug=rec.slug, title=rec.title, check=check, **kwargs)
-
-    @classmethod
     def from_items(cls, tip: str, items: list[Item], notes: list[str] | None = None) -> Finding:
         """A finding made of ``items`` (evidence and fixes joined, the highest severity)."""
         if not items:
@@ -126,8 +125,8 @@ class Finding:
         for i in items:
             if i.fix and i.fix not in fixes:
                 fixes.append(i.fix)
-        return cls._base(
-            tip,
+        return cls(
+            tip=tip,
             status="finding",
             severity=worst([i.severity for i in items]),
             evidence="; ".join(i.evidence for i in items),
@@ -139,12 +138,12 @@ class Finding:
     @classmethod
     def ok(cls, tip: str, evidence: str, notes: list[str] | None = None) -> Finding:
         """The tip was checked and nothing needs to change."""
-        return cls._base(tip, status="ok", severity=None, evidence=evidence, fix=None, notes=list(notes or []))
+        return cls(tip=tip, status="ok", severity=None, evidence=evidence, fix=None, notes=list(notes or []))
 
     @classmethod
     def not_checked(cls, tip: str, reason: str, how: str | None = None, notes: list[str] | None = None) -> Finding:
         """The check cannot run here: ``reason``; ``how`` says where or how it can."""
-        return cls._base(tip, status="not-checked", severity=None, evidence=reason, fix=how, notes=list(notes or []))
+        return cls(tip=tip, status="not-checked", severity=None, evidence=reason, fix=how, notes=list(notes or []))
 
     def with_items(self, extra: list[Item], note: str | None = None) -> Finding:
         """This result with more evidence items (lint findings, say): becomes a finding."""
@@ -157,5 +156,9 @@ class Finding:
         if note:
             notes.append(note)
         merged = Finding.from_items(self.tip, items, notes)
-        merged.check = self.check
-        return merged
+        return merged.described(self.slug, self.title, self.check)
+
+    def described(self, slug: str, title: str, check: str = "") -> Finding:
+        """This result with the tip's registry slug and title and the check's dotted name (in place)."""
+        self.slug, self.title, self.check = slug, title, check or self.check
+        return self

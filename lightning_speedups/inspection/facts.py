@@ -3,10 +3,11 @@
 :class:`Facts` holds plain values (numbers, names, small summaries) and a few references (the model,
 the optimizers, the train loaders) gathered by :func:`collect_static` once everything is set up (at
 the first training batch, after every callback's ``setup`` and ``on_train_start``), plus the
-runtime evidence the :class:`~lightning_speedups.doctor.advisor.SpeedAdvisor` monitors record
-during the first steps. Each fact that cannot be read is left at its default and the reason is kept
-in :attr:`Facts.unavailable`, so a check can say "not checked here" with that reason instead of
-failing.
+runtime evidence the :class:`~lightning_speedups.advisor.SpeedAdvisor` monitors record during the
+first steps. The model's part is :func:`~lightning_speedups.inspection.model.inspect_model`, the
+same inspection bench plans with. Each fact that cannot be read (the user's model or trainer raised
+while it was read) is left at its default and the reason is kept in :attr:`Facts.unavailable`, so a
+check can say "not checked here" with that reason instead of failing.
 """
 
 from __future__ import annotations
@@ -14,23 +15,31 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import nn
+from torch.utils.data import Subset, TensorDataset
 
-__all__ = ["Facts", "TensorInfo", "collect_static", "part_unavailable", "user_source_files"]
+from lightning_speedups.callbacks import DebugToolsCheck
+from lightning_speedups.functional import (
+    available_cpus,
+    find_data_root,
+    find_debug_tools,
+    named_tensors,
+    storage_report,
+)
+from lightning_speedups.inspection.model import error_text, inspect_model
+
+__all__ = ["Facts", "TensorInfo", "collect_static", "user_source_files"]
 
 #: Packages whose source files are never linted as "the user's code".
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARY_ROOTS = ("torch", "lightning", "pytorch_lightning", "torchmetrics", "lightning_utilities", "numpy")
-
-
-def part_unavailable(module: str, err: BaseException) -> str:
-    """The reason a check cannot run because a part of the pack could not be imported."""
-    return f"part not available: {module} ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
 
 
 @dataclass(frozen=True)
@@ -167,17 +176,16 @@ class Facts:
 def _safe(facts: Facts, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
-    except ImportError as err:
-        facts.unavailable[key] = part_unavailable(getattr(err, "name", None) or key, err)
-    except Exception as err:  # noqa: BLE001 - a fact that cannot be read must not stop the doctor
-        first = str(err).splitlines()[0] if str(err) else ""
-        facts.unavailable[key] = f"could not inspect: {type(err).__name__}: {first}"[:300]
+    except Exception as err:  # noqa: BLE001 - the user's trainer or data refused: say why, go on
+        facts.unavailable[key] = _could_not(error_text(err))
     return None
 
 
-def _tensor_infos(batch: Any) -> list[TensorInfo]:
-    from lightning_speedups.functional.loaders import named_tensors
+def _could_not(reason: str) -> str:
+    return f"could not inspect: {reason}"[:300]
 
+
+def _tensor_infos(batch: Any) -> list[TensorInfo]:
     out = []
     for name, t in named_tensors(batch):
         fmt = None
@@ -223,8 +231,6 @@ def _loader_batch_size(loader: Any) -> int | None:
 
 
 def _has_eval_loop(trainer: Any, model: Any) -> bool | None:
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
     if model is None:
         return None
     if not is_overridden("validation_step", model):
@@ -240,48 +246,6 @@ def _has_eval_loop(trainer: Any, model: Any) -> bool | None:
     return bool(getattr(data_source, "instance", None) is not None)
 
 
-def _module_counts(model: nn.Module) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for m in model.modules():
-        counts[type(m).__name__] = counts.get(type(m).__name__, 0) + 1
-    return counts
-
-
-def _channels_last_modules(model: nn.Module) -> list[tuple[str, str, str]]:
-    """``(name, class, layout)`` of each module with 4D/5D weights; layout is ``"channels_last"``,
-    ``"nchw"``, or ``"neutral"`` (weights whose memory is the same in both layouts, e.g. one input channel)."""
-    from lightning_speedups.functional.channels_last import channels_last_candidates
-
-    out = []
-    for name in channels_last_candidates(model):
-        module = model.get_submodule(name)
-        params = [p for p in module.parameters(recurse=False) if p.is_floating_point() and p.dim() in (4, 5)]
-        layouts = set()
-        for p in params:
-            fmt = torch.channels_last if p.dim() == 4 else torch.channels_last_3d
-            cl, plain = p.is_contiguous(memory_format=fmt), p.is_contiguous()
-            layouts.add("neutral" if cl and plain else "channels_last" if cl else "nchw")
-        if "nchw" in layouts:
-            layout = "nchw"
-        elif "channels_last" in layouts:
-            layout = "channels_last"
-        else:
-            layout = "neutral"
-        out.append((name, type(module).__name__, layout))
-    return out
-
-
-def _checkpointing(model: nn.Module) -> tuple[list[str], list[str]]:
-    from lightning_speedups.functional.checkpointing import (
-        auto_checkpoint_targets,
-        is_checkpointed,
-    )
-
-    done = [n for n, m in model.named_modules() if is_checkpointed(m)]
-    candidates = [n for n, _ in auto_checkpoint_targets(model)]
-    return done, candidates
-
-
 def _cuda_name(device: torch.device) -> str:
     try:
         return torch.cuda.get_device_name(device)
@@ -290,8 +254,6 @@ def _cuda_name(device: torch.device) -> str:
 
 
 def _storage(facts: Facts, trainer: Any) -> None:
-    from lightning_speedups.functional.storage import find_data_root, storage_report
-
     root = find_data_root(getattr(trainer, "datamodule", None))
     if root is None:
         for loader in facts.train_loaders:
@@ -309,8 +271,6 @@ def _storage(facts: Facts, trainer: Any) -> None:
 
 
 def _in_memory(dataset: Any) -> bool:
-    from torch.utils.data import Subset, TensorDataset
-
     while isinstance(dataset, Subset):
         dataset = dataset.dataset
     return isinstance(dataset, TensorDataset)
@@ -320,8 +280,6 @@ _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins"
 
 
 def _stdlib_dirs() -> list[str]:
-    import sysconfig
-
     dirs = []
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)
@@ -393,7 +351,7 @@ def collect_static(facts: Facts, trainer: Any, pl_module: Any, batch: Any = None
     facts.gradient_clip_algorithm = getattr(trainer, "gradient_clip_algorithm", None)
     facts.cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
     facts.matmul_precision = torch.get_float32_matmul_precision()
-    cpu = _safe(facts, "cpus", _available_cpus)
+    cpu = _safe(facts, "cpus", available_cpus)
     if cpu is not None:
         facts.cpus, facts.cpus_reason = cpu.count, cpu.reason
 
@@ -421,16 +379,7 @@ def collect_static(facts: Facts, trainer: Any, pl_module: Any, batch: Any = None
                 facts.batch_size = chosen.shape[0]
 
     if isinstance(pl_module, nn.Module):
-        facts.n_params = sum(p.numel() for p in pl_module.parameters())
-        facts.module_counts = _module_counts(pl_module)
-        facts.data_parallel_modules = [n or "<root>" for n, m in pl_module.named_modules() if isinstance(m, nn.DataParallel)]
-        facts.conv_bias_plan = _safe(facts, "conv_bias", _conv_bias_plan, pl_module)
-        facts.channels_last_modules = _safe(facts, "channels_last", _channels_last_modules, pl_module) or []
-        facts.misaligned = _safe(facts, "alignment", _misaligned, pl_module, facts.batch_size, facts.input_shape) or []
-        facts.compile_status = _safe(facts, "compile", _compile_status, pl_module) or {}
-        ck = _safe(facts, "checkpointing", _checkpointing, pl_module)
-        if ck is not None:
-            facts.checkpointed, facts.checkpoint_candidates = ck
+        _fill_model(facts, pl_module)
 
     tools = _safe(facts, "debug_tools", _debug_tools, trainer)
     if tools is not None:
@@ -439,38 +388,23 @@ def collect_static(facts: Facts, trainer: Any, pl_module: Any, batch: Any = None
     return facts
 
 
-def _available_cpus() -> Any:
-    from lightning_speedups.functional.loaders import available_cpus
-
-    return available_cpus()
-
-
-def _conv_bias_plan(model: nn.Module) -> Any:
-    from lightning_speedups.functional.conv_bias import plan_conv_bias_removal
-
-    return plan_conv_bias_removal(model)
-
-
-def _misaligned(model: nn.Module, batch_size: int | None, input_shape: tuple[int, ...] | None) -> list[Any]:
-    from lightning_speedups.functional.alignment import find_misaligned
-
-    return find_misaligned(model, batch_size=batch_size, input_shape=input_shape, multiple=8)
-
-
-def _compile_status(model: nn.Module) -> dict[str, str]:
-    from lightning_speedups.functional.compile import compile_status
-
-    status = compile_status(model)
-    for name, m in model.named_modules():  # compiled by the user with module.compile()
-        if name not in status and getattr(m, "_compiled_call_impl", None) is not None:
-            status[name] = "compiled"
-    return status
+def _fill_model(facts: Facts, model: nn.Module) -> None:
+    """The model's facts, from the inspection bench shares (:func:`inspect_model`)."""
+    m = inspect_model(model, facts.device_type, batch_size=facts.batch_size, input_shape=facts.input_shape)
+    facts.n_params = m.n_params or 0
+    facts.module_counts = m.module_counts or {}
+    facts.data_parallel_modules = m.data_parallel_modules or []
+    facts.conv_bias_plan = m.conv_bias_plan
+    facts.channels_last_modules = m.channels_last_modules or []
+    facts.misaligned = m.misaligned or []
+    facts.compile_status = m.compile_status or {}
+    facts.checkpointed = m.checkpointed or []
+    facts.checkpoint_candidates = m.checkpoint_candidates or []
+    for part, reason in m.errors.items():
+        facts.unavailable[part] = _could_not(reason)
 
 
 def _debug_tools(trainer: Any) -> tuple[list[Any], list[Any]]:
-    from lightning_speedups.callbacks.guards import DebugToolsCheck
-    from lightning_speedups.functional.debug import find_debug_tools
-
     deliberate = DebugToolsCheck.deliberate_ids(trainer)
     tools = find_debug_tools(trainer)
     return [t for t in tools if t.id not in deliberate], [t for t in tools if t.id in deliberate]

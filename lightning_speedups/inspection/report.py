@@ -1,4 +1,9 @@
-"""The doctor's report: a rich terminal report and one JSON object.
+"""The report of findings: a rich terminal report and one JSON object.
+
+Printed by ``python -m lightning_speedups doctor`` and by the
+:class:`~lightning_speedups.advisor.SpeedAdvisor` at the end of a user's fit. It reads only
+findings and facts (each finding carries its tip's slug and title), so it sits in the inspection
+layer, below the tip registry.
 
 The terminal report opens with what ran (model, data, device, precision, steps), then a summary in
 the three principles of the second seed document (time on I/O, overlap, memory; the rest is
@@ -25,8 +30,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from lightning_speedups.doctor.facts import Facts
-from lightning_speedups.doctor.findings import PRINCIPLES, SEVERITIES, Finding
+from lightning_speedups.inspection.facts import Facts
+from lightning_speedups.inspection.findings import PRINCIPLES, SEVERITIES, Finding
+from lightning_speedups.inspection.words import device_words
 
 __all__ = ["counts", "principle_summary", "print_report", "to_dict", "to_json"]
 
@@ -73,7 +79,7 @@ def principle_summary(findings: Sequence[Finding], facts: Facts) -> dict[str, di
             else:
                 headline = f"{facts.n_params:,} parameters, batch size {facts.batch_size or '?'}"
         else:
-            headline = f"{facts.precision} on {facts.device_name if facts.on_cuda else facts.device_type}"
+            headline = f"{facts.precision} on {device_words(facts)}"
         out[key] = {
             "title": title,
             "headline": headline,
@@ -88,7 +94,7 @@ def _meta(facts: Facts, result: Any = None) -> dict[str, Any]:
     return {
         "model": facts.model_name or None,
         "data": facts.datamodule_name or None,
-        "device": (facts.device_name if facts.on_cuda else facts.device_type) if facts.collected else None,
+        "device": device_words(facts) if facts.collected else None,
         "precision": facts.precision if facts.collected else None,
         "steps": facts.steps_run,
         "configured_devices": facts.configured_devices,

@@ -1,4 +1,10 @@
-"""``SpeedAdvisor``: the doctor's checks inside a user's own ``fit``, with a report at the end.
+"""``SpeedAdvisor``: every tip's doctor check inside a user's own ``fit``, with a report at the end.
+
+Layer 4, above the tip registry: it may read the tips' titles and checks, and it imports nothing of
+``doctor``, ``bench``, the session, the config or the CLI (``doctor`` builds on it). It holds
+:func:`run_checks` (each check once, a check's own crash turned into a ``not-checked`` finding, lint
+findings merged into their tip, the registry's slug and title filled in); the report it prints is
+:func:`lightning_speedups.inspection.print_report`.
 
 Card:
     What it does: at the first training batch (once every callback's ``setup`` and
@@ -7,7 +13,7 @@ Card:
     ``check_steps`` steps it runs the pack's monitors (data wait, input statistics, input shapes,
     zeroed gradients, autograd in validation, and on CUDA device synchronisations, unpinned batches
     and peak memory) and records the gradient norms; at the end of ``fit`` it runs one check per tip
-    T01-T24 (:mod:`lightning_speedups.doctor.checks`), lints the source files of the model and data
+    T01-T24 (:func:`run_checks`), lints the source files of the model and data
     classes, and prints the report on global rank zero. ``python -m lightning_speedups doctor``
     uses the same callback on a few steps of the config's own fit.
     Seed: both documents, all tips; the report speaks in the second document's three principles
@@ -19,7 +25,7 @@ Card:
 
 Example:
     >>> from lightning.pytorch import Trainer
-    >>> from lightning_speedups.doctor import SpeedAdvisor
+    >>> from lightning_speedups import SpeedAdvisor
     >>> advisor = SpeedAdvisor(check_steps=5)
     >>> # trainer = Trainer(callbacks=[advisor]); trainer.fit(model)  -> report printed at the end
     >>> # advisor.findings: one Finding per tip T01..T24
@@ -30,23 +36,94 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.doctor.facts import (
+from lightning_speedups.callbacks import (
+    DataWaitMonitor,
+    GradsToNoneCheck,
+    InputStatsCheck,
+    NoGradEvalCheck,
+    NonBlockingCheck,
+    SpeedupCallback,
+)
+from lightning_speedups.functional import ShapeTracker, SyncWatcher
+from lightning_speedups.inspection import (
+    SEVERITIES,
     Facts,
+    Finding,
+    Item,
     collect_static,
-    part_unavailable,
+    error_text,
+    print_report,
+    short_path,
     user_source_files,
 )
-from lightning_speedups.doctor.findings import SEVERITIES, Finding
+from lightning_speedups.lint import lint_paths
+from lightning_speedups.tips import BY_ID, TIPS
 
-__all__ = ["SpeedAdvisor"]
+#: tip id -> its doctor check, from the tip records.
+CHECKS: dict[str, Callable[[Facts], Finding]] = {tip.id: tip.check for tip in TIPS}
+
+__all__ = ["LINT_SEVERITY", "SpeedAdvisor", "checks_by_tip", "lint_items", "run_checks"]
+
+#: Severity of a lint finding in the report, by rule code (default ``"low"``).
+LINT_SEVERITY = {
+    "LS301": "high",  # nn.DataParallel
+    "LS305": "high",  # anomaly detection on
+    "LS306": "medium",  # profiler on
+    "LS201": "medium",  # .item()/.cpu() in the step
+    "LS202": "medium",  # print(tensor) in the step
+}
+
+
+def lint_items(facts: Facts) -> dict[str, list[Item]]:
+    """The lint findings of ``facts`` as evidence items, by tip."""
+    out: dict[str, list[Item]] = {}
+    for f in facts.lint_findings:
+        item = Item(
+            LINT_SEVERITY.get(f.code, "low"),
+            f"{short_path(f.path)}:{f.line}: {f.code} {f.message}",
+            f.fix,
+            "lint",
+        )
+        out.setdefault(f.tip, []).append(item)
+    return out
+
+
+def checks_by_tip() -> dict[str, Callable[[Facts], Finding]]:
+    """Tip id -> its doctor check, from the tip records, in registry order."""
+    return {tip.id: tip.check for tip in TIPS}
+
+
+def run_checks(facts: Facts, checks: Mapping[str, Callable[[Facts], Finding]] | None = None) -> list[Finding]:
+    """One :class:`Finding` per tip T01-T24, in registry order, lint findings merged into their tip.
+
+    A check that raises becomes ``not-checked`` with the error, so the doctor never crashes on an
+    unusual model. Each result carries its tip's registry slug and title and the check's dotted name.
+
+    Args:
+        facts: what was collected.
+        checks: tip id -> check (default: each tip record's check, :attr:`Tip.check`, in registry order).
+    """
+    lint = lint_items(facts)
+    results = []
+    for tip, check in (checks_by_tip() if checks is None else checks).items():
+        try:
+            result = check(facts)
+        except Exception as err:  # noqa: BLE001 - one check's bug must not hide the other 23
+            result = Finding.not_checked(tip, f"the check failed: {error_text(err)}"[:300])
+        extra = lint.get(tip, [])
+        if extra:
+            result = result.with_items(extra)
+        rec = BY_ID[tip]
+        name = f"{getattr(check, '__module__', '')}:{getattr(check, '__qualname__', type(check).__name__)}"
+        results.append(result.described(rec.slug, rec.title, name))
+    return results
 
 
 @contextlib.contextmanager
@@ -74,8 +151,10 @@ class SpeedAdvisor(SpeedupCallback):
         print_report: print the report at the end of ``fit`` (global rank zero only).
         lint: lint the source files of the model, DataModule and dataset classes (T08, T11-T14, T20, ...).
         show_ok: also list the tips that were checked and found fine, one line each.
+        clock: the seconds counter of the run's timings (the data wait, the watched seconds);
+            ``time.perf_counter`` by default, tests pass a fake one.
 
-    After ``fit``: :attr:`findings` holds one :class:`~lightning_speedups.doctor.findings.Finding` per
+    After ``fit``: :attr:`findings` holds one :class:`~lightning_speedups.inspection.Finding` per
     tip, and :attr:`facts` the evidence they were made from.
 
     Example:
@@ -87,7 +166,14 @@ class SpeedAdvisor(SpeedupCallback):
     tip = ""
     part = "advisor"
 
-    def __init__(self, check_steps: int = 5, print_report: bool = True, lint: bool = True, show_ok: bool = True) -> None:
+    def __init__(
+        self,
+        check_steps: int = 5,
+        print_report: bool = True,
+        lint: bool = True,
+        show_ok: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         super().__init__()
         if isinstance(check_steps, bool) or not isinstance(check_steps, int) or check_steps < 1:
             raise ValueError(f"`SpeedAdvisor(check_steps=...)` must be an int >= 1 (e.g. 5), got {check_steps!r}.")
@@ -98,6 +184,7 @@ class SpeedAdvisor(SpeedupCallback):
         self.print_report = print_report
         self.lint = lint
         self.show_ok = show_ok
+        self.clock = clock
         #: the config's ``speedups:`` section, when the doctor knows it
         self.speedups: Any = None
         self.facts = Facts()
@@ -120,21 +207,12 @@ class SpeedAdvisor(SpeedupCallback):
         self._t0: float | None = None
 
     # ------------------------------------------------------------------------------------ plumbing
-    def _add(self, trainer: Trainer, key: str, module: str, cls_name: str, **kwargs: Any) -> None:
-        try:
-            cls = getattr(__import__(module, fromlist=[cls_name]), cls_name)
-        except (ImportError, AttributeError) as err:
-            self.facts.unavailable[key] = part_unavailable(module, err)
-            return
+    def _add(self, trainer: Trainer, key: str, cls: type, **kwargs: Any) -> None:
         existing = next((cb for cb in trainer.callbacks if isinstance(cb, cls)), None)
         if existing is not None:
             self._sources[key] = existing  # the user's own monitor runs anyway: read its results
             return
-        try:
-            child = cls(**kwargs)
-        except Exception as err:  # noqa: BLE001
-            self.facts.unavailable[key] = f"could not start {cls_name}: {err}"
-            return
+        child = cls(**kwargs)
         self._children[key] = child
         self._sources[key] = child
 
@@ -161,31 +239,20 @@ class SpeedAdvisor(SpeedupCallback):
             return
         self._reset()
         self._fit = True
-        self._t0 = time.perf_counter()
+        self._t0 = self.clock()
         self.findings = []
         self.facts = Facts(speedups=self.speedups)
         device = getattr(getattr(trainer, "strategy", None), "root_device", torch.device("cpu"))
         cuda = device.type == "cuda" and torch.cuda.is_available()
-        self._add(trainer, "data_wait", "lightning_speedups.callbacks.data", "DataWaitMonitor", log=False, warmup_steps=1)
-        self._add(trainer, "input_stats", "lightning_speedups.callbacks.data", "InputStatsCheck", batches=min(3, self.check_steps))
-        self._add(trainer, "grads", "lightning_speedups.callbacks.grads", "GradsToNoneCheck", check_steps=min(3, self.check_steps))
-        self._add(trainer, "eval", "lightning_speedups.callbacks.guards", "NoGradEvalCheck", check_batches=2)
+        self._add(trainer, "data_wait", DataWaitMonitor, log=False, warmup_steps=1, clock=self.clock)
+        self._add(trainer, "input_stats", InputStatsCheck, batches=min(3, self.check_steps))
+        self._add(trainer, "grads", GradsToNoneCheck, check_steps=min(3, self.check_steps))
+        self._add(trainer, "eval", NoGradEvalCheck, check_batches=2)
         if cuda:
-            self._add(trainer, "non_blocking", "lightning_speedups.callbacks.data", "NonBlockingCheck")
-            try:
-                from lightning_speedups.functional.debug import SyncWatcher
-
-                self._watcher = SyncWatcher("count")
-                self._watcher.install()
-            except Exception as err:  # noqa: BLE001
-                self.facts.unavailable["syncs"] = part_unavailable("lightning_speedups.functional.debug", err)
-                self._watcher = None
-        try:
-            from lightning_speedups.functional.debug import ShapeTracker
-
-            self._tracker = ShapeTracker()
-        except ImportError as err:
-            self.facts.unavailable["shapes"] = part_unavailable("lightning_speedups.functional.debug", err)
+            self._add(trainer, "non_blocking", NonBlockingCheck)
+            self._watcher = SyncWatcher("count")
+            self._watcher.install()
+        self._tracker = ShapeTracker()
         self._forward("setup", trainer, pl_module, stage)
         self.report(True, f"collecting evidence over the first {self.check_steps} steps; report at the end of fit")
 
@@ -332,7 +399,7 @@ class SpeedAdvisor(SpeedupCallback):
         f = self.facts
         f.steps_run = self._batches
         if self._t0 is not None:
-            f.seconds = time.perf_counter() - self._t0
+            f.seconds = self.clock() - self._t0
         dw = self._sources.get("data_wait")
         if dw is not None:
             f.data_wait_fraction = dw.data_wait_fraction
@@ -377,11 +444,6 @@ class SpeedAdvisor(SpeedupCallback):
         f = self.facts
         if not self.lint:
             return
-        try:
-            from lightning_speedups.lint import lint_paths
-        except ImportError as err:
-            f.lint_error = part_unavailable("lightning_speedups.lint", err)
-            return
         objects: list[Any] = [f.model, f.datamodule]
         for loader in f.train_loaders:
             dataset = getattr(loader, "dataset", None)
@@ -391,7 +453,7 @@ class SpeedAdvisor(SpeedupCallback):
         try:
             files = user_source_files(objects)
             result = lint_paths(files) if files else None
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - the user's source files may not parse
             f.lint_error = f"{type(err).__name__}: {err}"
             return
         f.lint_ran = True
@@ -404,8 +466,6 @@ class SpeedAdvisor(SpeedupCallback):
         Called at the end of ``fit``; the doctor calls it itself when ``fit`` failed. Prints the
         report once when ``print_report`` is set (global rank zero only).
         """
-        from lightning_speedups.doctor.runner import run_checks
-
         if trainer is not None:
             if not self.facts.collected:
                 with _quiet():
@@ -422,8 +482,6 @@ class SpeedAdvisor(SpeedupCallback):
         self.report(True, f"{n} tip(s) apply, report printed at the end of fit" if self.print_report else f"{n} tip(s) apply")
         if self.print_report and not self._reported and (trainer is None or trainer.is_global_zero):
             self._reported = True
-            from lightning_speedups.doctor.report import print_report
-
             print_report(self.findings, self.facts, show_ok=self.show_ok, title="lightning_speedups SpeedAdvisor")
         return self.findings
 
