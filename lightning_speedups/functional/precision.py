@@ -86,7 +86,7 @@ def cuda_supports_bf16(device: Optional[int] = None) -> bool:
     return major >= 8
 
 
-def _accelerator_is_cuda(accelerator: Optional[str]) -> bool:
+def accelerator_is_cuda(accelerator: Optional[str]) -> bool:
     if accelerator in (None, "auto"):
         return torch.cuda.is_available()
     return str(accelerator) in ("cuda", "gpu")
@@ -117,7 +117,7 @@ def resolve_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[O
                 f"`speedups.precision` must be one of {', '.join(PRECISION_CHOICES)}; got {mode!r}."
             )
         return mode, "set explicitly"
-    if _accelerator_is_cuda(accelerator):
+    if accelerator_is_cuda(accelerator):
         name = torch.cuda.get_device_name() if torch.cuda.is_available() else "CUDA device"
         if cuda_supports_bf16():
             return "bf16-mixed", f"{name} supports bf16 (compute capability 8.0+), no loss scaler needed"
@@ -146,7 +146,7 @@ def resolve_matmul_precision(mode: str, accelerator: Optional[str] = "auto") -> 
         return mode, "set explicitly"
     if mode != "auto":
         raise ValueError(f"`speedups.tf32` must be one of off, auto, highest, high, medium; got {mode!r}.")
-    if _accelerator_is_cuda(accelerator) and cuda_supports_bf16():
+    if accelerator_is_cuda(accelerator) and cuda_supports_bf16():
         return "high", "the GPU has TF32 tensor cores (compute capability 8.0+)"
     return None, "no TF32 hardware here (needs an Ampere or newer GPU)"
 

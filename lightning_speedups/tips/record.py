@@ -1,0 +1,234 @@
+"""The format of a tip's record: everything the rest of the pack derives from one tip.
+
+A record (:class:`Tip`) lives in its own module ``lightning_speedups/tips/tNN_slug.py`` and declares:
+
+- its **card**: what it does, the seed tip, the expected gain, when it hurts;
+- its **settings**: the ``speedups:`` keys it owns (:class:`Setting`), from which
+  :class:`lightning_speedups.config.Speedups` is generated;
+- how those settings become **Trainer arguments** (:attr:`Tip.trainer_kwargs`, before the Trainer
+  exists) and **callbacks** (:attr:`Tip.callbacks`, each placed at an ``order`` in the callback list);
+- its **bench variant** (:class:`BenchVariant`: the keys bench turns on and what the setup must have),
+  or why bench never times it (:attr:`Tip.not_timed`);
+- its **doctor check** (:attr:`Tip.check`: facts in, one finding out);
+- its **shared-suite cases** (:class:`SuiteCase`), which ``tests/suite`` runs over several model kinds;
+- its lint rules, by code.
+
+Nothing central lists tips by hand: ``Speedups``, the callback list, the active-parts list, bench's
+variants, the doctor's checks, the ``tips`` command and the README's parts table are generated from
+the records (or tested against them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from lightning.pytorch.callbacks import Callback
+
+    from lightning_speedups.inspection import Facts, Finding
+
+
+#: A callback and its position in the callback list (lower runs first in every hook).
+Placed = tuple[int, "Callback"]
+#: ``(name, active, reason)``: one line of the start-up summary.
+Note = tuple[str, bool, str]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``speedups:`` key owned by a tip.
+
+    Attributes:
+        path: the key under ``speedups:`` (``"precision"``, ``"monitors.sync_guard"``; a group such
+            as ``"loaders"`` takes a dataclass ``type``).
+        type: its annotation, as jsonargparse reads it.
+        default: its default value (off), or use ``factory`` for a mutable one.
+        factory: builds the default (a group dataclass, a list).
+        doc: one line for ``--help`` and the README.
+        on: whether a value turns the part on (default: it differs from the default). The name of
+            an active part is the setting's ``path``.
+    """
+
+    path: str
+    type: Any
+    default: Any = None
+    factory: Optional[Callable[[], Any]] = None
+    doc: str = ""
+    on: Optional[Callable[[Any], bool]] = None
+
+    def default_value(self) -> Any:
+        return self.factory() if self.factory is not None else self.default
+
+    def is_on(self, value: Any) -> bool:
+        if self.on is not None:
+            return bool(self.on(value))
+        return bool(value != self.default_value())
+
+    def dataclass_field(self) -> Any:
+        if self.factory is not None:
+            return field(default_factory=self.factory)
+        return field(default=self.default)
+
+
+@dataclass
+class BuildContext:
+    """What a tip's build functions see and add to while a section becomes Trainer arguments and callbacks.
+
+    Attributes:
+        accelerator: the Trainer's accelerator (decides ``auto`` settings).
+        devices: the Trainer's ``devices``.
+        trainer_kwargs: Trainer arguments set so far.
+        notes: decisions made so far, for the start-up summary.
+    """
+
+    accelerator: Optional[str] = "auto"
+    devices: Any = "auto"
+    trainer_kwargs: dict[str, Any] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+
+    def note(self, name: str, active: bool, reason: str) -> None:
+        self.notes.append((name, active, reason))
+
+
+@dataclass(frozen=True)
+class BenchVariant:
+    """How ``bench`` turns a tip on.
+
+    Attributes:
+        overrides: dotted ``speedups.*`` keys (without the ``speedups.`` prefix) and their values.
+        goal: ``"speed"`` (a candidate for the combination search) or ``"memory"``.
+        needs: what the setup must have for the tip to apply: ``"cuda"``, ``"convs"`` (4D/5D
+            convolutions), ``"conv_bias"`` (a biased convolution feeding a BatchNorm),
+            ``"blocks"`` (repeated blocks to checkpoint), ``"compile"`` (sub-modules with parameters).
+    """
+
+    overrides: Mapping[str, Any]
+    goal: str = "speed"
+    needs: tuple[str, ...] = ()
+
+
+#: The model kinds of the shared property suite (``tests/suite``).
+KINDS = ("cnn", "transformer", "manual", "configure_model", "scheduler")
+Maths = Literal["unchanged", "dtype", "changed"]
+
+
+@dataclass(frozen=True)
+class SuiteCase:
+    """One run of the shared property suite for a part of a tip.
+
+    Exactly one of ``settings`` (the part is built from ``speedups:`` keys, as presets build it),
+    ``callback`` (a callback the settings never build, e.g. a watch) or ``function`` (a functional
+    part applied to a model) says what runs.
+
+    Attributes:
+        name: the case's id in test names.
+        settings: dotted ``speedups:`` keys and values that turn the part on.
+        callback: builds the callback under test.
+        function: ``function(model) -> result`` applies a functional part in place; a falsy result
+            means it did nothing.
+        maths: ``"unchanged"`` (outputs and gradients equal the original's, train and eval mode),
+            ``"dtype"`` (equal within the precision it switches to) or ``"changed"`` (it changes the
+            optimisation: only finiteness is checked).
+        kinds: the model kinds the part applies to (it must act there); on the other kinds it must
+            skip with a reason, or keep working, never crash.
+        trainer: extra Trainer arguments the case needs.
+        acted: ``acted(trainer, model, callbacks)`` raises ``AssertionError`` unless the part really
+            did its job (default for callbacks: each of the pack's callbacks reports ``active``).
+        compose: include it in the pairwise composition runs.
+    """
+
+    name: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    callback: Optional[Callable[[], Callback]] = None
+    function: Optional[Callable[[Any], Any]] = None
+    maths: Maths = "changed"
+    kinds: tuple[str, ...] = KINDS
+    trainer: Mapping[str, Any] = field(default_factory=dict)
+    acted: Optional[Callable[[Any, Any, Sequence[Any]], None]] = None
+    compose: bool = True
+
+
+def _no_kwargs(speedups: Any, ctx: BuildContext) -> None:
+    return None
+
+
+def _no_callbacks(speedups: Any, ctx: BuildContext) -> list[Placed]:
+    return []
+
+
+@dataclass(frozen=True)
+class Tip:
+    """One training-speed tip and everything the pack derives from it.
+
+    Attributes:
+        id: ``"T01"`` .. ``"T24"``.
+        slug: short name used in reports (``"lr-schedule"``).
+        title: one line.
+        seeds: references into the seed documents (``"A#1"`` = tip 1 of document A).
+        claim: what the seeds claim.
+        does: the card: what the pack does for it.
+        gain: the card: the expected gain (measured where the pack measured it).
+        hurts: the card: when it hurts.
+        settings: the ``speedups:`` keys it owns.
+        uses: ``speedups:`` keys owned by another tip that also turn this one on.
+        trainer_kwargs: ``(speedups, ctx)`` adds Trainer arguments and notes before the Trainer exists.
+        callbacks: ``(speedups, ctx)`` returns ``(order, callback)`` pairs.
+        parts: the classes and functions that implement it (objects, not names).
+        lint_rules: codes of its lint rules (``"LS101"``).
+        check: the doctor's check: ``check(facts) -> Finding``.
+        bench: how bench times it, or ``None`` with :attr:`not_timed` saying why not.
+        not_timed: why bench never times it on its own.
+        suite: its shared-suite cases.
+    """
+
+    id: str
+    slug: str
+    title: str
+    seeds: tuple[str, ...]
+    claim: str
+    does: str
+    gain: str
+    hurts: str
+    check: Callable[[Facts], Finding]
+    settings: tuple[Setting, ...] = ()
+    uses: tuple[str, ...] = ()
+    trainer_kwargs: Callable[[Any, BuildContext], None] = _no_kwargs
+    callbacks: Callable[[Any, BuildContext], Iterable[Placed]] = _no_callbacks
+    parts: tuple[Any, ...] = ()
+    lint_rules: tuple[str, ...] = ()
+    bench: Optional[BenchVariant] = None
+    not_timed: str = ""
+    suite: tuple[SuiteCase, ...] = ()
+
+    @property
+    def status(self) -> str:
+        """``"implemented"``: every tip of the registry has parts, a check and (if it has settings) cases."""
+        return "implemented" if (self.parts or self.lint_rules) else "planned"
+
+    @property
+    def preset_keys(self) -> tuple[str, ...]:
+        """The ``speedups.*`` keys that turn it on (its own and the ones it uses)."""
+        return tuple(f"speedups.{s.path}" for s in self.settings) + tuple(f"speedups.{k}" for k in self.uses)
+
+    @property
+    def doc(self) -> str:
+        """The card in one paragraph."""
+        return f"{self.does} Expected gain: {self.gain}. When it hurts: {self.hurts}"
+
+    def card(self) -> str:
+        """The card as Markdown lines."""
+        return "\n".join(
+            [
+                f"### {self.id} {self.slug}: {self.title}",
+                f"- Seeds: {', '.join(self.seeds)} (claim: {self.claim})",
+                f"- What it does: {self.does}",
+                f"- Expected gain: {self.gain}",
+                f"- When it hurts: {self.hurts}",
+                f"- Turned on by: {', '.join(self.preset_keys) or 'lint / doctor'}",
+            ]
+        )
+
+
+__all__ = ["KINDS", "BenchVariant", "BuildContext", "Note", "Placed", "Setting", "SuiteCase", "Tip"]

@@ -1,0 +1,100 @@
+"""T01 lr-schedule: One-cycle / cyclic learning-rate schedules stepped per optimizer step.
+
+Card:
+    Seeds: A#1 (claim: huge speed-ups in the best case ('super-convergence')).
+    What it does: LRSchedule replaces a constant learning rate by a one-cycle or cyclic schedule
+    stepped every optimizer step, total steps from trainer.estimated_stepping_batches; doctor warns
+    about a one-cycle schedule stepped per epoch.
+    Expected gain: fewer epochs to a target accuracy when the peak learning rate is right (judge it
+    by time to accuracy, not samples/s).
+    When it hurts: it changes the optimisation: a peak learning rate that is too high diverges;
+    compare accuracy, not only speed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from lightning_speedups.callbacks import LRSchedule
+from lightning_speedups.inspection import Facts, Finding, Item
+from lightning_speedups.inspection.words import has_callback
+from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+
+@dataclass
+class ScheduleSettings:
+    """T01: a one-cycle or cyclic schedule stepped per optimizer step; total steps from the trainer."""
+
+    name: Literal["off", "onecycle", "cyclic"] = "off"
+    max_lr: Optional[float] = None
+    pct_start: float = 0.25
+    div_factor: float = 25.0
+    final_div_factor: float = 1e4
+    anneal_strategy: Literal["cos", "linear"] = "cos"
+    base_lr: Optional[float] = None
+    cycles: int = 2
+    mode: Literal["triangular", "triangular2", "exp_range"] = "triangular"
+
+
+def check(facts: Facts) -> Finding:
+    """T01 lr-schedule: a one-cycle / cyclic schedule stepped per epoch; a constant learning rate."""
+    tip = "T01"
+    if not facts.collected:
+        return Finding.not_checked(tip, facts.run_note() or "the trainer was not set up")
+    if has_callback(facts, "LRSchedule") is not None and facts.callback_of("LRSchedule").active:
+        return Finding.ok(tip, "speedups.lr_schedule: " + facts.callback_of("LRSchedule").status[1])
+    bad = [(name, interval) for name, interval, cyclic in facts.schedulers if cyclic and interval != "step"]
+    if bad:
+        name, interval = bad[0]
+        return Finding.from_items(tip, [Item(
+            "medium",
+            f"{name} is stepped once per {interval} (interval='{interval}'): a one-cycle/cyclic schedule"
+            " is meant to move every optimizer step, so over a short run it barely changes the learning rate",
+            "return {'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'interval': 'step'}} from"
+            " configure_optimizers, or drop it and set speedups.lr_schedule.name: onecycle (LRSchedule callback,"
+            " total steps from the trainer)",
+        )])
+    if facts.schedulers:
+        desc = ", ".join(f"{n} (interval={i})" for n, i, _ in facts.schedulers)
+        return Finding.ok(tip, f"the learning rate is scheduled: {desc}")
+    if not facts.optimizers:
+        return Finding.ok(tip, "the model has no optimizer: nothing to schedule")
+    opt = type(facts.optimizers[0]).__name__
+    lrs = sorted({g.get("lr") for o in facts.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))})
+    lr = ", ".join(f"{x:.3g}" for x in lrs) or "?"
+    return Finding.from_items(tip, [Item(
+        "low",
+        f"constant learning rate: {opt} at lr {lr} with no scheduler",
+        "try speedups.lr_schedule.name: onecycle (LRSchedule callback: peak = the optimizer's lr, stepped per"
+        " optimizer step); it changes the optimisation, so compare accuracy per epoch with"
+        " `python -m lightning_speedups bench`",
+    )])
+
+
+def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
+    """The callbacks T01 adds, each at its place in the callback list."""
+    if s.lr_schedule.name == "off":
+        return []
+    return [(130, LRSchedule(**dataclasses.asdict(s.lr_schedule)))]
+
+
+TIP = Tip(
+    id="T01",
+    slug="lr-schedule",
+    title='One-cycle / cyclic learning-rate schedules stepped per optimizer step',
+    seeds=('A#1',),
+    claim="huge speed-ups in the best case ('super-convergence')",
+    does='LRSchedule replaces a constant learning rate by a one-cycle or cyclic schedule stepped every optimizer step, total steps from trainer.estimated_stepping_batches; doctor warns about a one-cycle schedule stepped per epoch.',
+    gain='fewer epochs to a target accuracy when the peak learning rate is right (judge it by time to accuracy, not samples/s)',
+    hurts='it changes the optimisation: a peak learning rate that is too high diverges; compare accuracy, not only speed',
+    check=check,
+    settings=(
+        Setting("lr_schedule", ScheduleSettings, factory=ScheduleSettings, doc="T01. One-cycle / cyclic schedule stepped per optimizer step.", on=lambda v: v.name != "off"),
+    ),
+    callbacks=callbacks,
+    parts=(LRSchedule,),
+    not_timed='learning-rate schedule changes the optimisation, not the step time: compare accuracy, not samples/s',
+    suite=(
+        SuiteCase("onecycle", settings={"lr_schedule.name": "onecycle"}, kinds=("cnn", "transformer", "configure_model")),
+    ),
+)

@@ -1,0 +1,116 @@
+"""T11 ddp: DistributedDataParallel, never DataParallel.
+
+Card:
+    Seeds: A#10, B#18 (claim: one process per GPU, no GIL).
+    What it does: ddp_strategy builds Lightning's DDPStrategy with gradient bucket views, a static
+    graph and a bf16/fp16 gradient-compression hook on CUDA (said so, and skipped, on gloo); lint
+    flags nn.DataParallel.
+    Expected gain: near-linear scaling across devices.
+    When it hurts: static_graph is wrong when the set of used parameters changes between steps;
+    compression hooks run on CUDA only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lightning_speedups.inspection import Facts, Finding, Item
+from lightning_speedups.inspection.words import names_text
+from lightning_speedups.strategies import ddp_strategy
+from lightning_speedups.tips.record import BuildContext, Setting, SuiteCase, Tip
+
+@dataclass
+class DDPSettings:
+    """T11: DistributedDataParallel with gradient bucket views, static graph and gradient compression."""
+
+    enabled: bool = False
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = True
+    compression: Literal["auto", "off", "bf16", "fp16"] = "auto"
+    find_unused_parameters: bool = False
+
+
+def check(facts: Facts) -> Finding:
+    """T11 ddp: DataParallel in the model, unused GPUs, DDP without its fast settings."""
+    tip = "T11"
+    if not facts.collected:
+        return Finding.not_checked(tip, facts.run_note() or "the trainer was not set up")
+    items: list[Item] = []
+    if facts.data_parallel_modules:
+        items.append(Item(
+            "high",
+            f"the model wraps {names_text(facts.data_parallel_modules)} in nn.DataParallel: one process drives every GPU"
+            " through the GIL and copies the model each step",
+            "remove nn.DataParallel and train with DDP: trainer.devices: N with --config ddp.yaml (speedups.ddp.enabled: true)",
+        ))
+    used = facts.num_devices * facts.num_nodes
+    if facts.configured_devices is not None:
+        used_note = f" (the config asks for devices={facts.configured_devices}; the doctor ran one)"
+    else:
+        used_note = ""
+    if facts.on_cuda and facts.cuda_count > facts.num_devices and facts.configured_devices is None:
+        items.append(Item(
+            "medium",
+            f"{facts.cuda_count} CUDA devices visible, training uses {facts.num_devices}",
+            f"trainer.devices: {facts.cuda_count} with --config ddp.yaml (speedups.ddp.enabled: true)",
+        ))
+    strategy = facts.strategy_obj
+    if strategy is not None and "DDP" in facts.strategy and (used > 1 or facts.configured_devices is not None):
+        kwargs = getattr(strategy, "_ddp_kwargs", {}) or {}
+        if not kwargs.get("gradient_as_bucket_view"):
+            items.append(Item(
+                "low",
+                f"{facts.strategy} without gradient_as_bucket_view{used_note}: gradients are copied into the"
+                " communication buckets every step",
+                "speedups.ddp.enabled: true (bucket views, static graph, compression hooks on CUDA)",
+            ))
+    if items:
+        return Finding.from_items(tip, items)
+    if used > 1 or facts.configured_devices is not None:
+        return Finding.ok(tip, f"{facts.strategy} over {facts.configured_devices or used} device(s){used_note}")
+    return Finding.ok(tip, f"one process on one {facts.device_type} device ({facts.strategy}): nothing to distribute")
+
+
+def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
+    """The Trainer arguments T11 sets before the Trainer exists."""
+    d = s.ddp
+    if not d.enabled:
+        return
+    strategy, reason = ddp_strategy(
+        accelerator=ctx.accelerator,
+        gradient_as_bucket_view=d.gradient_as_bucket_view,
+        static_graph=d.static_graph,
+        compression=d.compression,
+        find_unused_parameters=d.find_unused_parameters,
+    )
+    ctx.trainer_kwargs["strategy"] = strategy
+    ctx.note("ddp (T11)", True, reason)
+
+
+def _ddp(trainer: Any, model: Any, callbacks: Any) -> None:
+    from lightning.pytorch.strategies import DDPStrategy
+
+    assert isinstance(trainer.strategy, DDPStrategy), type(trainer.strategy).__name__
+
+
+TIP = Tip(
+    id="T11",
+    slug="ddp",
+    title='DistributedDataParallel, never DataParallel',
+    seeds=('A#10', 'B#18'),
+    claim='one process per GPU, no GIL',
+    does="ddp_strategy builds Lightning's DDPStrategy with gradient bucket views, a static graph and a bf16/fp16 gradient-compression hook on CUDA (said so, and skipped, on gloo); lint flags nn.DataParallel.",
+    gain='near-linear scaling across devices',
+    hurts='static_graph is wrong when the set of used parameters changes between steps; compression hooks run on CUDA only',
+    check=check,
+    settings=(
+        Setting("ddp", DDPSettings, factory=DDPSettings, doc="T11. DDP strategy settings.", on=lambda v: v.enabled),
+    ),
+    trainer_kwargs=trainer_kwargs,
+    parts=(ddp_strategy,),
+    lint_rules=('LS301',),
+    not_timed='needs several devices; bench times one device (use the ddp preset on the real machine)',
+    suite=(
+        SuiteCase("one_process", settings={"ddp.enabled": True}, kinds=("cnn",), trainer={"devices": 1}, acted=_ddp, compose=False),
+    ),
+)
