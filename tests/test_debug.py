@@ -1,4 +1,4 @@
-"""Tests of lightning_speedups.functional.debug: debug tools (T14), sync attribution (T08), eval autograd
+"""Tests of the functional runtime checks: debug tools (T14), sync attribution (T08), eval autograd
 watch (T17), shape tracking (T07)."""
 
 from __future__ import annotations
@@ -14,19 +14,11 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_speedups.functional import debug
-from lightning_speedups.functional.debug import (
-    DEBUG_TOOL_IDS,
-    SYNC_WARNING_PATTERN,
-    EvalGradWatch,
-    ShapeTracker,
-    SyncError,
-    SyncWatcher,
-    batch_shape_signature,
-    classify_sync_frame,
-    find_debug_tools,
-    tensors_requiring_grad,
-)
+from lightning_speedups.functional import debug_tools, syncs
+from lightning_speedups.functional.debug_tools import DEBUG_TOOL_IDS, find_debug_tools
+from lightning_speedups.functional.eval_grads import EvalGradWatch, tensors_requiring_grad
+from lightning_speedups.functional.shapes import ShapeTracker, batch_shape_signature
+from lightning_speedups.functional.syncs import SYNC_WARNING_PATTERN, SyncError, SyncWatcher, classify_sync_frame
 
 ENV_VARS = ("CUDA_LAUNCH_BLOCKING", "PYTORCH_NO_CUDA_MEMORY_CACHING", "TORCH_DISTRIBUTED_DEBUG")
 
@@ -36,7 +28,7 @@ def clean_env(monkeypatch):
     """No debugging environment variables and no Python tracer (coverage, debugger) seen."""
     for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(debug, "_python_tracers", lambda: [])
+    monkeypatch.setattr(debug_tools, "_python_tracers", lambda: [])
     assert not torch.is_anomaly_enabled()
     assert not torch.are_deterministic_algorithms_enabled()
     assert not torch.backends.cudnn.deterministic
@@ -292,10 +284,10 @@ def fake_mode(monkeypatch):
         state["calls"].append(mode)
         state["mode"] = MODES.get(mode, mode)
 
-    monkeypatch.setattr(debug._HUB, "get_mode", lambda: state["mode"])
-    monkeypatch.setattr(debug._HUB, "set_mode", set_mode)
+    monkeypatch.setattr(syncs._HUB, "get_mode", lambda: state["mode"])
+    monkeypatch.setattr(syncs._HUB, "set_mode", set_mode)
     yield state
-    assert debug._HUB.installed == [] and debug._HUB.active == []
+    assert syncs._HUB.installed == [] and syncs._HUB.active == []
 
 
 def fake_sync():
@@ -401,7 +393,7 @@ def test_nested_watchers_torn_down_out_of_order(fake_mode):
 def test_watch_syncs_is_a_no_op_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     showwarning = warnings.showwarning
-    with debug.watch_syncs() as watcher:
+    with syncs.watch_syncs() as watcher:
         assert warnings.showwarning is showwarning
     assert watcher.total == 0
 
@@ -415,7 +407,7 @@ def test_watcher_validates_mode():
 def test_watch_syncs_real_cuda():
     prev = torch.cuda.get_sync_debug_mode()
     x = torch.ones(4, device="cuda")
-    with debug.watch_syncs() as watcher:
+    with syncs.watch_syncs() as watcher:
         y = (x * 2).sum()
         y.item()  # one sync, here
         z = x * 3  # no sync

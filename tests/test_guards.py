@@ -1,4 +1,4 @@
-"""Tests of lightning_speedups.callbacks.guards: SyncGuard (T08), DebugMode / DebugToolsCheck (T14),
+"""Tests of the guard callbacks: SyncGuard (T08), DebugMode / DebugToolsCheck (T14),
 NoGradEvalCheck (T17), ShapeWatch (T07)."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_speedups.callbacks import guards
-from lightning_speedups.callbacks.guards import DebugMode, DebugToolsCheck, NoGradEvalCheck, ShapeWatch, SyncGuard
-from lightning_speedups.functional import debug
-from lightning_speedups.functional.debug import SyncError
+from lightning_speedups.callbacks import DebugMode, DebugToolsCheck, NoGradEvalCheck, ShapeWatch, SyncGuard
+from lightning_speedups.callbacks import shape_watch as shape_watch_mod
+from lightning_speedups.callbacks import sync_guard as sync_guard_mod
+from lightning_speedups.functional import debug_tools, syncs
+from lightning_speedups.functional.syncs import SyncError
 
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
 
@@ -101,7 +102,7 @@ def possible_user_warnings(record):
 def clean_env(monkeypatch):
     for name in ("CUDA_LAUNCH_BLOCKING", "PYTORCH_NO_CUDA_MEMORY_CACHING", "TORCH_DISTRIBUTED_DEBUG"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(debug, "_python_tracers", lambda: [])  # coverage / debugger attached to pytest
+    monkeypatch.setattr(debug_tools, "_python_tracers", lambda: [])  # coverage / debugger attached to pytest
 
 
 @pytest.fixture
@@ -129,7 +130,7 @@ def global_state():
         list(warnings.filters),
     )
     assert after == before
-    assert debug._HUB.installed == [] and debug._HUB.active == []
+    assert syncs._HUB.installed == [] and syncs._HUB.active == []
 
 
 @pytest.fixture
@@ -137,9 +138,9 @@ def fake_cuda(monkeypatch):
     """Pretend the trainer runs on CUDA and emulate the sync-debug mode."""
     state = {"mode": 0}
     modes = {"default": 0, "warn": 1, "error": 2}
-    monkeypatch.setattr(guards, "_on_cuda", lambda trainer: True)
-    monkeypatch.setattr(debug._HUB, "get_mode", lambda: state["mode"])
-    monkeypatch.setattr(debug._HUB, "set_mode", lambda m: state.__setitem__("mode", modes.get(m, m)))
+    monkeypatch.setattr(sync_guard_mod, "on_cuda", lambda trainer: True)
+    monkeypatch.setattr(syncs._HUB, "get_mode", lambda: state["mode"])
+    monkeypatch.setattr(syncs._HUB, "set_mode", lambda m: state.__setitem__("mode", modes.get(m, m)))
     return state
 
 
@@ -461,7 +462,7 @@ def benchmark_on(monkeypatch):
 
 
 def test_shape_watch_warns_when_benchmark_retunes(global_state, benchmark_on, monkeypatch):
-    monkeypatch.setattr(guards, "_on_cuda", lambda trainer: True)
+    monkeypatch.setattr(shape_watch_mod, "on_cuda", lambda trainer: True)
     watch = ShapeWatch()
     with pytest.warns(PossibleUserWarning, match="3 distinct input shapes in 3 steps"):
         make_trainer([watch], max_steps=5).fit(Model(), varying_loader([3, 5, 7, 3, 5]))
@@ -470,7 +471,7 @@ def test_shape_watch_warns_when_benchmark_retunes(global_state, benchmark_on, mo
 
 
 def test_shape_watch_quiet_on_fixed_shapes_with_a_last_partial_batch(global_state, benchmark_on, monkeypatch):
-    monkeypatch.setattr(guards, "_on_cuda", lambda trainer: True)
+    monkeypatch.setattr(shape_watch_mod, "on_cuda", lambda trainer: True)
     watch = ShapeWatch()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -480,7 +481,7 @@ def test_shape_watch_quiet_on_fixed_shapes_with_a_last_partial_batch(global_stat
 
 
 def test_shape_watch_quiet_without_benchmark_or_cuda(global_state, monkeypatch):
-    monkeypatch.setattr(guards, "_on_cuda", lambda trainer: True)
+    monkeypatch.setattr(shape_watch_mod, "on_cuda", lambda trainer: True)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     watch = ShapeWatch()
     with warnings.catch_warnings(record=True) as record:

@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from helpers import TinyCNN, quiet_trainer
-from lightning_speedups.callbacks.trainer import (
-    CudnnBenchmark,
+from lightning_speedups.callbacks.cudnn_benchmark import CudnnBenchmark
+from lightning_speedups.callbacks.effective_batch import (
     EffectiveBatchSize,
-    FusedOptimizer,
-    LRSchedule,
-    MatmulPrecision,
     accumulation_for,
     loader_batch_size,
 )
+from lightning_speedups.callbacks.fused_optimizer import FusedOptimizer
+from lightning_speedups.callbacks.lr_schedule import LRSchedule
+from lightning_speedups.callbacks.matmul_precision import MatmulPrecision
 from lightning_speedups.functional import precision as prec
 from lightning_speedups.strategies import ddp_strategy
 

@@ -14,7 +14,11 @@ from lightning.pytorch.callbacks import GradientAccumulationScheduler
 from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.memory import garbage_collection_cuda
-from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_hasattr, lightning_setattr
+from lightning.pytorch.utilities.parsing import (
+    lightning_getattr,
+    lightning_hasattr,
+    lightning_setattr,
+)
 from lightning.pytorch.utilities.seed import isolate_rng
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override

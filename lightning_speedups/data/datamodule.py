@@ -5,7 +5,7 @@ Card:
 * **What it does.** :class:`SpeedDataModule` builds its DataLoaders from datasets you give it,
   with ``num_workers`` / ``pin_memory`` / ``persistent_workers`` / ``prefetch_factor`` resolved
   for the machine and the Trainer it runs under (the same rules as
-  :class:`~lightning_speedups.callbacks.data.LoaderTuning`), logging each choice once.
+  :class:`~lightning_speedups.callbacks.loader_tuning.LoaderTuning`), logging each choice once.
   :meth:`SpeedDataModule.wrap` wraps one existing dataset, optionally splitting off a validation
   part with a seeded split.
 * **Seed tips.** ``num_workers`` 4 x GPUs, ``pin_memory=True``, no-copy conversion of numpy data.

@@ -1,4 +1,4 @@
-"""Plain functions behind the tips: no Trainer and no Lightning loop needed."""
+"""Plain functions behind the tips: they work on any ``nn.Module``, batch or loader, with no Trainer."""
 
 from lightning_speedups.functional.agc import (
     adaptive_clip_grad_,
@@ -66,22 +66,15 @@ from lightning_speedups.functional.conv_bias import (
     remove_conv_bias,
     unfold_conv_bias_state_dict,
 )
-from lightning_speedups.functional.debug import (
+from lightning_speedups.functional.debug_tools import (
     DEBUG_TOOL_IDS,
-    SEVERITIES,
-    SYNC_WARNING_PATTERN,
     DebugTool,
+    find_debug_tools,
+)
+from lightning_speedups.functional.eval_grads import (
     EvalGradEvent,
     EvalGradWatch,
-    ShapeTracker,
-    SyncError,
-    SyncSite,
-    SyncWatcher,
-    batch_shape_signature,
-    classify_sync_frame,
-    find_debug_tools,
     tensors_requiring_grad,
-    watch_syncs,
 )
 from lightning_speedups.functional.grads import (
     ZeroedGrads,
@@ -109,6 +102,10 @@ from lightning_speedups.functional.precision import (
     resolve_matmul_precision,
     resolve_precision,
 )
+from lightning_speedups.functional.shapes import (
+    ShapeTracker,
+    batch_shape_signature,
+)
 from lightning_speedups.functional.storage import (
     MountInfo,
     StorageReport,
@@ -117,6 +114,15 @@ from lightning_speedups.functional.storage import (
     is_rotational,
     storage_report,
 )
+from lightning_speedups.functional.syncs import (
+    SYNC_WARNING_PATTERN,
+    SyncError,
+    SyncSite,
+    SyncWatcher,
+    classify_sync_frame,
+    watch_syncs,
+)
+from lightning_speedups.functional.tree import walk_tensors
 
 __all__ = [
     "COMPILE_MODES",
@@ -134,7 +140,6 @@ __all__ = [
     "MountInfo",
     "PaddedEmbedding",
     "PaddedLinear",
-    "SEVERITIES",
     "SYNC_WARNING_PATTERN",
     "ShapeTracker",
     "StorageReport",
@@ -209,6 +214,7 @@ __all__ = [
     "unitwise_norm",
     "unpinned_tensors",
     "validate_compile_options",
+    "walk_tensors",
     "watch_syncs",
     "worker_pickle_problem",
     "worker_start_method",

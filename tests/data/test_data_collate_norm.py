@@ -9,7 +9,7 @@ import torch
 from datatest_utils import LoaderModel, trainer
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_speedups.callbacks.data import DeviceNormalize
+from lightning_speedups.callbacks.device_normalize import DeviceNormalize
 from lightning_speedups.data.collate import (
     CollateTypeError,
     as_tensor_no_copy,

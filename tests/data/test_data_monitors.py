@@ -17,12 +17,10 @@ from datatest_utils import (
 )
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
-from lightning_speedups.callbacks.data import (
-    DataWaitMonitor,
-    InputStatsCheck,
-    NonBlockingCheck,
-    StorageCheck,
-)
+from lightning_speedups.callbacks.data_wait import DataWaitMonitor
+from lightning_speedups.callbacks.input_stats import InputStatsCheck
+from lightning_speedups.callbacks.non_blocking import NonBlockingCheck
+from lightning_speedups.callbacks.storage_check import StorageCheck
 from lightning_speedups.functional.storage import (
     find_data_root,
     find_mount,
@@ -157,7 +155,7 @@ def test_non_blocking_check_skips_on_cpu_and_names_unpinned_tensors():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_non_blocking_check_on_cuda():  # pragma: no cover - GPU only
-    from lightning_speedups.callbacks.data import LoaderTuning
+    from lightning_speedups.callbacks.loader_tuning import LoaderTuning
 
     check = NonBlockingCheck()
     with pytest.warns(UserWarning, match="unpinned"):

@@ -21,7 +21,7 @@ from datatest_utils import (
 from torch.utils.data import DataLoader
 
 import lightning_speedups.data.loaders as loaders_mod
-from lightning_speedups.callbacks.data import LoaderTuning
+from lightning_speedups.callbacks.loader_tuning import LoaderTuning
 from lightning_speedups.data.datamodule import SpeedDataModule
 from lightning_speedups.functional.loaders import CpuCount
 

@@ -166,7 +166,7 @@ def test_cuda_fp32_and_benchmark_off():
     t05 = checks.check_t05(cuda_facts())
     assert t05.status == "finding" and t05.severity == "high" and "speedups.precision: auto" in t05.fix
     assert checks.check_t05(cuda_facts(precision="bf16-mixed")).status == "ok"
-    from lightning_speedups.functional.debug import ShapeTracker
+    from lightning_speedups.functional.shapes import ShapeTracker
 
     tracker = ShapeTracker()
     for _ in range(3):
@@ -190,7 +190,7 @@ def test_cuda_sizes_and_layout_matter_more_in_half_precision():
 
 
 def test_cuda_sync_findings_come_from_the_watcher():
-    from lightning_speedups.functional.debug import SyncSite, SyncWatcher
+    from lightning_speedups.functional.syncs import SyncSite, SyncWatcher
 
     watcher = SyncWatcher("count")
     watcher.windows = 3

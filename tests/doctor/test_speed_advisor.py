@@ -48,7 +48,7 @@ def test_advisor_from_the_preset_key():
 
 
 def test_advisor_reuses_the_users_own_monitor():
-    from lightning_speedups.callbacks.data import DataWaitMonitor
+    from lightning_speedups.callbacks.data_wait import DataWaitMonitor
 
     mine = DataWaitMonitor(log=False)
     advisor = SpeedAdvisor(check_steps=3, print_report=False)

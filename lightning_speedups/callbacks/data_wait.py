@@ -1,0 +1,225 @@
+"""T02, T19: the share of each training step spent waiting for the next batch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from typing_extensions import override
+
+from lightning_speedups.callbacks.base import SpeedupCallback
+
+
+class DataWaitMonitor(SpeedupCallback):
+    """Measure how much of each training step waits for the next batch (tips T02, T19).
+
+    Card:
+
+    * **What it does.** Per step, the time from the end of the previous step (or the start of the
+      epoch) to the start of this one — fetching the batch from the loader, moving it to the
+      device — against the whole step (wait plus compute). Validation that runs in between is
+      excluded. Logs ``speedups/data_wait_fraction`` per step, keeps the running figure in
+      :attr:`data_wait_fraction`, and at the end of fit says whether the run was input-bound.
+    * **Seed tips.** Spend as little time as possible on I/O; ``num_workers`` (A#2, B#2); fast
+      storage (B#1).
+    * **Expected gain.** None by itself: it says whether the loader tips can help at all.
+    * **When it hurts.** Costs two clock reads per step. On CUDA the figure is host time: work the
+      GPU still has queued overlaps the wait; ``sync_cuda=True`` makes it exact at the cost of a
+      synchronisation per step.
+
+    The wait also includes Lightning's per-step bookkeeping after ``on_train_batch_end``
+    (logging, checkpoint callbacks that run later in the list), which is small next to a fetch.
+
+    Args:
+        log: log ``speedups/data_wait_fraction`` every step.
+        warmup_steps: steps left out of the running figure (the first one pays one-off costs).
+        input_bound_threshold: the running fraction above which the run counts as input-bound.
+        sync_cuda: synchronise CUDA at the step boundaries for exact figures.
+        prog_bar: also show the fraction in the progress bar.
+        clock: the seconds counter read at the step boundaries (``time.perf_counter``; tests pass a fake).
+
+    Example:
+        >>> monitor = DataWaitMonitor(log=True)
+        >>> monitor.data_wait_fraction is None
+        True
+    """
+
+    tip = "T02"
+    part = "data_wait"
+
+    def __init__(
+        self,
+        log: bool = True,
+        warmup_steps: int = 1,
+        input_bound_threshold: float = 0.3,
+        sync_cuda: bool = False,
+        prog_bar: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        super().__init__()
+        if not isinstance(log, bool):
+            raise TypeError(f"`log` must be True or False, got {log!r}.")
+        if (
+            isinstance(warmup_steps, bool)
+            or not isinstance(warmup_steps, int)
+            or warmup_steps < 0
+        ):
+            raise ValueError(
+                f"`warmup_steps` must be an int >= 0, got {warmup_steps!r}."
+            )
+        if not 0.0 < float(input_bound_threshold) < 1.0:
+            raise ValueError(
+                f"`input_bound_threshold` must be between 0 and 1, got {input_bound_threshold!r}."
+            )
+        self.log = log
+        self.warmup_steps = warmup_steps
+        self.input_bound_threshold = float(input_bound_threshold)
+        self.sync_cuda = sync_cuda
+        self.prog_bar = prog_bar
+        self.clock = clock
+        self.wait_seconds = 0.0
+        self.step_seconds = 0.0
+        self.steps = 0
+        self.last_fraction: float | None = None
+        self._seen = 0
+        self._mark: float | None = None
+        self._start: float | None = None
+        self._wait: float = 0.0
+        self._excluded = 0.0
+        self._val_start: float | None = None
+        self._cuda = False
+        self._interval_wait = self._interval_step = 0.0
+
+    @property
+    def data_wait_fraction(self) -> float | None:
+        """Share of step time spent waiting for data over the steps after warm-up (``None`` before)."""
+        if self.step_seconds <= 0:
+            return None
+        return self.wait_seconds / self.step_seconds
+
+    @property
+    def input_bound(self) -> bool | None:
+        """Whether :attr:`data_wait_fraction` is above ``input_bound_threshold``."""
+        f = self.data_wait_fraction
+        return None if f is None else f > self.input_bound_threshold
+
+    def _now(self) -> float:
+        if self._cuda:
+            torch.cuda.synchronize()
+        return self.clock()
+
+    @override
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._cuda = self.sync_cuda and pl_module.device.type == "cuda"
+        self.wait_seconds = self.step_seconds = 0.0
+        self._interval_wait = self._interval_step = 0.0
+        self.steps = self._seen = 0
+        self.last_fraction = None
+
+    @override
+    def on_train_epoch_start(
+        self, trainer: Trainer, pl_module: LightningModule
+    ) -> None:
+        self._mark = self._now()
+        self._excluded = 0.0
+
+    @override
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        now = self._now()
+        self._start = now
+        self._wait = (
+            max(0.0, now - self._mark - self._excluded)
+            if self._mark is not None
+            else 0.0
+        )
+        self._excluded = 0.0
+
+    @override
+    def on_train_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        now = self._now()
+        if self._start is None:
+            return
+        step = self._wait + (now - self._start)
+        self._mark = now
+        self._start = None
+        self._seen += 1
+        if step <= 0:
+            return
+        self.last_fraction = self._wait / step
+        if self._seen > self.warmup_steps:
+            self.wait_seconds += self._wait
+            self.step_seconds += step
+            self.steps += 1
+        self._interval_wait += self._wait
+        self._interval_step += step
+        # self.log costs ~0.5 ms a call: log where Lightning writes logs (every log_every_n_steps), at
+        # the end of each epoch, or every step for the progress bar, with the fraction since the last call.
+        last = getattr(getattr(trainer.fit_loop.epoch_loop, "batch_progress", None), "is_last_batch", False)
+        last = last or (trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps)
+        if self.log and (self.prog_bar or last or self._seen % max(trainer.log_every_n_steps, 1) == 0):
+            pl_module.log(
+                "speedups/data_wait_fraction",
+                self._interval_wait / self._interval_step,
+                on_step=True,
+                on_epoch=False,
+                prog_bar=self.prog_bar,
+                batch_size=1,
+            )
+            self._interval_wait = self._interval_step = 0.0
+
+    @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._val_start = self.clock()
+
+    @override
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._val_start is not None:
+            self._excluded += self.clock() - self._val_start
+            self._val_start = None
+
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        f = self.data_wait_fraction
+        if f is None:
+            self.report(False, "no steps measured")
+            return
+        verdict = (
+            f"input-bound: {f:.0%} of step time waited for data over {self.steps} steps (threshold "
+            f"{self.input_bound_threshold:.0%}); try LoaderTuning(num_workers='auto'), cheaper per-sample work,"
+            " or faster storage"
+            if f > self.input_bound_threshold
+            else f"not input-bound: {f:.0%} of step time waited for data over {self.steps} steps"
+        )
+        self.report(True, verdict)
+        if f > self.input_bound_threshold:
+            rank_zero_warn(f"DataWaitMonitor: {verdict}.", category=PossibleUserWarning)
+        else:
+            rank_zero_info(f"DataWaitMonitor: {verdict}.")
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "wait_seconds": self.wait_seconds,
+            "step_seconds": self.step_seconds,
+            "steps": self.steps,
+        }
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.wait_seconds = float(state_dict.get("wait_seconds", 0.0))
+        self.step_seconds = float(state_dict.get("step_seconds", 0.0))
+        self.steps = int(state_dict.get("steps", 0))
