@@ -21,59 +21,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from lightning_speedups.tips import BY_ID, get_tip
+from lightning_speedups.tips import BY_ID, TIPS, BenchVariant, get_tip
 
 
-@dataclass(frozen=True)
-class TipVariant:
-    """How ``bench`` turns one tip on.
+#: How bench turns one tip on: the record's :class:`~lightning_speedups.tips.record.BenchVariant`.
+TipVariant = BenchVariant
 
-    Attributes:
-        overrides: dotted ``speedups.*`` keys (without the ``speedups.`` prefix) and their values.
-        goal: ``"speed"`` (a candidate for the combination search) or ``"memory"``.
-        needs: what the setup must have for the tip to apply: ``"cuda"``, ``"convs"`` (4D/5D
-            convolutions), ``"conv_bias"`` (a biased convolution feeding a BatchNorm),
-            ``"blocks"`` (repeated blocks to checkpoint), ``"compile"`` (sub-modules with parameters).
-    """
+#: tip id -> how bench turns it on, from the tip records. Every tip is either here or in NOT_TIMED.
+TIP_VARIANTS: dict[str, TipVariant] = {tip.id: tip.bench for tip in TIPS if tip.bench is not None}
 
-    overrides: Mapping[str, Any]
-    goal: str = "speed"
-    needs: tuple[str, ...] = ()
-
-
-#: tip id -> how bench turns it on. Every tip of the registry is either here or in NOT_TIMED.
-TIP_VARIANTS: dict[str, TipVariant] = {
-    "T02": TipVariant({"loaders.num_workers": "auto", "loaders.persistent_workers": True}),
-    "T03": TipVariant({"loaders.pin_memory": True}, needs=("cuda",)),
-    "T05": TipVariant({"precision": "half"}),
-    "T06": TipVariant({"optimizer": "auto"}),
-    "T07": TipVariant({"cudnn_benchmark": "on"}, needs=("cuda",)),
-    "T09": TipVariant({"checkpointing.targets": ["auto"]}, goal="memory", needs=("blocks",)),
-    "T16": TipVariant({"conv_bias": True}, needs=("conv_bias",)),
-    "T22": TipVariant({"compile.enabled": True}, needs=("compile",)),
-    "T24": TipVariant({"channels_last": True}, needs=("convs",)),
-}
-
-_OPTIMISATION = "changes the optimisation, not the step time: compare accuracy, not samples/s"
-_CHECK = "a check or lint rule (doctor / lint), nothing to time"
-#: tip id -> why bench never times it on its own.
-NOT_TIMED: dict[str, str] = {
-    "T01": f"learning-rate schedule {_OPTIMISATION}",
-    "T04": "changes the batch size and the learning rate, so samples/s are not like for like (use speedups.largest_batch)",
-    "T08": _CHECK,
-    "T10": f"gradient accumulation {_OPTIMISATION}",
-    "T11": "needs several devices; bench times one device (use the ddp preset on the real machine)",
-    "T12": _CHECK,
-    "T13": _CHECK,
-    "T14": "the baseline already runs with the debugging tools off (doctor checks for them)",
-    "T15": f"gradient clipping {_OPTIMISATION}",
-    "T17": _CHECK,
-    "T18": _CHECK,
-    "T19": "a storage check; the data-wait column shows whether loading limits the step",
-    "T20": _CHECK,
-    "T21": "covered by T03: non-blocking copies only overlap from pinned memory",
-    "T23": _CHECK,
-}
+#: tip id -> why bench never times it on its own, from the tip records.
+NOT_TIMED: dict[str, str] = {tip.id: tip.not_timed for tip in TIPS if tip.bench is None}
 
 #: packaged presets bench never runs, and why.
 PRESETS_NOT_TIMED: dict[str, str] = {
