@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from lightning_speedups.callbacks import MatmulPrecision
-from lightning_speedups.functional import resolve_precision
+from lightning_speedups.functional import cuda_supports_bf16, resolve_precision
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import device_words
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
@@ -27,10 +27,6 @@ def check(facts: Facts) -> Finding:
     tip = "T05"
     if not facts.collected:
         return Finding.not_checked(tip, facts.run_note() or "the trainer was not set up")
-    try:
-        from lightning_speedups.functional.precision import resolve_precision
-    except ImportError as err:
-        return Finding.not_checked(tip, f"part not available: functional.precision ({err})")
     acc = "cuda" if facts.on_cuda else facts.device_type
     best, why = resolve_precision("auto", acc)
     current = facts.precision
@@ -43,8 +39,6 @@ def check(facts: Facts) -> Finding:
         )]
         if facts.on_cuda and facts.matmul_precision == "highest":
             try:
-                from lightning_speedups.functional.precision import cuda_supports_bf16
-
                 if cuda_supports_bf16():
                     items.append(Item(
                         "medium",

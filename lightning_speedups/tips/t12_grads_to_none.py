@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_speedups.callbacks import GradsToNoneCheck
-from lightning_speedups.functional import find_zeroed_grads
+from lightning_speedups.functional.grads import FIX, find_zeroed_grads
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason, names_text, plural
 from lightning_speedups.tips.record import BuildContext, Placed, SuiteCase, Tip
@@ -27,10 +27,6 @@ def check(facts: Facts) -> Finding:
         return Finding.not_checked(tip, missing_reason(facts, "grads"))
     z = facts.zeroed_grads
     if z is not None and z.found:
-        try:
-            from lightning_speedups.functional.grads import FIX
-        except ImportError:
-            FIX = "optimizer.zero_grad(set_to_none=True)"
         examples = names_text(z.names, 3)
         culprit = f"; likely source: {facts.zeroed_culprit}" if facts.zeroed_culprit else ""
         return Finding.from_items(tip, [Item("low", f"after the zero-grad step {z.summary()} (e.g. {examples}){culprit}", FIX, "runtime")])

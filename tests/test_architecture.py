@@ -1,0 +1,217 @@
+"""The package's import graph, built with ``ast``: no cycle, no upward import, no private name across
+packages, no import of the package's own modules by string, no guard against them being missing."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "lightning_speedups"
+PKG = "lightning_speedups"
+
+#: Lowest first. A module may import only from its own layer or lower ones.
+LAYERS: dict[str, int] = {
+    "functional": 0,
+    "lint": 0,
+    "demo": 0,
+    "callbacks": 1,
+    "data": 1,
+    "strategies": 1,
+    "inspection": 2,
+    "tips": 3,
+    "advisor": 4,
+    "config": 5,
+    "presets": 5,
+    "session": 6,
+    "doctor": 7,
+    "bench": 7,
+    "cli": 8,
+    "__main__": 9,
+    "__init__": 9,  # the package's lazy public names (resolved on first use)
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, int, list[str]]]:
+    """``(imported module, line, names)`` for every import of the package's own modules."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == PKG:
+                    out.append((alias.name, node.lineno, []))
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, path.name == "__init__.py", node)
+            if target.split(".")[0] != PKG:
+                continue
+            names = [a.name for a in node.names]
+            # `from pkg import submodule` is an import of the submodule
+            subs = [n for n in names if f"{target}.{n}" in MODULES]
+            for sub in subs:
+                out.append((f"{target}.{sub}", node.lineno, []))
+            rest = [n for n in names if n not in subs]
+            if rest or not subs:
+                out.append((target, node.lineno, rest))
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def test_every_module_belongs_to_a_layer():
+    unknown = sorted({_layer(m) for m in MODULES} - set(LAYERS))
+    assert not unknown, f"give these a layer in LAYERS (and in the README's Development section): {unknown}"
+
+
+def test_no_upward_import():
+    bad = []
+    for module, imports in GRAPH.items():
+        for target, line, _ in imports:
+            if target not in MODULES:
+                bad.append(f"{module}:{line} imports {target}, which does not exist")
+            elif LAYERS[_layer(target)] > LAYERS[_layer(module)]:
+                bad.append(f"{module}:{line} imports {target} ({_layer(target)} is above {_layer(module)})")
+    assert not bad, "\n".join(bad)
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    edges = {m: sorted({t for t, _, _ in imps if t in MODULES and t != m}) for m, imps in GRAPH.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    cycles = _cycles()
+    assert not cycles, f"{len(cycles)} import cycle(s): {cycles}"
+
+
+def test_a_cycle_would_be_found():
+    # the check itself: a planted two-module cycle is reported
+    GRAPH["lightning_speedups.tips.record"].append(("lightning_speedups.tips.t16_conv_bias", 0, []))
+    try:
+        assert any("lightning_speedups.tips.record" in c for c in _cycles())
+    finally:
+        GRAPH["lightning_speedups.tips.record"].pop()
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_private_name_imported_across_packages():
+    bad = []
+    for module, imports in GRAPH.items():
+        for target, line, names in imports:
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            hidden = [p for p in target.split(".") if p.startswith("_") and not p.startswith("__")]
+            if (private or hidden) and _package(target) != _package(module):
+                bad.append(f"{module}:{line} imports {private or hidden} from {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_functional_does_not_need_lightning():
+    bad = []
+    for module, path in MODULES.items():
+        if _layer(module) != "functional":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            bad += [f"{module}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in ("lightning", "pytorch_lightning")]
+    assert not bad, "functional/ works without Lightning:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) != "__init__"))
+def test_no_import_of_own_modules_by_string_or_guarded(module):
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if name in ("import_module", "__import__") and node.args:
+                arg = node.args[0]
+                assert not (isinstance(arg, ast.Constant) and str(arg.value).startswith(PKG)), (
+                    f"{module}:{node.lineno} imports the package's own module by string"
+                )
+        if isinstance(node, ast.Try):
+            guards = [h for h in node.handlers if isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")]
+            if guards:
+                own = [
+                    n
+                    for stmt in node.body
+                    for n in ast.walk(stmt)
+                    if isinstance(n, (ast.Import, ast.ImportFrom))
+                    and (
+                        (isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith(PKG)))
+                        or (isinstance(n, ast.Import) and any(a.name.startswith(PKG) for a in n.names))
+                    )
+                ]
+                assert not own, f"{module}:{node.lineno} guards against the package's own module being missing"
