@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
@@ -30,6 +32,7 @@ class StorageCheck(SpeedupCallback):
         root: the data directory; ``None`` finds it from the DataModule or the train dataset.
         sample_files: how many files to time.
         max_bytes: the most bytes to read.
+        clock: the seconds counter the read rate is timed with (``time.perf_counter``; tests pass a fake).
 
     Example:
         >>> check = StorageCheck(root="/tmp", sample_files=4)
@@ -43,6 +46,7 @@ class StorageCheck(SpeedupCallback):
         root: str | None = None,
         sample_files: int = 32,
         max_bytes: int = 64 * 2**20,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__()
         if (
@@ -62,6 +66,7 @@ class StorageCheck(SpeedupCallback):
         self.root = root
         self.sample_files = sample_files
         self.max_bytes = max_bytes
+        self.clock = clock
         self.result = None
 
     def _find_root(self, trainer: Trainer) -> Any:
@@ -93,7 +98,7 @@ class StorageCheck(SpeedupCallback):
             return
         try:
             self.result = storage_report(
-                root, sample_files=self.sample_files, max_bytes=self.max_bytes
+                root, sample_files=self.sample_files, max_bytes=self.max_bytes, clock=self.clock
             )
         except (OSError, ValueError) as ex:
             self.report(False, f"could not inspect {root}: {ex}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,7 @@ def storage_report(
     seed: int = 0,
     slow_mb_s: float = 100.0,
     mounts_file: str | Path = "/proc/mounts",
+    clock: Callable[[], float] = time.perf_counter,
 ) -> StorageReport:
     """Report the storage under ``root`` and measure the read rate of up to ``sample_files`` files.
 
@@ -298,6 +300,7 @@ def storage_report(
         seed: the sample's seed.
         slow_mb_s: rates below this add a problem line.
         mounts_file: the mount table (for tests).
+        clock: the seconds counter read around each file's reads (``time.perf_counter``; tests pass a fake).
 
     Returns:
         A :class:`StorageReport`; ``problems`` holds one line per thing worth fixing.
@@ -336,14 +339,14 @@ def storage_report(
         try:
             if drop_cache:
                 dropped_all &= _drop_cache(fd)
-            t0 = time.perf_counter()
+            t0 = clock()
             n = 0
             while report.bytes_read + n < max_bytes:
                 data = os.read(fd, min(chunk, max_bytes - report.bytes_read - n))
                 if not data:
                     break
                 n += len(data)
-            report.seconds += time.perf_counter() - t0
+            report.seconds += clock() - t0
             report.bytes_read += n
             report.files_read += 1
         finally:

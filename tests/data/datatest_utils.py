@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import lightning.pytorch as pl
@@ -29,19 +28,47 @@ def trainer(**kwargs: Any) -> pl.Trainer:
 class WorkerIdDataset(Dataset):
     """Sample i is (x_i, y_i, pid of the process that loaded it)."""
 
-    def __init__(self, n: int = 32, dim: int = 4, sleep: float = 0.0) -> None:
+    def __init__(self, n: int = 32, dim: int = 4) -> None:
         g = torch.Generator().manual_seed(0)
         self.x = torch.randn(n, dim, generator=g)
         self.y = torch.randint(0, 2, (n,), generator=g)
-        self.sleep = sleep
 
     def __len__(self) -> int:
         return len(self.x)
 
     def __getitem__(self, i: int):
-        if self.sleep:
-            time.sleep(self.sleep)
         return self.x[i], self.y[i], torch.tensor(os.getpid())
+
+
+class FakeClock:
+    """A seconds counter that moves only when the test says so; monitors read it instead of the wall clock."""
+
+    def __init__(self, start: float = 100.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class ClockedDataset(Dataset):
+    """In-memory samples whose loading takes ``seconds`` each on a :class:`FakeClock`."""
+
+    def __init__(self, clock: FakeClock, seconds: float, n: int = 64, dim: int = 4) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, dim, generator=g)
+        self.y = torch.randint(0, 2, (n,), generator=g)
+        self.clock = clock
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        self.clock.advance(self.seconds)
+        return self.x[i], self.y[i]
 
 
 def keep_collate(batch):
@@ -53,16 +80,13 @@ def keep_collate(batch):
 class Recorder(pl.LightningModule):
     """Linear model that records the pids of the processes that loaded its batches."""
 
-    def __init__(self, dim: int = 4, step_sleep: float = 0.0) -> None:
+    def __init__(self, dim: int = 4) -> None:
         super().__init__()
         self.layer = nn.Linear(dim, 2)
-        self.step_sleep = step_sleep
         self.pids: list[int] = []
         self.seen: list[Any] = []
 
     def training_step(self, batch, batch_idx):
-        if self.step_sleep:
-            time.sleep(self.step_sleep)
         x, y = batch[0], batch[1]
         if len(batch) > 2:
             self.pids.extend(int(p) for p in batch[2])

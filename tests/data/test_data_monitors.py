@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import lightning.pytorch as pl
 import pytest
 import torch
 from datatest_utils import (
+    ClockedDataset,
+    FakeClock,
     Recorder,
-    WorkerIdDataset,
-    keep_collate,
     tensor_loader,
     trainer,
 )
@@ -31,33 +30,39 @@ pytestmark = pytest.mark.timeout(120)
 
 
 # --------------------------------------------------------------------------- data wait
-class SlowData(Recorder):
-    """30 ms of sleep per sample, 4 samples per batch: 120 ms of loading against a ~1 ms step.
+class ClockedModel(Recorder):
+    """Loading and stepping take fixed times on a fake clock, so the figures are exact.
 
-    Sleeps keep the margins when the CI machine is loaded (a 1 ms step took up to 50 ms at a load of 7
-    on 2 cores)."""
+    Each sample takes ``sample_s`` to load (``batch_size`` per batch), each training step ``step_s``
+    and each validation batch ``val_s``; Lightning's own work takes no (fake) time."""
+
+    def __init__(self, clock: FakeClock, sample_s: float, step_s: float, val_s: float = 0.0, batch_size: int = 4):
+        super().__init__()
+        self.clock, self.sample_s, self.step_s, self.val_s = clock, sample_s, step_s, val_s
+        self.batch_size = batch_size
 
     def train_dataloader(self):
-        return DataLoader(
-            WorkerIdDataset(64, sleep=0.03), batch_size=4, collate_fn=keep_collate
-        )
+        return DataLoader(ClockedDataset(self.clock, self.sample_s), batch_size=self.batch_size)
+
+    def val_dataloader(self):
+        return tensor_loader(8, batch_size=4)
+
+    def training_step(self, batch, batch_idx):
+        self.clock.advance(self.step_s)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        self.clock.advance(self.val_s)
 
 
 class FastData(Recorder):
-    """In-memory tensors, a 60 ms step."""
-
-    def __init__(self, val_sleep: float = 0.0):
-        super().__init__(step_sleep=0.06)
-        self.val_sleep = val_sleep
+    """In-memory tensors, a validation loader."""
 
     def train_dataloader(self):
         return tensor_loader(64, batch_size=4)
 
     def val_dataloader(self):
         return tensor_loader(8, batch_size=4)
-
-    def validation_step(self, batch, batch_idx):
-        time.sleep(self.val_sleep)
 
 
 def test_monitor_validates_arguments():
@@ -70,24 +75,42 @@ def test_monitor_validates_arguments():
 
 
 def test_slow_dataset_is_input_bound():
-    mon = DataWaitMonitor()
+    clock = FakeClock()
+    mon = DataWaitMonitor(clock=clock)
+    # 4 samples x 0.75 s of loading against a 1 s step: 3 s of every 4 s wait for data
     t = trainer(max_steps=6, callbacks=[mon])
-    with pytest.warns(UserWarning, match="input-bound"):
-        t.fit(SlowData())
-    assert mon.data_wait_fraction > 0.5
+    with pytest.warns(UserWarning, match="input-bound: 75% of step time waited for data over 5 steps"):
+        t.fit(ClockedModel(clock, sample_s=0.75, step_s=1.0))
+    assert mon.data_wait_fraction == 0.75
+    assert (mon.wait_seconds, mon.step_seconds) == (15.0, 20.0)
     assert mon.input_bound is True and mon.steps == 5  # first step is warm-up
-    assert "speedups/data_wait_fraction" in t.callback_metrics
+    assert mon.last_fraction == 0.75
+    assert float(t.callback_metrics["speedups/data_wait_fraction"]) == 0.75
     assert mon.status[0] == "active" and "input-bound" in mon.status[1]
 
 
 def test_fast_dataset_is_not_input_bound_and_validation_is_excluded():
-    mon = DataWaitMonitor()
-    # validation after steps 2 and 4 sleeps 2 x 0.15 s: far more than the steps, yet not counted as data wait
+    clock = FakeClock()
+    mon = DataWaitMonitor(clock=clock)
+    # validation after steps 2, 4 and 6 takes 2 x 10 s: far more than the steps, yet not counted as data wait
     t = trainer(max_steps=6, limit_val_batches=2, val_check_interval=2, callbacks=[mon])
-    t.fit(FastData(val_sleep=0.15))
-    assert mon.data_wait_fraction < 0.3
-    assert mon.input_bound is False and "not input-bound" in mon.status[1]
-    assert 0.0 <= float(t.callback_metrics["speedups/data_wait_fraction"]) < 0.5
+    t.fit(ClockedModel(clock, sample_s=0.0625, step_s=0.75, val_s=10.0))
+    assert mon.data_wait_fraction == 0.25
+    assert (mon.wait_seconds, mon.step_seconds, mon.steps) == (1.25, 5.0, 5)
+    assert mon.input_bound is False and "not input-bound: 25% of step time" in mon.status[1]
+    # logged once, at the last step, over all six steps (the warm-up one included)
+    assert float(t.callback_metrics["speedups/data_wait_fraction"]) == 0.25
+
+
+def test_monitor_state_survives_a_checkpoint():
+    clock = FakeClock()
+    mon = DataWaitMonitor(clock=clock)
+    with pytest.warns(UserWarning, match="input-bound: 50%"):
+        trainer(max_steps=3, callbacks=[mon]).fit(ClockedModel(clock, sample_s=0.25, step_s=1.0))
+    restored = DataWaitMonitor(clock=clock)
+    restored.load_state_dict(mon.state_dict())
+    assert restored.data_wait_fraction == mon.data_wait_fraction == 0.5
+    assert restored.steps == mon.steps == 2
 
 
 # --------------------------------------------------------------------------- input statistics
@@ -190,9 +213,17 @@ def _files(tmp_path, n=5, size=50_000):
 
 def test_storage_report_reads_a_sample_and_finds_the_mount(tmp_path):
     root = _files(tmp_path)
-    r = storage_report(root, sample_files=3)
+    clock = FakeClock()
+    ticks = iter(range(1000))
+
+    def tick():  # each read of the clock moves it on by 0.5 s: 0.5 s per file
+        clock.now = 100.0 + 0.5 * next(ticks)
+        return clock()
+
+    r = storage_report(root, sample_files=3, clock=tick)
     assert (r.files_read, r.bytes_read) == (3, 150_000)
-    assert r.read_mb_s and r.read_mb_s > 0
+    assert r.seconds == 1.5 and r.read_mb_s == 0.1
+    assert "0 MB/s over 3 files" in r.summary()
     assert r.mount is not None and str(root).startswith(r.mount.mount_point)
     assert str(root) in r.summary()
     capped = storage_report(root, sample_files=5, max_bytes=60_000)
