@@ -1,17 +1,21 @@
-"""The tip registry, and the shared suite every implemented part runs through:
-construct, fit two steps, save a checkpoint, resume from it, compose with the other parts."""
+"""The tip registry is the one source: everything central is generated from the records or agrees with them.
+
+The shared property suite that runs every part is in tests/suite/."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
+import re
+from pathlib import Path
 
 import pytest
-import torch
 from lightning.pytorch.callbacks import Callback
 
-from helpers import TinyCNN, TinyTransformer, quiet_trainer
-from lightning_speedups.tips import BY_ID, TIPS, get_tip
-from part_settings import PART_SETTINGS
+from lightning_speedups.config import PACK_SETTINGS, Speedups, all_settings
+from lightning_speedups.tips import BY_ID, TIPS, get_tip, parts_table
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Setting, Tip
+
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_every_tip_of_the_seed_list_is_in_the_registry():
@@ -22,80 +26,133 @@ def test_every_tip_of_the_seed_list_is_in_the_registry():
         get_tip("T99")
 
 
-def test_implemented_tips_have_parts_that_import():
-    for tip in TIPS:
-        if tip.status == "implemented":
-            assert tip.parts, f"{tip.id} is 'implemented' but lists no part"
-            tip.resolve_parts()
+@pytest.mark.parametrize("tip", TIPS, ids=lambda t: t.id)
+def test_record_is_complete(tip: Tip):
+    assert tip.parts or tip.lint_rules, f"{tip.id} has neither parts nor lint rules"
+    assert all(callable(p) for p in tip.parts)
+    for text in (tip.title, tip.does, tip.gain, tip.hurts, tip.claim):
+        assert text.strip()
+    assert callable(tip.check)
+    # bench either times it or says why not
+    assert (tip.bench is None) != (not tip.not_timed), f"{tip.id}: a bench variant or a not_timed reason, not both"
+    # a tip module is named after its id and slug
+    assert tip.check.__module__ == f"lightning_speedups.tips.t{tip.id[1:]}_{tip.slug.replace('-', '_')}"
 
 
-def test_lint_rules_named_in_the_registry_exist():
+def test_lint_rules_named_in_the_registry_exist_and_belong_to_the_tip():
     from lightning_speedups.lint import RULES
 
     codes = {r.code: r.tip for r in RULES}
+    named = {code for tip in TIPS for code in tip.lint_rules}
     for tip in TIPS:
-        for ref in tip.parts:
-            if ref.startswith("lint:"):
-                assert codes.get(ref[5:]) == tip.id, f"{tip.id} names {ref}, which is not a rule of that tip"
+        for code in tip.lint_rules:
+            assert codes.get(code) == tip.id, f"{tip.id} names {code}, which is not a rule of that tip"
+    assert named == set(codes), f"lint rules no record names: {sorted(set(codes) - named)}"
 
 
-def _callback_parts() -> list[str]:
-    refs = []
-    for tip in TIPS:
-        if tip.status != "implemented":
+def test_every_speedups_key_has_one_owner_and_is_a_field():
+    paths = [s.path for _, s in all_settings()]
+    assert len(paths) == len(set(paths))
+    s = Speedups()
+    for path in paths:
+        s.setting_value(path)  # exists
+    top = {f.name for f in dataclasses.fields(Speedups)}
+    assert top == {p.split(".")[0] for p in paths}
+
+
+def test_defaults_are_off_and_each_setting_turns_its_part_on():
+    assert Speedups().active_parts() == set()
+    for owner, setting in all_settings():
+        if setting.path == "summary":
             continue
-        for ref, obj in tip.resolve_parts().items():
-            if inspect.isclass(obj) and issubclass(obj, Callback):
-                refs.append(ref)
-    return refs
+        assert not setting.is_on(setting.default_value()), f"{owner} {setting.path}: the default must be off"
 
 
-def test_every_callback_part_has_shared_settings():
-    missing = [ref for ref in _callback_parts() if ref not in PART_SETTINGS]
-    assert not missing, f"add these parts to tests/part_settings.py: {missing}"
+def test_keys_a_tip_uses_exist():
+    s = Speedups()
+    for tip in TIPS:
+        for key in tip.uses:
+            s.setting_value(key)
+        for key in tip.preset_keys:
+            assert key.startswith("speedups.")
 
 
-def _model(kind: str):
-    return TinyTransformer() if kind == "transformer" else TinyCNN(optimizer="adamw", lr=1e-2, batch_size=16)
+def test_bench_overrides_are_real_settings():
+    s = Speedups()
+    for tip in TIPS:
+        if tip.bench is not None:
+            for key in tip.bench.overrides:
+                s.setting_value(key)
 
 
-@pytest.mark.parametrize("ref", sorted(PART_SETTINGS))
-def test_part_fits_saves_and_resumes(ref, tmp_path):
-    setting = PART_SETTINGS[ref]
-    model = _model(setting.model)
-    cb = setting.make()
-    trainer = quiet_trainer(max_steps=2, callbacks=[cb], **setting.trainer)
-    trainer.fit(model)
-    assert trainer.global_step == 2
-    if setting.check:
-        setting.check(trainer, model, cb)
-    ckpt = tmp_path / "part.ckpt"
-    trainer.save_checkpoint(ckpt)
-    # resume with a fresh callback and a fresh model: two more steps, from where it stopped
-    model2 = _model(setting.model)
-    cb2 = setting.make()
-    trainer2 = quiet_trainer(max_steps=4, callbacks=[cb2], **setting.trainer)
-    trainer2.fit(model2, ckpt_path=ckpt)
-    assert trainer2.global_step == 4
-    if setting.check:
-        setting.check(trainer2, model2, cb2)
+def test_callbacks_are_placed_in_the_records_order():
+    s = Speedups(debug=True, conv_bias=True, channels_last=True, effective_batch_size=8, optimizer="auto")
+    s.monitors.checks = True
+    s.lr_schedule.name = "onecycle"
+    names = [type(cb).__name__ for cb in s.callbacks(accelerator="cpu")]
+    assert names == [
+        "DebugMode",
+        "EffectiveBatchSize",
+        "ConvBiasRemoval",
+        "ChannelsLast",
+        "FusedOptimizer",
+        "LRSchedule",
+        "DebugToolsCheck",
+        "NoGradEvalCheck",
+        "GradsToNoneCheck",
+        "SpeedupsSummary",
+    ]
+    assert all(isinstance(cb, Callback) for cb in s.callbacks())
 
 
-@pytest.mark.parametrize("kind", ["cnn", "transformer"])
-def test_all_parts_compose(kind, tmp_path):
-    settings = [s for s in PART_SETTINGS.values() if s.compose and s.model in (kind, "cnn")]
-    callbacks = [s.make() for s in settings]
-    trainer_kwargs = {}
-    for s in settings:
-        trainer_kwargs.update(s.trainer)
-    model = _model(kind)
-    trainer = quiet_trainer(max_steps=2, callbacks=callbacks, **trainer_kwargs)
-    trainer.fit(model)
-    assert trainer.global_step == 2
-    ckpt = tmp_path / "all.ckpt"
-    trainer.save_checkpoint(ckpt)
-    trainer2 = quiet_trainer(max_steps=4, callbacks=[s.make() for s in settings], **trainer_kwargs)
-    trainer2.fit(_model(kind), ckpt_path=ckpt)
-    assert trainer2.global_step == 4
-    for p in trainer2.lightning_module.parameters():
-        assert torch.isfinite(p).all()
+def test_readme_parts_table_is_generated_from_the_records():
+    text = README.read_text(encoding="utf-8")
+    match = re.search(r"<!-- parts-table:start -->\n(.*?)\n<!-- parts-table:end -->", text, re.S)
+    assert match, "README.md lost its parts table markers"
+    assert match.group(1).strip() == parts_table().strip(), (
+        "README's parts table is out of date: paste lightning_speedups.tips.parts_table() between the markers"
+    )
+
+
+def test_tips_command_lists_every_tip(capsys):
+    from lightning_speedups.cli import main
+
+    assert main(["tips"]) == 0
+    out = capsys.readouterr().out
+    for tip in TIPS:
+        assert tip.id in out
+
+
+def test_adding_a_tip_is_one_record(monkeypatch):
+    """A new tip's own module is all it takes: its setting, Trainer argument, callback, bench variant and
+    check appear in the generated section, the callback list, bench and the doctor."""
+    import lightning_speedups.config as config_mod
+    import lightning_speedups.tips as tips_mod
+    from lightning_speedups.callbacks import SpeedupCallback
+    from lightning_speedups.inspection import Finding
+
+    class Marker(SpeedupCallback):
+        tip = "T25"
+        part = "marker"
+
+    def kwargs(s, ctx: BuildContext) -> None:
+        if s.marker:
+            ctx.trainer_kwargs["log_every_n_steps"] = 7
+
+    new = Tip(
+        id="T25", slug="marker", title="a test tip", seeds=("-",), claim="-", does="marks", gain="none", hurts="never",
+        check=lambda facts: Finding.ok("T25", "checked"),
+        settings=(Setting("marker", bool, False, doc="T25. Mark the run."),),
+        trainer_kwargs=kwargs,
+        callbacks=lambda s, ctx: [(55, Marker())] if s.marker else [],
+        parts=(Marker,),
+        bench=BenchVariant({"marker": True}),
+    )
+    monkeypatch.setattr(tips_mod, "TIPS", (*TIPS, new))
+    monkeypatch.setattr(config_mod, "TIPS", (*TIPS, new))
+    cls, _ = config_mod._generate()
+    s = cls(marker=True, conv_bias=True, channels_last=True)
+    assert s.active_parts() == {"marker", "conv_bias", "channels_last"}
+    assert s.trainer_kwargs()[0] == {"log_every_n_steps": 7}
+    assert [type(cb).__name__ for cb in s.callbacks()] == ["ConvBiasRemoval", "Marker", "ChannelsLast", "SpeedupsSummary"]
+    assert PACK_SETTINGS[-1].path == "summary"
