@@ -31,13 +31,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.functional.conv_bias import (
-    ConvBiasPlan,
-    _as_args,
-    apply_conv_bias_plan,
-    plan_conv_bias_removal,
-    remap_optimizer_state_without,
-)
+from lightning_speedups.functional.conv_bias import apply_conv_bias_plan, remap_optimizer_state_without
+from lightning_speedups.functional.conv_bias_plan import ConvBiasPlan, forward_args, plan_conv_bias_removal
 
 
 class ConvBiasRemoval(SpeedupCallback):
@@ -66,7 +61,7 @@ class ConvBiasRemoval(SpeedupCallback):
         if not isinstance(fold_on_load, bool):
             raise TypeError(f"`fold_on_load` must be True or False, got {fold_on_load!r}.")
         if example_input is not None:
-            _as_args(example_input)  # raises a TypeError naming `example_input`
+            forward_args(example_input)  # raises a TypeError naming `example_input`
         self.example_input = example_input
         self.fold_on_load = fold_on_load
         self.plan: Optional[ConvBiasPlan] = None

@@ -58,13 +58,16 @@ from lightning_speedups.functional.compile import (
     validate_compile_options,
 )
 from lightning_speedups.functional.conv_bias import (
-    ConvBiasPlan,
     apply_conv_bias_plan,
     fold_conv_bias_state_dict,
-    plan_conv_bias_removal,
     remap_optimizer_state_without,
     remove_conv_bias,
     unfold_conv_bias_state_dict,
+)
+from lightning_speedups.functional.conv_bias_plan import (
+    ConvBiasPlan,
+    forward_args,
+    plan_conv_bias_removal,
 )
 from lightning_speedups.functional.debug_tools import (
     DEBUG_TOOL_IDS,
@@ -93,6 +96,7 @@ from lightning_speedups.functional.loaders import (
     worker_start_method,
 )
 from lightning_speedups.functional.precision import (
+    accelerator_is_cuda,
     cpu_fast_bf16,
     cpu_flags,
     cpu_has_amx_bf16,
@@ -149,6 +153,7 @@ __all__ = [
     "Target",
     "WorkersChoice",
     "ZeroedGrads",
+    "accelerator_is_cuda",
     "adaptive_clip_grad_",
     "agc_parameters",
     "apply_conv_bias_plan",
@@ -180,6 +185,7 @@ __all__ = [
     "find_zeroed_grads",
     "fold_conv_bias_state_dict",
     "format_bytes",
+    "forward_args",
     "is_checkpointed",
     "is_out_of_memory",
     "is_rotational",

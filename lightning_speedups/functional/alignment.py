@@ -42,7 +42,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-from torch.nn.modules.conv import _ConvNd
+from torch.nn.modules.conv import _ConvNd  # private: no public base of all convolutions
 
 __all__ = [
     "Misalignment",

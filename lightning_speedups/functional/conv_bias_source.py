@@ -1,0 +1,163 @@
+"""T16 conv-bias, source analysis: for modules fx cannot trace, prove ``conv -> bn`` pairs from the class source.
+
+Used by :func:`~lightning_speedups.functional.conv_bias_plan.plan_conv_bias_removal` (steps 3 and 4 of
+the decision described in :mod:`lightning_speedups.functional.conv_bias`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+from collections.abc import Iterator
+from typing import Optional
+
+from torch import nn
+
+__all__ = ["ast_pairs", "class_trees", "reaches_in"]
+
+# source scans ignore classes defined by these libraries (their code never reaches into user modules)
+_LIBRARY_PREFIXES = ("torch", "lightning", "pytorch_lightning", "builtins", "typing", "abc")
+
+def _user_classes_of(module_cls: type) -> list[type]:
+    out = []
+    for cls in module_cls.__mro__:
+        mod = getattr(cls, "__module__", "") or ""
+        if cls is object or mod.split(".")[0] in _LIBRARY_PREFIXES:
+            continue
+        out.append(cls)
+    return out
+
+
+def class_trees(module: nn.Module) -> Optional[list[ast.AST]]:
+    trees = _class_trees_of(type(module))
+    return None if trees is None else list(trees)
+
+
+@functools.lru_cache(maxsize=512)
+def _class_trees_of(module_cls: type) -> Optional[tuple[ast.AST, ...]]:
+    trees = []
+    for cls in _user_classes_of(module_cls):
+        try:
+            src = textwrap.dedent(inspect.getsource(cls))
+            trees.append(ast.parse(src))
+        except (OSError, TypeError, SyntaxError):
+            return None
+    return tuple(trees)
+
+
+def _walk(trees: list[ast.AST]) -> Iterator[ast.AST]:
+    """Walk the class sources, skipping ``__init__`` (it has run before the surgery) and stores."""
+    stack = list(trees)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__init__":
+            continue
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _is_self(node.value):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+def _chain(node: ast.AST) -> Optional[list[str]]:
+    """``self.a.b[0]`` -> ``["a", "b", "0"]`` (``"*"`` for a computed index); None if not self-rooted."""
+    parts: list[str] = []
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+        else:
+            sl = node.slice
+            parts.append(str(sl.value) if isinstance(sl, ast.Constant) else "*")
+        node = node.value
+    return parts[::-1] if _is_self(node) else None
+
+
+def reaches_in(trees: list[ast.AST], tokens: set[str], path: list[str]) -> Optional[str]:
+    """Find code in an untraceable ancestor that reaches below the submodule at ``path`` (relative).
+
+    Flags ``self.<path>.<token>`` / ``self.<path>[<token>]`` chains, any ``<expr>.<token>`` attribute
+    access not rooted at ``self`` and any string equal to a non-numeric token.
+    """
+    named = {t for t in tokens if not t.isdigit()}
+    for node in _walk(trees):
+        chain = _chain(node) if isinstance(node, (ast.Attribute, ast.Subscript)) else None
+        if chain is not None:
+            n = len(path)
+            if len(chain) > n and all(c in (p, "*") for c, p in zip(chain, path)) and chain[n] in tokens | {"*"}:
+                return f"'self.{'.'.join(chain)}' is accessed directly (line {node.lineno})"
+        elif isinstance(node, ast.Attribute) and node.attr in named:
+            return f"'.{node.attr}' is accessed directly (line {node.lineno})"
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in named:
+            return f"the name '{node.value}' appears as a string (line {node.lineno})"
+    return None
+
+
+_REFLECTION = {"children", "named_children", "modules", "named_modules", "_modules", "__dict__"}
+
+
+def ast_pairs(module: nn.Module, trees: list[ast.AST]) -> dict[str, str]:
+    """Direct-child pairs ``conv attr -> bn attr`` proven by the source patterns (see module doc)."""
+    mentions: dict[str, list[ast.Attribute]] = {}
+    for node in _walk(trees):
+        if isinstance(node, ast.Attribute):
+            if node.attr in _REFLECTION:
+                return {}
+            mentions.setdefault(node.attr, []).append(node)
+        elif isinstance(node, ast.Name) and node.id in {"getattr", "vars", "setattr"}:
+            return {}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            mentions.setdefault(node.value, []).append(node)  # type: ignore[arg-type]
+
+    found: dict[str, list[tuple[ast.AST, ast.AST]]] = {}  # conv attr -> [(conv attr node, bn attr node)]
+    found_bn: dict[str, str] = {}
+    for node in _walk(trees):
+        # self.bn(self.conv(...))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_self(node.func.value):
+            if len(node.args) == 1 and not node.keywords and isinstance(node.args[0], ast.Call):
+                inner = node.args[0]
+                if isinstance(inner.func, ast.Attribute) and _is_self(inner.func.value):
+                    found.setdefault(inner.func.attr, []).append((inner.func, node.func))
+                    found_bn.setdefault(inner.func.attr, node.func.attr)
+        # v = self.conv(...); v = self.bn(v)
+        body = getattr(node, "body", None)
+        for block in (body, getattr(node, "orelse", None), getattr(node, "finalbody", None)):
+            if not isinstance(block, list):
+                continue
+            for first, second in zip(block, block[1:]):
+                if not (isinstance(first, ast.Assign) and isinstance(second, ast.Assign)):
+                    continue
+                if len(first.targets) != 1 or len(second.targets) != 1:
+                    continue
+                t1, t2 = first.targets[0], second.targets[0]
+                if not (isinstance(t1, ast.Name) and isinstance(t2, ast.Name) and t1.id == t2.id):
+                    continue
+                v1, v2 = first.value, second.value
+                if not (isinstance(v1, ast.Call) and isinstance(v1.func, ast.Attribute) and _is_self(v1.func.value)):
+                    continue
+                if not (isinstance(v2, ast.Call) and isinstance(v2.func, ast.Attribute) and _is_self(v2.func.value)):
+                    continue
+                if len(v2.args) != 1 or v2.keywords or not (isinstance(v2.args[0], ast.Name) and v2.args[0].id == t1.id):
+                    continue
+                found.setdefault(v1.func.attr, []).append((v1.func, v2.func))
+                found_bn.setdefault(v1.func.attr, v2.func.attr)
+    out = {}
+    for conv_attr, uses in found.items():
+        bn_attr = found_bn[conv_attr]
+        if any(b.attr != bn_attr for _, b in uses):
+            continue
+        conv_nodes = {id(c) for c, _ in uses}
+        bn_nodes = {id(b) for _, b in uses}
+        # every mention of both names must be one of the matched patterns
+        if {id(n) for n in mentions.get(conv_attr, [])} != conv_nodes:
+            continue
+        if {id(n) for n in mentions.get(bn_attr, [])} != bn_nodes:
+            continue
+        # the bn must not be fed by another conv pattern either
+        if any(found_bn.get(other) == bn_attr for other in found if other != conv_attr):
+            continue
+        out[conv_attr] = bn_attr
+    return out
