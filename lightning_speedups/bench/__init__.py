@@ -13,146 +13,76 @@ Example::
     python -m lightning_speedups fit --config my.yaml --config fastest.yaml
 """
 
-from __future__ import annotations
-
-import argparse
-import sys
-from typing import Optional, Sequence
-
-from lightning_speedups.bench.runner import (
+from lightning_speedups.bench.args import (
+    flatten,
+    override_args,
+    reset_args,
+    speedups_defaults,
+    trainer_overrides,
+    user_speedups_keys,
+    variant_args,
+)
+from lightning_speedups.bench.command import main, options_from_argv, parser, run_bench
+from lightning_speedups.bench.launcher import Launcher
+from lightning_speedups.bench.machine import machine_meta, resolve_device
+from lightning_speedups.bench.options import (
     DEVICES,
     ISOLATIONS,
-    Bench,
+    MIN_BUDGET_S,
     BenchError,
     BenchOptions,
-    BenchResult,
+)
+from lightning_speedups.bench.results import MEMORY_FIGURE, BenchResult, VariantRecord
+from lightning_speedups.bench.runner import Bench
+from lightning_speedups.bench.variants import (
+    BASELINE,
+    NOT_TIMED,
+    PRESETS_NOT_TIMED,
+    TIP_VARIANTS,
+    BudgetExhausted,
+    SearchResult,
+    SearchStep,
+    Variant,
+    build_variants,
+    greedy_search,
+    plan_tips,
+    resolve_tips,
 )
 
-__all__ = ["Bench", "BenchError", "BenchOptions", "BenchResult", "main", "parser", "run_bench"]
-
-EPILOG = """Every other argument (--config FILE|PRESET, --model.*, --data.*, --trainer.*) describes your setup,
-exactly as for `fit`. With no config, the embedded digits CNN is benched.
-Exit codes: 0 done; 2 bad input (unknown tip or preset, a budget too small for one variant, a config
-that does not build, a baseline that does not train)."""
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m lightning_speedups bench",
-        description="Time each tip of the pack on your own setup, side by side, and pick the fastest preset.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
-    p.add_argument("--tips", nargs="+", default=None, metavar="TIP",
-                   help="only these tips (ids or slugs, e.g. T24 compile... fusion); default: every applicable one")
-    p.add_argument("--presets", nargs="+", default=None, metavar="NAME",
-                   help="packaged presets to time ('none' for none); default: every single-device preset")
-    p.add_argument("--steps", type=int, default=20, help="timed batches per run (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="batches before the timed ones, reported apart (default 3)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of every variant, interleaved (default 3)")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="plan within this many seconds: fewer repeats, then fewer variants, then no search")
-    p.add_argument("--device", choices=DEVICES, default="auto", help="cpu, cuda or auto (default)")
-    p.add_argument("--json", default=None, metavar="PATH", help="write every raw figure here")
-    p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG chart here")
-    p.add_argument("--markdown", default=None, metavar="PATH", help="write the table as Markdown here")
-    p.add_argument("--write-preset", default=None, metavar="PATH",
-                   help="write the fastest variant that passed the sanity check as a YAML preset")
-    p.add_argument("--seed", type=int, default=0, help="seed of every run (same data order and init)")
-    p.add_argument("--min-gain", type=float, default=0.02,
-                   help="relative gain a tip, an addition or a pick must bring (default 0.02)")
-    p.add_argument("--loss-tolerance", type=float, default=0.25,
-                   help="how far (relative) a variant's loss may be from the baseline's (default 0.25)")
-    p.add_argument("--no-search", action="store_true", help="skip the combination search")
-    p.add_argument("--no-extras", action="store_true", help="skip the all-on and idle-parts variants")
-    p.add_argument("--isolation", choices=ISOLATIONS, default="forkserver",
-                   help="forkserver (default: fork each run from a clean server) or subprocess (new interpreter)")
-    p.add_argument("--compile-cache", choices=("fresh", "shared"), default="fresh",
-                   help="inductor cache per run (fresh, default: cold compile every run) or shared within the bench")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds before one run is stopped (default 900)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads in every run (default: torch's choice, usually the CPU count)")
-    p.add_argument("--no-memory-step", action="store_true", help="CPU: skip the profiled batch for the memory figure")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--log-dir", default=None, help="keep every run's spec, result and log here")
-    return p
-
-
-def options_from_argv(argv: Sequence[str]) -> tuple[BenchOptions, argparse.Namespace]:
-    """Split the bench's own options from the setup arguments (passed through to ``build``)."""
-    ns, rest = parser().parse_known_args(list(argv))
-    options = BenchOptions(
-        args=list(rest),
-        tips=ns.tips,
-        presets=ns.presets,
-        steps=ns.steps,
-        warmup=ns.warmup,
-        repeats=ns.repeats,
-        budget=ns.budget,
-        device=ns.device,
-        seed=ns.seed,
-        min_gain=ns.min_gain,
-        loss_tolerance=ns.loss_tolerance,
-        search=not ns.no_search,
-        extras=not ns.no_extras,
-        isolation=ns.isolation,
-        timeout=ns.timeout,
-        compile_cache=ns.compile_cache,
-        memory_step=not ns.no_memory_step,
-        threads=ns.threads,
-        progress=not ns.no_progress,
-        log_dir=ns.log_dir,
-    )
-    return options, ns
-
-
-def run_bench(options: BenchOptions, console=None) -> BenchResult:
-    """Run a bench from Python; raises :class:`BenchError` on bad input."""
-    bench = Bench(options, console=console)
-    try:
-        bench.prepare()
-        return bench.run()
-    finally:
-        bench.cleanup()
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``python -m lightning_speedups bench``; returns the exit code."""
-    from rich.console import Console
-
-    from lightning_speedups.bench import report
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    err = Console(stderr=True)
-    try:
-        options, ns = options_from_argv(argv)
-    except SystemExit as exc:  # argparse printed the message
-        return exc.code if isinstance(exc.code, int) else 2
-    bench = Bench(options, console=err)
-    try:
-        bench.prepare()
-        result = bench.run()
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        bench.cleanup()
-        return 2
-    except KeyboardInterrupt:
-        bench.cleanup()
-        return 130
-    report.render_table(result, Console() if sys.stdout.isatty() else Console(width=220))
-    if ns.json:
-        report.to_json(result, ns.json)
-        print(f"raw figures: {ns.json}")
-    if ns.markdown:
-        with open(ns.markdown, "w", encoding="utf-8") as fh:
-            fh.write(report.markdown(result))
-        print(f"markdown: {ns.markdown}")
-    if ns.plot:
-        report.plot(result, ns.plot)
-        print(f"chart: {ns.plot}")
-    if ns.write_preset:
-        report.write_preset(result, ns.write_preset)
-        print(f"preset: {ns.write_preset} (python -m lightning_speedups fit --config YOUR.yaml --config {ns.write_preset})")
-    bench.cleanup()
-    return 0
+__all__ = [
+    "BASELINE",
+    "DEVICES",
+    "ISOLATIONS",
+    "MEMORY_FIGURE",
+    "MIN_BUDGET_S",
+    "NOT_TIMED",
+    "PRESETS_NOT_TIMED",
+    "TIP_VARIANTS",
+    "Bench",
+    "BenchError",
+    "BenchOptions",
+    "BenchResult",
+    "BudgetExhausted",
+    "Launcher",
+    "SearchResult",
+    "SearchStep",
+    "Variant",
+    "VariantRecord",
+    "build_variants",
+    "flatten",
+    "greedy_search",
+    "machine_meta",
+    "main",
+    "options_from_argv",
+    "override_args",
+    "parser",
+    "plan_tips",
+    "reset_args",
+    "resolve_device",
+    "resolve_tips",
+    "run_bench",
+    "speedups_defaults",
+    "trainer_overrides",
+    "user_speedups_keys",
+    "variant_args",
+]

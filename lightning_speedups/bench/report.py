@@ -8,7 +8,8 @@ import os
 import time
 from typing import Any, Optional
 
-from lightning_speedups.bench.runner import MEMORY_FIGURE, BenchResult, VariantRecord, _flatten, speedups_defaults
+from lightning_speedups.bench.args import flatten, speedups_defaults
+from lightning_speedups.bench.results import MEMORY_FIGURE, BenchResult, VariantRecord
 
 MiB = 2**20
 
@@ -266,7 +267,7 @@ def preset_dict(result: BenchResult, record: Optional[VariantRecord] = None) -> 
     if section is None:
         raise ValueError(f"variant {record.variant.name!r} has no completed run to take its settings from.")
     defaults = speedups_defaults()
-    flat = _flatten(section)
+    flat = flatten(section)
     keep = {k: v for k, v in flat.items() if k in result.user_speedups_keys or defaults.get(k, object()) != v}
     return {"speedups": _nest(keep)}
 

@@ -6,443 +6,70 @@ variant (in a rotated order), and so on, so machine noise hits all of them alike
 combination search (:func:`~lightning_speedups.bench.variants.greedy_search`): each candidate is run
 interleaved with a fresh baseline, and its speed-up is taken over that baseline.
 
-Every run is a separate process: by default forked from a server process that has only imported
-torch and Lightning (``isolation="forkserver"``: no interpreter start per run), or a fresh
-``python -m lightning_speedups.bench.worker`` (``isolation="subprocess"``).
+Which tips apply is read from the shared inspection of the built model
+(:func:`lightning_speedups.inspection.inspect_setup`, the same one the doctor reads). Each run goes
+through a :class:`~lightning_speedups.bench.launcher.Launcher` (its own process); the argv of a run
+comes from :mod:`lightning_speedups.bench.args`, the machine's metadata from
+:mod:`lightning_speedups.bench.machine`, the result types from :mod:`lightning_speedups.bench.results`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import multiprocessing
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
-from lightning_speedups.bench.measure import VariantSummary, compare, summarize
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from lightning_speedups.bench.args import (
+    override_args,
+    preset_speedups,
+    reset_args,
+    trainer_overrides,
+    user_speedups_keys,
+    variant_args,
+)
+from lightning_speedups.bench.launcher import Launcher
+from lightning_speedups.bench.machine import (
+    busy_note,
+    machine_meta,
+    quiet_lightning,
+    resolve_device,
+)
+from lightning_speedups.bench.measure import compare, sanity_check, summarize
+from lightning_speedups.bench.options import BenchError, BenchOptions
+from lightning_speedups.bench.results import BenchResult, VariantRecord
 from lightning_speedups.bench.variants import (
     BASELINE,
     PRESETS_NOT_TIMED,
     TIP_VARIANTS,
     BudgetExhausted,
     SearchResult,
-    SetupInfo,
     Variant,
     build_variants,
     combo_variant,
     greedy_search,
-    inspect_setup,
     plan_tips,
+    resolve_tips,
 )
-
-ISOLATIONS = ("forkserver", "subprocess")
-DEVICES = ("auto", "cpu", "cuda")
-#: the smallest --budget that can hold a baseline run and one variant (process start, build, steps)
-MIN_BUDGET_S = 20.0
-
-
-class BenchError(Exception):
-    """Bad input or a setup that cannot be benched: printed as one message, exit code 2."""
-
-
-@dataclass
-class BenchOptions:
-    """Everything ``bench`` was asked to do (see ``python -m lightning_speedups bench --help``)."""
-
-    args: list[str] = field(default_factory=list)
-    tips: Optional[list[str]] = None
-    presets: Optional[list[str]] = None
-    steps: int = 20
-    warmup: int = 3
-    repeats: int = 3
-    budget: Optional[float] = None
-    device: str = "auto"
-    seed: int = 0
-    min_gain: float = 0.02
-    loss_tolerance: float = 0.25
-    search: bool = True
-    extras: bool = True
-    isolation: str = "forkserver"
-    timeout: float = 900.0
-    compile_cache: str = "fresh"
-    memory_step: bool = True
-    threads: Optional[int] = None
-    progress: bool = True
-    log_dir: Optional[str] = None
-
-    def validate(self) -> None:
-        def positive_int(name: str, value: Any, minimum: int) -> None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise BenchError(f"--{name} must be an integer >= {minimum}, got {value!r}.")
-
-        positive_int("steps", self.steps, 1)
-        positive_int("warmup", self.warmup, 0)
-        positive_int("repeats", self.repeats, 1)
-        if self.device not in DEVICES:
-            raise BenchError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}.")
-        if self.isolation not in ISOLATIONS:
-            raise BenchError(f"--isolation must be one of {', '.join(ISOLATIONS)}, got {self.isolation!r}.")
-        if self.compile_cache not in ("fresh", "shared"):
-            raise BenchError(f"--compile-cache must be 'fresh' or 'shared', got {self.compile_cache!r}.")
-        if self.budget is not None:
-            if not math.isfinite(self.budget) or self.budget < MIN_BUDGET_S:
-                raise BenchError(
-                    f"--budget {self.budget:g} s is too small to run one variant: a run costs at least a process"
-                    f" start, the build and {self.warmup + self.steps} batches, and the baseline must run too."
-                    f" Give at least {MIN_BUDGET_S:g} s (a few minutes for a real model), or leave --budget out."
-                )
-        if self.threads is not None:
-            positive_int("threads", self.threads, 1)
-        if self.min_gain < 0 or self.loss_tolerance <= 0:
-            raise BenchError("--min-gain must be >= 0 and --loss-tolerance > 0.")
-
-
-@dataclass
-class VariantRecord:
-    """A variant, the raw results of its runs, and its summary."""
-
-    variant: Variant
-    phase: int = 1
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    summary: Optional[VariantSummary] = None
-    skipped: Optional[str] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.variant.to_dict(),
-            "phase": self.phase,
-            "skipped": self.skipped,
-            "summary": self.summary.to_dict() if self.summary else None,
-            "runs": self.runs,
-        }
-
-
-@dataclass
-class BenchResult:
-    """All a bench found: what ran, the raw runs, the search, the pick, and the context."""
-
-    options: BenchOptions
-    meta: dict[str, Any]
-    info: SetupInfo
-    skipped_tips: dict[str, str]
-    skipped_presets: dict[str, str]
-    records: list[VariantRecord]
-    baselines: dict[int, VariantRecord]
-    search: Optional[SearchResult]
-    pick: Optional[VariantRecord]
-    notes: list[str]
-    user_speedups_keys: list[str]
-
-    def record(self, name: str) -> Optional[VariantRecord]:
-        return next((r for r in self.records if r.variant.name == name), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        opts = dataclasses.asdict(self.options)
-        return {
-            "meta": self.meta,
-            "options": opts,
-            "setup": dataclasses.asdict(self.info),
-            "memory_figure": MEMORY_FIGURE[self.info.device],
-            "skipped_tips": self.skipped_tips,
-            "skipped_presets": self.skipped_presets,
-            "variants": [r.to_dict() for r in self.records],
-            "extra_baselines": [
-                {"phase": p, "summary": r.summary.to_dict() if r.summary else None, "runs": r.runs}
-                for p, r in sorted(self.baselines.items())
-                if p != 1
-            ],
-            "search": None
-            if self.search is None
-            else {
-                "helpful": self.search.helpful,
-                "best": list(self.search.best),
-                "speedup": self.search.speedup,
-                "steps": [dataclasses.asdict(s) for s in self.search.steps],
-            },
-            "pick": None if self.pick is None else self.pick.variant.name,
-            "notes": self.notes,
-        }
-
-
-MEMORY_FIGURE = {
-    "cpu": "train memory = peak live bytes of the CPU allocator during one profiled training batch, above what was"
-    " live when it started (torch.profiler); the memory ratio uses this figure",
-    "cuda": "train memory = torch.cuda peak allocated during the timed steps, above what was allocated when they"
-    " started; the memory ratio uses this figure",
-}
-
-
-# ----------------------------------------------------------------------------- building the argv
-
-
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            key = f"{prefix}.{k}" if prefix else str(k)
-            if isinstance(v, dict) and v and k != "init_args":
-                out.update(_flatten(v, key))
-            else:
-                out[key] = v
-    return out
-
-
-def speedups_defaults() -> dict[str, Any]:
-    """Every leaf of the ``speedups:`` section with its default, as dotted keys."""
-    from lightning_speedups.config import Speedups
-
-    return _flatten(dataclasses.asdict(Speedups()))
-
-
-def user_speedups_keys(args: Sequence[str]) -> list[str]:
-    """The ``speedups`` keys the user's configs and command-line arguments set (dotted, no prefix)."""
-    import yaml
-
-    keys: list[str] = []
-    defaults = speedups_defaults()
-
-    def add(key: str) -> None:
-        matches = [k for k in defaults if k == key or k.startswith(key + ".")]
-        for k in matches or [key]:
-            if k not in keys:
-                keys.append(k)
-
-    args = list(args)
-    for i, arg in enumerate(args):
-        path = None
-        if arg in ("--config", "-c") and i + 1 < len(args):
-            path = args[i + 1]
-        elif arg.startswith("--config="):
-            path = arg.split("=", 1)[1]
-        elif arg.startswith("--speedups."):
-            add(arg[len("--speedups."):].split("=", 1)[0])
-        if path is not None:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    data = yaml.safe_load(fh) or {}
-            except Exception:
-                continue
-            section = data.get("speedups") if isinstance(data, dict) else None
-            if isinstance(section, dict):
-                for key in _flatten(section):
-                    add(key)
-    return keys
-
-
-def reset_args(keys: Sequence[str]) -> list[str]:
-    """Command-line arguments that put the given ``speedups`` keys back to their defaults."""
-    from lightning_speedups.bench.worker import override_args
-
-    defaults = speedups_defaults()
-    return override_args("speedups", {k: defaults[k] for k in keys if k in defaults})
-
-
-def variant_args(user_args: Sequence[str], reset: Sequence[str], variant: Variant) -> list[str]:
-    """The ``fit`` arguments of a variant: the user's, the reset (not for ``yours``), then the presets."""
-    from lightning_speedups.presets import resolve_config
-
-    out = list(user_args)
-    if variant.kind != "yours":
-        out += list(reset)
-    for p in variant.presets:
-        out += ["--config", resolve_config(p)]
-    return out
-
-
-def resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise BenchError("--device cuda: no CUDA device is available here (use --device cpu or auto).")
-    return device
-
-
-def trainer_overrides(options: BenchOptions, device: str, root: str) -> dict[str, Any]:
-    """Trainer settings of every bench run: one device, no validation, logging or checkpoints."""
-    return {
-        "accelerator": device,
-        "devices": 1,
-        "max_epochs": -1,
-        "max_steps": options.warmup + options.steps + 3,
-        "max_time": None,
-        "limit_val_batches": 0,
-        "num_sanity_val_steps": 0,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "default_root_dir": root,
-    }
-
-
-def machine_meta(device: str) -> dict[str, Any]:
-    import lightning
-    import torch
-
-    from lightning_speedups.functional.precision import cpuinfo_field
-
-    cpu = cpuinfo_field("model name") or platform.processor() or ""
-    meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "lightning": lightning.__version__,
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpus": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "device": device,
-        "command": "python -m lightning_speedups " + " ".join(sys.argv[1:]) if sys.argv else "",
-    }
-    try:
-        meta["load_average"] = os.getloadavg()
-    except OSError:
-        pass
-    if device == "cuda":
-        meta["gpu"] = torch.cuda.get_device_name()
-    return meta
-
-
-# ----------------------------------------------------------------------------- running processes
-
-
-class Launcher:
-    """Starts one run in its own process and returns its result (never raises for a failed run)."""
-
-    def __init__(self, isolation: str, workdir: str, timeout: float) -> None:
-        self.isolation = isolation
-        self.workdir = workdir
-        self.timeout = timeout
-        self._ctx: Any = None
-        if isolation == "forkserver":
-            if "forkserver" not in multiprocessing.get_all_start_methods():
-                self.isolation = "subprocess"
-            else:
-                self._ctx = multiprocessing.get_context("forkserver")
-                self._ctx.set_forkserver_preload(["lightning_speedups.bench.worker", "torch", "lightning.pytorch"])
-
-    def warm(self) -> None:
-        """Start the fork server (it imports torch and Lightning once) so no run's time includes it."""
-        if self.isolation == "forkserver":
-            proc = self._ctx.Process(target=_noop)
-            proc.start()
-            proc.join(self.timeout)
-
-    def run(self, spec: dict[str, Any], name: str, timeout: Optional[float] = None) -> dict[str, Any]:
-        os.makedirs(self.workdir, exist_ok=True)
-        spec_path = os.path.join(self.workdir, f"{name}.spec.json")
-        result_path = os.path.join(self.workdir, f"{name}.result.json")
-        log_path = os.path.join(self.workdir, f"{name}.log")
-        with open(spec_path, "w", encoding="utf-8") as fh:
-            json.dump(spec, fh, default=str)
-        limit = self.timeout if timeout is None else min(self.timeout, timeout)
-        t0 = time.perf_counter()
-        exit_code: Optional[int] = None
-        timed_out = False
-        if self.isolation == "forkserver":
-            proc = self._ctx.Process(target=_child_entry, args=(spec_path, result_path, log_path), daemon=False)
-            proc.start()
-            proc.join(limit)
-            if proc.is_alive():
-                timed_out = True
-                proc.kill()
-                proc.join(10)
-            exit_code = proc.exitcode
-        else:
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).strip(os.pathsep)
-            with open(log_path, "ab") as log:
-                proc2 = subprocess.Popen(
-                    [sys.executable, "-m", "lightning_speedups.bench.worker", spec_path, result_path],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-                try:
-                    exit_code = proc2.wait(limit)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    _kill_group(proc2)
-                    exit_code = proc2.wait(10)
-        wall = time.perf_counter() - t0
-        result: dict[str, Any]
-        if os.path.exists(result_path) and not timed_out:
-            with open(result_path, encoding="utf-8") as fh:
-                result = json.load(fh)
-        else:
-            why = f"timed out after {limit:.0f} s" if timed_out else f"the run's process died (exit code {exit_code})"
-            result = {"status": "failed", "reason": why}
-        result["wall_s"] = wall
-        result["log"] = log_path
-        if result.get("status") != "ok":
-            result["log_tail"] = _tail(log_path)
-        return result
-
-
-class _quiet_lightning:
-    """Lightning's info lines (devices, seeds, tips) off while the parent builds the setup once."""
-
-    names = ("lightning.pytorch", "lightning.fabric", "lightning_fabric", "pytorch_lightning")
-
-    def __enter__(self) -> None:
-        import logging
-
-        import warnings
-
-        self._levels = [(logging.getLogger(n), logging.getLogger(n).level) for n in self.names]
-        for logger, _ in self._levels:
-            logger.setLevel(logging.WARNING)
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
-        warnings.simplefilter("ignore")  # "No seed found", logger advice: the runs report what matters
-
-    def __exit__(self, *exc: Any) -> None:
-        self._warnings.__exit__(*exc)
-        for logger, level in self._levels:
-            logger.setLevel(level)
-
-
-def _noop() -> None:
-    pass
-
-
-def _child_entry(spec_path: str, result_path: str, log_path: str) -> None:
-    from lightning_speedups.bench.worker import child_main
-
-    child_main(spec_path, result_path, log_path)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except Exception:
-        proc.kill()
-
-
-def _tail(path: str, lines: int = 8) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return "".join(fh.readlines()[-lines:])
-    except OSError:
-        return ""
-
-
-# ----------------------------------------------------------------------------- the bench
+from lightning_speedups.inspection import inspect_setup
+from lightning_speedups.presets import list_presets
+from lightning_speedups.session import UsageError, build
+
+__all__ = ["Bench"]
 
 
 class Bench:
@@ -462,8 +89,6 @@ class Bench:
         launcher: Optional[Launcher] = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from rich.console import Console
-
         self._clock = clock
         self.options = options
         self.console = console or Console(stderr=True)
@@ -484,9 +109,6 @@ class Bench:
         Raises:
             BenchError: bad options, an unknown tip or preset, or a config that does not build.
         """
-        from lightning_speedups.bench.variants import resolve_tips
-        from lightning_speedups.presets import list_presets
-
         o = self.options
         o.validate()
         try:
@@ -529,15 +151,11 @@ class Bench:
             self._launcher = Launcher(o.isolation, os.path.join(self.root, "runs"), o.timeout)
 
     def _build_once(self) -> Any:
-        from lightning_speedups.session import UsageError, build
-
-        from lightning_speedups.bench.worker import override_args
-
         args = list(self.options.args) + self.reset
         overrides = dict(self.trainer_overrides)
         overrides["default_root_dir"] = os.path.join(self.root, "inspect")
         try:
-            with _quiet_lightning():
+            with quiet_lightning():
                 try:
                     cli = build(args + override_args("trainer", overrides))
                 except Exception as err:
@@ -572,7 +190,7 @@ class Bench:
             return value is True or (value == "auto" and self.device == "cuda")
 
         compiles = on(variant.overrides.get("compile.enabled")) or any(
-            on((v.get("compile") or {}).get("enabled")) for v in self._preset_speedups(variant)
+            on((v.get("compile") or {}).get("enabled")) for v in preset_speedups(variant)
         )
         if compiles:
             compiled = [
@@ -583,20 +201,6 @@ class Bench:
             ]
             guess = statistics.median(compiled) if compiled else guess * 3
         return guess
-
-    def _preset_speedups(self, variant: Variant) -> list[dict[str, Any]]:
-        import yaml
-
-        from lightning_speedups.presets import resolve_config
-
-        out = []
-        for p in variant.presets:
-            try:
-                with open(resolve_config(p), encoding="utf-8") as fh:
-                    out.append((yaml.safe_load(fh) or {}).get("speedups") or {})
-            except Exception:
-                pass
-        return out
 
     def _all_records(self) -> list[VariantRecord]:
         return self.records + [b for p, b in self.baselines.items() if p != 1]
@@ -738,8 +342,6 @@ class Bench:
         compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
         # sanity against the phase-1 baseline's loss too (same seed, same data: it must agree)
         if record.summary.sane and self.baselines[1].summary is not None:
-            from lightning_speedups.bench.measure import sanity_check
-
             record.summary.sane, record.summary.sanity = sanity_check(
                 record.summary.loss.median, self.baselines[1].summary.loss.median, o.loss_tolerance
             )
@@ -781,8 +383,6 @@ class Bench:
         """Run every phase and return the result (``prepare()`` is called if it was not)."""
         if not hasattr(self, "variants"):
             self.prepare()
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self._t0 = self._clock()
         meta = machine_meta(self.device)
         if self.options.threads:
@@ -810,17 +410,9 @@ class Bench:
                 progress.stop()
             self._progress = None
         meta["wall_s"] = round(self._elapsed(), 1)
-        try:
-            load = os.getloadavg()[0]
-            cpus = meta.get("cpus_usable") or 1
-            meta["load_average_end"] = os.getloadavg()
-            if max(load, meta.get("load_average", (0,))[0]) > cpus:
-                self.notes.append(
-                    f"the machine was busy (load average {max(load, meta['load_average'][0]):.1f} on {cpus} CPUs):"
-                    " other processes shared the cores, so the figures are noisier than on a quiet machine"
-                )
-        except OSError:
-            pass
+        busy = busy_note(meta)
+        if busy:
+            self.notes.append(busy)
         return BenchResult(
             options=self.options,
             meta=meta,

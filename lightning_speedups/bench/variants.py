@@ -4,7 +4,8 @@ A *variant* is the user's own setup (model, data, trainer from their config) wit
 section replaced: ``baseline`` (every speed-up off), one tip on top of the baseline, a packaged
 preset, a combination of tips, the static all-on combination, or the pack's parts with nothing to
 do (their overhead). Which tips apply is decided from the built model and the device
-(:func:`inspect_setup`, :func:`plan_tips`); the combination search (:func:`greedy_search`) is a
+(:func:`lightning_speedups.inspection.inspect_setup`, the model inspection the doctor shares, then
+:func:`plan_tips`); the combination search (:func:`greedy_search`) is a
 pure function of measured speed-ups, so it is tested with injected figures.
 
 Example::
@@ -21,8 +22,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from lightning_speedups.inspection import NEED_PARTS, SetupInfo
 from lightning_speedups.tips import BY_ID, TIPS, BenchVariant, get_tip
-
 
 #: How bench turns one tip on: the record's :class:`~lightning_speedups.tips.record.BenchVariant`.
 TipVariant = BenchVariant
@@ -46,82 +47,6 @@ _NEED_REASONS = {
     "blocks": "the model has no repeated blocks to checkpoint",
     "compile": "the model has no sub-module with parameters to compile",
 }
-
-
-@dataclass
-class SetupInfo:
-    """What ``bench`` learnt about the user's setup before running anything.
-
-    Attributes:
-        device: ``"cpu"`` or ``"cuda"``.
-        conv_modules: modules with 4D/5D weights (``None``: could not tell).
-        conv_bias_pairs: biased convolutions that feed a BatchNorm.
-        repeated_blocks: blocks ``checkpointing.targets: [auto]`` would wrap.
-        compile_targets: sub-modules ``compile.enabled`` would compile.
-        model: the model's class name.
-        errors: part name -> why the inspection with that part failed (e.g. it does not import).
-    """
-
-    device: str = "cpu"
-    conv_modules: Optional[int] = 0
-    conv_bias_pairs: Optional[int] = 0
-    repeated_blocks: Optional[int] = 0
-    compile_targets: Optional[int] = 0
-    model: str = ""
-    errors: dict[str, str] = field(default_factory=dict)
-
-    def has(self, need: str) -> Optional[bool]:
-        """Whether the setup has ``need`` (``None``: unknown, the part could not be inspected)."""
-        if need == "cuda":
-            return self.device == "cuda"
-        value = {
-            "convs": self.conv_modules,
-            "conv_bias": self.conv_bias_pairs,
-            "blocks": self.repeated_blocks,
-            "compile": self.compile_targets,
-        }[need]
-        return None if value is None else value > 0
-
-
-def inspect_setup(model: Any, device: str) -> SetupInfo:
-    """Inspect a built model with each part's own planning function (nothing is changed).
-
-    A part that fails to import or to plan is recorded in ``errors`` and its count is ``None``.
-    """
-    info = SetupInfo(device=device, model=type(model).__name__)
-
-    def count(name: str, fn: Callable[[], int]) -> Optional[int]:
-        try:
-            return int(fn())
-        except Exception as err:  # a part that is missing or broken must not stop the bench
-            info.errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".strip()
-            return None
-
-    def convs() -> int:
-        from lightning_speedups.functional.channels_last import channels_last_candidates
-
-        return len(channels_last_candidates(model))
-
-    def conv_bias() -> int:
-        from lightning_speedups.functional.conv_bias import plan_conv_bias_removal
-
-        return len(plan_conv_bias_removal(model).pairs)
-
-    def blocks() -> int:
-        from lightning_speedups.functional.checkpointing import auto_checkpoint_targets
-
-        return len(auto_checkpoint_targets(model))
-
-    def compile_targets() -> int:
-        from lightning_speedups.functional.compile import default_compile_targets
-
-        return len(default_compile_targets(model))
-
-    info.conv_modules = count("channels_last", convs)
-    info.conv_bias_pairs = count("conv_bias", conv_bias)
-    info.repeated_blocks = count("checkpointing", blocks)
-    info.compile_targets = count("compile", compile_targets)
-    return info
 
 
 def resolve_tips(keys: Optional[Iterable[str]]) -> Optional[list[str]]:
@@ -166,7 +91,7 @@ def plan_tips(info: SetupInfo, selected: Optional[Sequence[str]] = None) -> tupl
         for need in spec.needs:
             has = info.has(need)
             if has is None:
-                part = {"convs": "channels_last", "conv_bias": "conv_bias", "blocks": "checkpointing", "compile": "compile"}[need]
+                part = NEED_PARTS[need]
                 reason = f"the {part} part could not inspect the model ({info.errors.get(part, 'unknown error')})"
                 break
             if not has:

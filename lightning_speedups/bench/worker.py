@@ -22,16 +22,10 @@ import time
 import traceback
 from typing import Any, Mapping
 
+from lightning_speedups.bench.args import override_args
+from lightning_speedups.callbacks import SpeedupCallback
 
-def cli_value(value: Any) -> str:
-    """A value as a command-line argument: strings as they are (``on`` / ``off`` must not be quoted,
-    jsonargparse would keep the quotes), everything else as JSON (which YAML reads)."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def override_args(prefix: str, overrides: Mapping[str, Any]) -> list[str]:
-    """``{"a.b": 1}`` -> ``["--prefix.a.b=1"]``."""
-    return [f"--{prefix}.{key}={cli_value(value)}" for key, value in (overrides or {}).items()]
+__all__ = ["child_main", "main", "run_variant"]
 
 
 def _first_line(err: BaseException) -> str:
@@ -57,17 +51,12 @@ def _is_oom(err: BaseException) -> bool:
 def _parts(trainer: Any) -> list[list[str]]:
     """``[part, tip, state, reason]`` of every part of the pack on the trainer."""
     out = []
-    try:
-        from lightning_speedups.callbacks.base import SpeedupCallback
-
-        for cb in trainer.callbacks:
-            if isinstance(cb, SpeedupCallback) and cb.status is not None:
-                out.append([cb.part, cb.tip, cb.status[0], cb.status[1]])
-            notes = getattr(cb, "notes", None)
-            if type(cb).__name__ == "SpeedupsSummary" and notes:
-                out.extend([[name, "", "active" if active else "skipped", reason] for name, active, reason in notes])
-    except Exception:
-        pass
+    for cb in trainer.callbacks:
+        if isinstance(cb, SpeedupCallback) and cb.status is not None:
+            out.append([cb.part, cb.tip, cb.status[0], cb.status[1]])
+        notes = getattr(cb, "notes", None)
+        if type(cb).__name__ == "SpeedupsSummary" and notes:
+            out.extend([[name, "", "active" if active else "skipped", reason] for name, active, reason in notes])
     return out
 
 

@@ -7,27 +7,33 @@ import math
 import pytest
 import yaml
 
-from lightning_speedups.bench import main
-from lightning_speedups.bench.measure import Spread, sanity_check, summarize
-from lightning_speedups.bench.report import preset_dict, render_table, summary_lines, to_json, write_preset
-from lightning_speedups.bench.runner import (
+from lightning_speedups.bench import (
     Bench,
     BenchError,
     BenchOptions,
+    main,
     reset_args,
     speedups_defaults,
     user_speedups_keys,
+)
+from lightning_speedups.bench.measure import Spread, sanity_check, summarize
+from lightning_speedups.bench.report import (
+    preset_dict,
+    render_table,
+    summary_lines,
+    to_json,
+    write_preset,
 )
 from lightning_speedups.bench.variants import (
     NOT_TIMED,
     TIP_VARIANTS,
     BudgetExhausted,
-    SetupInfo,
     greedy_search,
     idle_overrides,
     plan_tips,
     resolve_tips,
 )
+from lightning_speedups.inspection import SetupInfo
 from lightning_speedups.tips import BY_ID
 
 TINY_CNN = ["--model=helpers.TinyCNN"]
@@ -292,8 +298,8 @@ def test_json_and_table(tmp_path, capsys):
 
 
 def test_user_keys_and_reset_give_the_baseline(tmp_path):
-    from lightning_speedups.session import build
     from lightning_speedups.config import Speedups
+    from lightning_speedups.session import build
 
     cfg = tmp_path / "mine.yaml"
     cfg.write_text("speedups:\n  channels_last: true\n  compile:\n    enabled: true\n")

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-import time
-
 import lightning.pytorch as pl
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 
+class FakeClock:
+    """A seconds counter that moves only when told: the doctor tests' injectable clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+#: The clock slow data advances; pass it to ``diagnose(..., clock=CLOCK)``.
+CLOCK = FakeClock()
+
+
 class RawPixels(Dataset):
-    """8x8 single-channel "images" with raw 0..255 values (float32), optionally slow to read."""
+    """8x8 single-channel "images" with raw 0..255 values (float32), optionally slow to read
+    (``delay`` seconds per sample on :data:`CLOCK`; nothing sleeps)."""
 
     def __init__(self, n: int = 96, delay: float = 0.0, raw: bool = True, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -27,12 +43,12 @@ class RawPixels(Dataset):
 
     def __getitem__(self, i: int):
         if self.delay:
-            time.sleep(self.delay)  # a slow disk or decoder
+            CLOCK.advance(self.delay)  # a slow disk or decoder, on the test's clock
         return self.x[i], self.y[i]
 
 
 class PixelData(pl.LightningDataModule):
-    """Train / val loaders over :class:`RawPixels` (``delay`` seconds per sample, ``raw`` 0..255 values)."""
+    """Train / val loaders over :class:`RawPixels` (``delay`` seconds per sample on :data:`CLOCK`, ``raw`` 0..255 values)."""
 
     def __init__(self, batch_size: int = 16, delay: float = 0.0, raw: bool = True) -> None:
         super().__init__()

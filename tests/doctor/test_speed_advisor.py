@@ -48,13 +48,31 @@ def test_advisor_from_the_preset_key():
 
 
 def test_advisor_reuses_the_users_own_monitor():
-    from lightning_speedups.callbacks.data_wait import DataWaitMonitor
+    from lightning_speedups.callbacks import DataWaitMonitor
 
     mine = DataWaitMonitor(log=False)
     advisor = SpeedAdvisor(check_steps=3, print_report=False)
     quiet_trainer(max_steps=3, callbacks=[mine, advisor], limit_val_batches=0).fit(TinyCNN())
     assert "data_wait" not in advisor._children
     assert advisor.facts.data_wait_fraction == mine.data_wait_fraction
+
+
+def test_advisor_times_on_the_injected_clock():
+    class Stopped:  # a clock that never moves: no step takes any time
+        calls = 0
+
+        def __call__(self):
+            self.calls += 1
+            return 42.0
+
+    clock = Stopped()
+    advisor = SpeedAdvisor(check_steps=2, print_report=False, clock=clock)
+    quiet_trainer(max_steps=2, callbacks=[advisor], limit_val_batches=0).fit(TinyCNN())
+    assert clock.calls > 4  # the advisor and the data-wait monitor it started both read it
+    assert advisor.facts.seconds == 0.0
+    assert advisor.facts.data_wait_fraction is None  # no step time measured on a stopped clock
+    t02 = next(f for f in advisor.findings if f.tip == "T02")
+    assert t02.status != "finding"
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])

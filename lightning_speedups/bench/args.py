@@ -1,0 +1,142 @@
+"""The argv of every bench run: the user's arguments, the reset of the ``speedups:`` keys they set,
+the variant's presets and overrides, and the Trainer settings every run shares.
+
+Example:
+    >>> override_args("speedups", {"conv_bias": True, "precision": "auto"})
+    ['--speedups.conv_bias=true', '--speedups.precision=auto']
+    >>> flatten({"a": {"b": 1, "c": {}}, "d": 2})
+    {'a.b': 1, 'a.c': {}, 'd': 2}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from lightning_speedups.bench.options import BenchOptions
+from lightning_speedups.bench.variants import Variant
+from lightning_speedups.config import Speedups
+from lightning_speedups.presets import resolve_config
+
+__all__ = [
+    "cli_value",
+    "flatten",
+    "override_args",
+    "preset_speedups",
+    "reset_args",
+    "speedups_defaults",
+    "trainer_overrides",
+    "user_speedups_keys",
+    "variant_args",
+]
+
+
+def cli_value(value: Any) -> str:
+    """A value as a command-line argument: strings as they are (``on`` / ``off`` must not be quoted,
+    jsonargparse would keep the quotes), everything else as JSON (which YAML reads)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def override_args(prefix: str, overrides: Mapping[str, Any]) -> list[str]:
+    """``{"a.b": 1}`` -> ``["--prefix.a.b=1"]``."""
+    return [f"--{prefix}.{key}={cli_value(value)}" for key, value in (overrides or {}).items()]
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as dotted keys (``init_args`` mappings and empty ones stay whole)."""
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict) and v and k != "init_args":
+                out.update(flatten(v, key))
+            else:
+                out[key] = v
+    return out
+
+
+def speedups_defaults() -> dict[str, Any]:
+    """Every leaf of the ``speedups:`` section with its default, as dotted keys."""
+    return flatten(dataclasses.asdict(Speedups()))
+
+
+def user_speedups_keys(args: Sequence[str]) -> list[str]:
+    """The ``speedups`` keys the user's configs and command-line arguments set (dotted, no prefix)."""
+    keys: list[str] = []
+    defaults = speedups_defaults()
+
+    def add(key: str) -> None:
+        matches = [k for k in defaults if k == key or k.startswith(key + ".")]
+        for k in matches or [key]:
+            if k not in keys:
+                keys.append(k)
+
+    args = list(args)
+    for i, arg in enumerate(args):
+        path = None
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            path = args[i + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        elif arg.startswith("--speedups."):
+            add(arg[len("--speedups."):].split("=", 1)[0])
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    data = yaml.safe_load(fh) or {}
+            except Exception:
+                continue
+            section = data.get("speedups") if isinstance(data, dict) else None
+            if isinstance(section, dict):
+                for key in flatten(section):
+                    add(key)
+    return keys
+
+
+def reset_args(keys: Sequence[str]) -> list[str]:
+    """Command-line arguments that put the given ``speedups`` keys back to their defaults."""
+    defaults = speedups_defaults()
+    return override_args("speedups", {k: defaults[k] for k in keys if k in defaults})
+
+
+def variant_args(user_args: Sequence[str], reset: Sequence[str], variant: Variant) -> list[str]:
+    """The ``fit`` arguments of a variant: the user's, the reset (not for ``yours``), then the presets."""
+    out = list(user_args)
+    if variant.kind != "yours":
+        out += list(reset)
+    for p in variant.presets:
+        out += ["--config", resolve_config(p)]
+    return out
+
+
+def trainer_overrides(options: BenchOptions, device: str, root: str) -> dict[str, Any]:
+    """Trainer settings of every bench run: one device, no validation, logging or checkpoints."""
+    return {
+        "accelerator": device,
+        "devices": 1,
+        "max_epochs": -1,
+        "max_steps": options.warmup + options.steps + 3,
+        "max_time": None,
+        "limit_val_batches": 0,
+        "num_sanity_val_steps": 0,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": root,
+    }
+
+
+def preset_speedups(variant: Variant) -> list[dict[str, Any]]:
+    """The ``speedups:`` section of each preset of ``variant`` (``{}`` for one that does not read)."""
+    out = []
+    for p in variant.presets:
+        try:
+            with open(resolve_config(p), encoding="utf-8") as fh:
+                out.append((yaml.safe_load(fh) or {}).get("speedups") or {})
+        except Exception:
+            pass
+    return out

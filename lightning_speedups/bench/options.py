@@ -1,0 +1,70 @@
+"""What ``bench`` was asked to do (:class:`BenchOptions`) and its one error type (:class:`BenchError`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+__all__ = ["DEVICES", "ISOLATIONS", "MIN_BUDGET_S", "BenchError", "BenchOptions"]
+
+ISOLATIONS = ("forkserver", "subprocess")
+DEVICES = ("auto", "cpu", "cuda")
+#: the smallest --budget that can hold a baseline run and one variant (process start, build, steps)
+MIN_BUDGET_S = 20.0
+
+
+class BenchError(Exception):
+    """Bad input or a setup that cannot be benched: printed as one message, exit code 2."""
+
+
+@dataclass
+class BenchOptions:
+    """Everything ``bench`` was asked to do (see ``python -m lightning_speedups bench --help``)."""
+
+    args: list[str] = field(default_factory=list)
+    tips: Optional[list[str]] = None
+    presets: Optional[list[str]] = None
+    steps: int = 20
+    warmup: int = 3
+    repeats: int = 3
+    budget: Optional[float] = None
+    device: str = "auto"
+    seed: int = 0
+    min_gain: float = 0.02
+    loss_tolerance: float = 0.25
+    search: bool = True
+    extras: bool = True
+    isolation: str = "forkserver"
+    timeout: float = 900.0
+    compile_cache: str = "fresh"
+    memory_step: bool = True
+    threads: Optional[int] = None
+    progress: bool = True
+    log_dir: Optional[str] = None
+
+    def validate(self) -> None:
+        def positive_int(name: str, value: Any, minimum: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise BenchError(f"--{name} must be an integer >= {minimum}, got {value!r}.")
+
+        positive_int("steps", self.steps, 1)
+        positive_int("warmup", self.warmup, 0)
+        positive_int("repeats", self.repeats, 1)
+        if self.device not in DEVICES:
+            raise BenchError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}.")
+        if self.isolation not in ISOLATIONS:
+            raise BenchError(f"--isolation must be one of {', '.join(ISOLATIONS)}, got {self.isolation!r}.")
+        if self.compile_cache not in ("fresh", "shared"):
+            raise BenchError(f"--compile-cache must be 'fresh' or 'shared', got {self.compile_cache!r}.")
+        if self.budget is not None:
+            if not math.isfinite(self.budget) or self.budget < MIN_BUDGET_S:
+                raise BenchError(
+                    f"--budget {self.budget:g} s is too small to run one variant: a run costs at least a process"
+                    f" start, the build and {self.warmup + self.steps} batches, and the baseline must run too."
+                    f" Give at least {MIN_BUDGET_S:g} s (a few minutes for a real model), or leave --budget out."
+                )
+        if self.threads is not None:
+            positive_int("threads", self.threads, 1)
+        if self.min_gain < 0 or self.loss_tolerance <= 0:
+            raise BenchError("--min-gain must be >= 0 and --loss-tolerance > 0.")
