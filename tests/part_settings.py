@@ -83,7 +83,7 @@ def _reported(trainer, model, cb):
 
 
 def _settings() -> dict[str, PartSetting]:
-    from lightning_speedups.doctor.advisor import SpeedAdvisor
+    from lightning_speedups.advisor import SpeedAdvisor
     from lightning_speedups import callbacks as data, callbacks as guards, callbacks as tcb
     from lightning_speedups.callbacks import agc, channels_last, checkpointing, compile as compile_cb, conv_bias
     from lightning_speedups.callbacks import grads, largest_batch
@@ -106,7 +106,7 @@ def _settings() -> dict[str, PartSetting]:
         "lightning_speedups.callbacks.device_normalize:DeviceNormalize": PartSetting(lambda: data.DeviceNormalize(mean=[0.5], std=[0.25]), check=_reported),
         "lightning_speedups.callbacks.non_blocking:NonBlockingCheck": PartSetting(data.NonBlockingCheck, check=_reported),
         "lightning_speedups.callbacks.storage_check:StorageCheck": PartSetting(data.StorageCheck, check=_reported),
-        "lightning_speedups.doctor.advisor:SpeedAdvisor": PartSetting(
+        "lightning_speedups.advisor:SpeedAdvisor": PartSetting(
             lambda: SpeedAdvisor(check_steps=2, print_report=False), check=_advised
         ),
         "lightning_speedups.callbacks.channels_last:ChannelsLast": PartSetting(channels_last.ChannelsLast, check=_nhwc),

@@ -75,7 +75,7 @@ class Finding:
         evidence: the evidence in numbers (for ``ok``: what was checked; for ``not-checked``: why not).
         fix: the exact change for a finding; for ``not-checked`` how to get it checked; ``None`` for ``ok``.
         title: the tip's title (filled in with the slug).
-        check: dotted name of the check that produced it (``lightning_speedups.doctor.checks:check_t16``,
+        check: dotted name of the check that produced it (``lightning_speedups.tips.t16_conv_bias:check``,
             filled in with the slug).
         items: the individual pieces of evidence of a finding.
         notes: extra context (what was fine, what could not be checked).
