@@ -15,14 +15,16 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_speedups.callbacks.largest_batch import LargestBatch
 from lightning_speedups.functional.batch_size import (
-    LiveTensorMemory,
-    MemoryBudgetExceeded,
     find_largest_batch_size,
     largest_divisor_batch,
     lr_scale_factor,
-    parse_memory_budget,
     scale_lr_scheduler,
     scale_optimizer_lrs,
+)
+from lightning_speedups.functional.memory import (
+    LiveTensorMemory,
+    MemoryBudgetExceeded,
+    parse_memory_budget,
     total_memory_bytes,
 )
 

@@ -25,10 +25,6 @@ from lightning_speedups.callbacks.fused_optimizer import (
     optimizer_accepts,
 )
 from lightning_speedups.callbacks.grads import GradsToNoneCheck
-from lightning_speedups.callbacks.hooks import (
-    HookPatches,
-    batch_hook_owner,
-)
 from lightning_speedups.callbacks.input_stats import InputStatsCheck
 from lightning_speedups.callbacks.largest_batch import LargestBatch
 from lightning_speedups.callbacks.loader_tuning import LoaderTuning
@@ -55,7 +51,6 @@ __all__ = [
     "EffectiveBatchSize",
     "FusedOptimizer",
     "GradsToNoneCheck",
-    "HookPatches",
     "InputStatsCheck",
     "LRSchedule",
     "LargestBatch",
@@ -69,7 +64,6 @@ __all__ = [
     "StorageCheck",
     "SyncGuard",
     "accumulation_for",
-    "batch_hook_owner",
     "fused_devices",
     "loader_batch_size",
     "on_cuda",

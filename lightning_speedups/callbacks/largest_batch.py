@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-import math
-from copy import deepcopy
 from typing import Any, Optional
 
 import lightning.pytorch as pl
-import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import GradientAccumulationScheduler
-from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.memory import garbage_collection_cuda
 from lightning.pytorch.utilities.parsing import (
@@ -24,57 +19,36 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.batch_trials import (
+    enter_trials,
+    exit_trials,
+    measure_trial_peak,
+    multi_process_error,
+    reset_loaders,
+    restore_trial_state,
+    scale_trainer_lrs,
+    too_small_error,
+    train_set_length,
+)
 from lightning_speedups.functional.batch_size import (
-    MemoryBudget,
     find_largest_batch_size,
-    format_bytes,
-    is_out_of_memory,
     largest_divisor_batch,
     lr_scale_factor,
-    measure_peak_memory,
-    parse_memory_budget,
     round_down,
-    scale_lr_scheduler,
-    scale_optimizer_lrs,
+)
+from lightning_speedups.functional.memory import (
+    MemoryBudget,
+    format_bytes,
+    is_out_of_memory,
+    parse_memory_budget,
     total_memory_bytes,
 )
-
-_RANK_ZERO_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-_SCHEDULER_LR_ATTRS = ("base_lrs", "max_lrs", "min_lrs", "_last_lr", "eta_min")
 
 _LR_RULES = ("linear", "sqrt", None)
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _to_cpu(obj: Any) -> Any:
-    """A deep copy of a state dict with every tensor copied to the CPU (GPU memory stays untouched)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        items = [(k, _to_cpu(v)) for k, v in obj.items()]
-        try:
-            out = type(obj)(items)
-        except TypeError:  # e.g. defaultdict
-            out = dict(items)
-        if hasattr(obj, "_metadata"):  # nn.Module.state_dict() versions
-            out._metadata = deepcopy(obj._metadata)  # type: ignore[attr-defined]
-        return out
-    if isinstance(obj, list):
-        return [_to_cpu(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_to_cpu(v) for v in obj)
-    return deepcopy(obj)
-
-
-def _loops(loop: Any) -> list[Any]:
-    found = [loop]
-    for value in vars(loop).values():
-        if isinstance(value, _Loop):
-            found.extend(_loops(value))
-    return found
 
 
 class LargestBatch(SpeedupCallback):
@@ -98,7 +72,7 @@ class LargestBatch(SpeedupCallback):
     is reduced by ``margin``); with a ``memory_budget`` (required on the CPU, where nothing runs out
     of memory in time), a peak memory of the trial steps at most ``(1 - margin) * memory_budget``.
     The peak is ``torch.cuda.max_memory_allocated`` on CUDA and, elsewhere, the peak bytes of live
-    tensors counted by :class:`~lightning_speedups.functional.batch_size.LiveTensorMemory` (parameters,
+    tensors counted by :class:`~lightning_speedups.functional.memory.LiveTensorMemory` (parameters,
     buffers, gradients, optimizer state, activations, batch; see its module for what it cannot see).
     A CPU trial stops as soon as it goes over the budget, so a search never takes more memory than
     that. Trials run Lightning's own fit loop for ``steps_per_trial`` optimizer steps, with loggers,
@@ -245,6 +219,7 @@ class LargestBatch(SpeedupCallback):
                 f"size there and read it in `train_dataloader()` (as for Lightning's BatchSizeFinder)."
             )
             return
+        # private: Lightning has no public way to tell loaders passed to fit() from the model's own
         source = getattr(trainer.fit_loop, "_data_source", None)
         if source is not None and hasattr(source, "is_module") and not source.is_module():
             self._skip_with_warning(
@@ -308,7 +283,7 @@ class LargestBatch(SpeedupCallback):
             self._deferred = True
             return
         if self.batch_size is None and trainer.world_size > 1:
-            raise self._multi_process_error(trainer)
+            raise multi_process_error(trainer)
 
         old_batch = int(lightning_getattr(pl_module, self.batch_arg_name))
         old_accumulate = int(trainer.accumulate_grad_batches)
@@ -361,7 +336,7 @@ class LargestBatch(SpeedupCallback):
         new_effective = new_batch * new_accumulate * world
         factor = lr_scale_factor(new_effective, base, self.lr_rule)
         length_factor = old_effective / new_effective if self.scale_schedule_lengths else None
-        lrs, changed = self._scale_lrs(trainer, factor, length_factor)
+        lrs, changed = scale_trainer_lrs(trainer, factor, length_factor)
         self._state = {
             "batch_size": new_batch,
             "accumulate_grad_batches": new_accumulate,
@@ -398,22 +373,7 @@ class LargestBatch(SpeedupCallback):
         if self._skip is None and self._state and self._restored and not self._applied:
             self._apply_restored(trainer, pl_module)
         elif self._deferred:
-            raise self._multi_process_error(trainer)
-
-    @staticmethod
-    def _multi_process_error(trainer: "pl.Trainer") -> MisconfigurationException:
-        where = (
-            f"a multi-process run (world size {trainer.world_size}): the trial steps would need every process "
-            "in lockstep"
-            if trainer.world_size > 1
-            else f"a run with {type(trainer.strategy).__name__}, which restores checkpoints after setup"
-        )
-        return MisconfigurationException(
-            f"LargestBatch cannot search for a batch size in {where}. Run the search once single-process on one "
-            "device (`devices=1, num_nodes=1`, default strategy, e.g. with `max_steps=1`), note the batch size it "
-            "prints, then pass `LargestBatch(batch_size=<that size>, ...)` to this run (or resume from a checkpoint "
-            "of a run that searched)."
-        )
+            raise multi_process_error(trainer)
 
     def _apply_restored(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         batch, accumulate = int(self._state["batch_size"]), int(self._state["accumulate_grad_batches"])
@@ -430,28 +390,7 @@ class LargestBatch(SpeedupCallback):
     def _apply_batch(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: int, accumulate: int) -> None:
         lightning_setattr(pl_module, self.batch_arg_name, batch)
         trainer.accumulate_grad_batches = accumulate
-        self._reset_loaders(trainer)
-
-    @staticmethod
-    def _reset_loaders(trainer: "pl.Trainer") -> None:
-        # what Lightning's own ``_reset_dataloaders`` does, without building them now: built on first use
-        trainer.fit_loop._combined_loader = None
-        trainer.fit_loop.epoch_loop.val_loop._combined_loader = None
-
-    def _scale_lrs(
-        self, trainer: "pl.Trainer", factor: float, length_factor: Optional[float]
-    ) -> tuple[list[list[float]], list[str]]:
-        lrs = []
-        for optimizer in trainer.optimizers:
-            if factor != 1.0:
-                scale_optimizer_lrs(optimizer, factor)
-            lrs.append([float(group["lr"]) for group in optimizer.param_groups])
-        lengths_changed: list[str] = []
-        for config in trainer.lr_scheduler_configs:
-            lengths = length_factor if config.interval == "step" else None
-            changed = scale_lr_scheduler(config.scheduler, factor, lengths)
-            lengths_changed += [c for c in changed if c.rsplit(".", 1)[-1] not in _SCHEDULER_LR_ATTRS]
-        return lrs, lengths_changed
+        reset_loaders(trainer)
 
     def _log(self, trainer: "pl.Trainer") -> None:
         metrics: dict[str, float] = {
@@ -480,7 +419,7 @@ class LargestBatch(SpeedupCallback):
         if self.keep_effective_batch:
             cap = per_process if cap is None else min(cap, per_process)
         with isolate_rng():
-            dataset_len = self._train_set_length(trainer)
+            dataset_len = train_set_length(trainer)
         if dataset_len is not None:
             cap = dataset_len if cap is None else min(cap, dataset_len)
         if cap is not None and cap < self.multiple:
@@ -489,7 +428,7 @@ class LargestBatch(SpeedupCallback):
                 f"batch) is below `multiple={self.multiple}`; lower `multiple`."
             )
         self.trials = []
-        snapshot = self._enter_trials(trainer, pl_module)
+        snapshot = enter_trials(trainer, pl_module, self.batch_arg_name, self.steps_per_trial)
         try:
             with isolate_rng():
 
@@ -500,11 +439,11 @@ class LargestBatch(SpeedupCallback):
                     except Exception as ex:
                         if is_out_of_memory(ex):
                             self.trials.append((batch, None))
-                            self._restore_trial_state(trainer, pl_module, snapshot)
+                            restore_trial_state(trainer, pl_module, snapshot)
                             garbage_collection_cuda()
                         raise
                     self.trials.append((batch, peak))
-                    self._restore_trial_state(trainer, pl_module, snapshot)
+                    restore_trial_state(trainer, pl_module, snapshot)
                     return limit is None or peak <= limit
 
                 found, _ = find_largest_batch_size(
@@ -513,7 +452,7 @@ class LargestBatch(SpeedupCallback):
                 if found == 0:
                     raise self._too_small_error(trainer, pl_module, old_accumulate, per_process, limit)
         finally:
-            self._exit_trials(trainer, pl_module, snapshot)
+            exit_trials(trainer, pl_module, snapshot, self.batch_arg_name)
         if limit is None and self.margin > 0:  # out-of-memory search: keep a margin of batch
             found = max(self.multiple, round_down(int(found * (1 - self.margin)), self.multiple))
         tried = ", ".join(f"{b}:{format_bytes(p) if p is not None else 'over'}" for b, p in self.trials)
@@ -532,111 +471,14 @@ class LargestBatch(SpeedupCallback):
         per_process: int,
         limit: Optional[int],
     ) -> Exception:
-        if limit is None:
-            return MisconfigurationException(
-                f"LargestBatch: a batch of {self.multiple} does not fit in the device memory; lower `multiple`, use "
-                "activation checkpointing or mixed precision."
-            )
         peak = None
-        try:  # measure once without a limit, to say how much is needed
-            accumulate = self._trial_accumulation(self.multiple, old_accumulate, per_process)
-            peak = self.measure_peak(trainer, pl_module, self.multiple, accumulate, None)
-        except Exception:  # noqa: BLE001 - only for the message
-            peak = None
-        need = (
-            f"needs {format_bytes(peak)} at peak, so at least memory_budget={math.ceil(peak / (1 - self.margin))} "
-            f"(~{format_bytes(peak / (1 - self.margin))}) with margin {self.margin:g}"
-            if peak
-            else "needs more than that"
-        )
-        return ValueError(
-            f"`memory_budget={self.memory_budget!r}` ({format_bytes(self.budget_bytes or 0)}, "
-            f"{format_bytes(limit)} after the margin of {self.margin:g}) is too small for a batch of {self.multiple}: "
-            f"one training step {need}. Raise `memory_budget`, lower `margin` or `multiple`."
-        )
-
-    def _train_set_length(self, trainer: "pl.Trainer") -> Optional[int]:
-        fit_loop = trainer.fit_loop
-        try:
-            fit_loop.setup_data()
-            loader = fit_loop._combined_loader
-            if loader is None:
-                return None
-            lengths = [len(dl.dataset) for dl in loader.flattened]
-        except (TypeError, AttributeError, NotImplementedError):
-            return None
-        finally:
-            self._reset_loaders(trainer)
-        return min(lengths) if lengths else None
-
-    def _enter_trials(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> dict[str, Any]:
-        fit_loop = trainer.fit_loop
-        snapshot: dict[str, Any] = {
-            "batch_size": lightning_getattr(pl_module, self.batch_arg_name),
-            "model": _to_cpu(pl_module.state_dict()),
-            "optimizers": [_to_cpu(opt.state_dict()) for opt in trainer.optimizers],
-            "schedulers": [_to_cpu(cfg.scheduler.state_dict()) for cfg in trainer.lr_scheduler_configs],
-            "precision": _to_cpu(trainer.precision_plugin.state_dict()),
-            "loop": deepcopy(fit_loop.state_dict()),
-            "loggers": trainer.loggers,
-            "callbacks": trainer.callbacks,
-            "max_steps": fit_loop.epoch_loop.max_steps,
-            "limit_train_batches": trainer.limit_train_batches,
-            "limit_val_batches": trainer.limit_val_batches,
-            "accumulate_grad_batches": trainer.accumulate_grad_batches,
-            "should_stop": trainer.should_stop,
-            "log_level": _RANK_ZERO_LOG.level,
-        }
-        _RANK_ZERO_LOG.setLevel(logging.WARNING)  # no "`Trainer.fit` stopped: `max_steps=2` reached." per trial
-        from lightning.pytorch.loggers.logger import DummyLogger
-
-        trainer.loggers = [DummyLogger()] if trainer.loggers else []
-        trainer.callbacks = []
-        trainer.limit_train_batches = 1.0
-        trainer.limit_val_batches = 0
-        fit_loop.epoch_loop.max_steps = self.steps_per_trial
-        return snapshot
-
-    def _restore_trial_state(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any]
-    ) -> None:
-        pl_module.zero_grad(set_to_none=True)
-        pl_module.load_state_dict(snapshot["model"])
-        for opt, state in zip(trainer.optimizers, snapshot["optimizers"]):
-            opt.load_state_dict(state)
-        for cfg, state in zip(trainer.lr_scheduler_configs, snapshot["schedulers"]):
-            cfg.scheduler.load_state_dict(state)
-        trainer.precision_plugin.load_state_dict(snapshot["precision"])
-        fit_loop = trainer.fit_loop
-        fit_loop.load_state_dict(deepcopy(snapshot["loop"]))
-        for loop in _loops(fit_loop):
-            loop._restarting = False
-            for flag in ("_loaded_from_state_dict", "_resuming_from_checkpoint"):
-                if hasattr(loop, flag):
-                    setattr(loop, flag, False)
-        epoch_loop = fit_loop.epoch_loop
-        if pl_module.automatic_optimization:
-            epoch_loop.automatic_optimization.optim_progress.reset()
-        else:
-            epoch_loop.manual_optimization.optim_step_progress.reset()
-        fit_loop.epoch_progress.reset()
-        trainer.should_stop = False
-
-    def _exit_trials(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any]) -> None:
-        self._restore_trial_state(trainer, pl_module, snapshot)
-        trainer.loggers = snapshot["loggers"]
-        trainer.callbacks = snapshot["callbacks"]
-        trainer.fit_loop.epoch_loop.max_steps = snapshot["max_steps"]
-        trainer.limit_train_batches = snapshot["limit_train_batches"]
-        trainer.limit_val_batches = snapshot["limit_val_batches"]
-        trainer.accumulate_grad_batches = snapshot["accumulate_grad_batches"]
-        trainer.should_stop = snapshot["should_stop"]
-        _RANK_ZERO_LOG.setLevel(snapshot["log_level"])
-        lightning_setattr(pl_module, self.batch_arg_name, snapshot["batch_size"])
-        self._reset_loaders(trainer)
-        connector = trainer._logger_connector
-        connector.reset_results()
-        connector.reset_metrics()
+        if limit is not None:
+            try:  # measure once without a limit, to say how much is needed
+                accumulate = self._trial_accumulation(self.multiple, old_accumulate, per_process)
+                peak = self.measure_peak(trainer, pl_module, self.multiple, accumulate, None)
+            except Exception:  # noqa: BLE001 - only for the message
+                peak = None
+        return too_small_error(self.memory_budget, self.budget_bytes, limit, self.margin, self.multiple, peak)
 
     def measure_peak(
         self,
@@ -650,28 +492,11 @@ class LargestBatch(SpeedupCallback):
 
         Subclasses may override this to measure another way (the search only needs a monotone
         peak). It may raise an out-of-memory error (``torch.cuda.OutOfMemoryError`` or
-        :class:`~lightning_speedups.functional.batch_size.MemoryBudgetExceeded` once ``limit`` is
+        :class:`~lightning_speedups.functional.memory.MemoryBudgetExceeded` once ``limit`` is
         passed), which counts as "does not fit". Model, optimizer and loop states are restored by the
         caller after each trial.
         """
-        lightning_setattr(pl_module, self.batch_arg_name, batch_size)
-        trainer.accumulate_grad_batches = accumulate_grad_batches
-        self._reset_loaders(trainer)
-        device = trainer.strategy.root_device
-        seed: list[torch.Tensor] = [*pl_module.parameters(), *pl_module.buffers()]
-        seed += [p.grad for p in pl_module.parameters() if p.grad is not None]
-        for opt in trainer.optimizers:
-            for state in opt.state.values():
-                seed += [v for v in state.values() if isinstance(v, torch.Tensor)]
-        fit_loop = trainer.fit_loop
-        fit_loop.setup_data()  # build the loader (and whatever data set ``train_dataloader()`` makes) unmeasured
-        peak = measure_peak_memory(fit_loop.run, device=device, seed=seed, limit=limit)
-        if fit_loop.epoch_loop.global_step == 0:
-            raise RuntimeError(
-                f"LargestBatch: no training step ran at batch size {batch_size} (is the training set smaller than the "
-                "batch, with drop_last=True?); set `max_batch_size`."
-            )
-        return peak
+        return measure_trial_peak(trainer, pl_module, self.batch_arg_name, batch_size, accumulate_grad_batches, limit)
 
     # ------------------------------------------------------------------ state
     @property

@@ -16,19 +16,13 @@ from lightning_speedups.functional.alignment import (
     round_up,
 )
 from lightning_speedups.functional.batch_size import (
-    LiveTensorMemory,
-    MemoryBudgetExceeded,
+    SCHEDULER_LR_ATTRS,
     find_largest_batch_size,
-    format_bytes,
-    is_out_of_memory,
     largest_divisor_batch,
     lr_scale_factor,
-    measure_peak_memory,
-    parse_memory_budget,
     round_down,
     scale_lr_scheduler,
     scale_optimizer_lrs,
-    total_memory_bytes,
 )
 from lightning_speedups.functional.channels_last import (
     DEFAULT_EXCLUDE_KEYS,
@@ -95,6 +89,16 @@ from lightning_speedups.functional.loaders import (
     worker_pickle_problem,
     worker_start_method,
 )
+from lightning_speedups.functional.memory import (
+    LiveTensorMemory,
+    MemoryBudget,
+    MemoryBudgetExceeded,
+    format_bytes,
+    is_out_of_memory,
+    measure_peak_memory,
+    parse_memory_budget,
+    total_memory_bytes,
+)
 from lightning_speedups.functional.precision import (
     accelerator_is_cuda,
     cpu_fast_bf16,
@@ -139,11 +143,13 @@ __all__ = [
     "EvalGradEvent",
     "EvalGradWatch",
     "LiveTensorMemory",
+    "MemoryBudget",
     "MemoryBudgetExceeded",
     "Misalignment",
     "MountInfo",
     "PaddedEmbedding",
     "PaddedLinear",
+    "SCHEDULER_LR_ATTRS",
     "SYNC_WARNING_PATTERN",
     "ShapeTracker",
     "StorageReport",

@@ -1,0 +1,235 @@
+"""T04 trial steps for :class:`~lightning_speedups.callbacks.LargestBatch`: snapshot the trainer, run a few
+real training steps at one batch size, measure their peak memory, restore everything; and the
+trainer-level helpers of the callback (learning-rate scaling of its optimizers, the search's errors)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from copy import deepcopy
+from typing import Any, Optional
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.loggers.logger import DummyLogger
+from lightning.pytorch.loops.loop import _Loop  # private: the loops' base class, to find every nested loop
+from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_setattr
+
+from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
+from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
+
+_RANK_ZERO_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+
+
+def to_cpu(obj: Any) -> Any:
+    """A deep copy of a state dict with every tensor copied to the CPU (GPU memory stays untouched)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        items = [(k, to_cpu(v)) for k, v in obj.items()]
+        try:
+            out = type(obj)(items)
+        except TypeError:  # e.g. defaultdict
+            out = dict(items)
+        if hasattr(obj, "_metadata"):  # nn.Module.state_dict() versions
+            out._metadata = deepcopy(obj._metadata)  # type: ignore[attr-defined]
+        return out
+    if isinstance(obj, list):
+        return [to_cpu(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(to_cpu(v) for v in obj)
+    return deepcopy(obj)
+
+
+def _loops(loop: Any) -> list[Any]:
+    found = [loop]
+    for value in vars(loop).values():
+        if isinstance(value, _Loop):
+            found.extend(_loops(value))
+    return found
+
+
+def reset_loaders(trainer: "pl.Trainer") -> None:
+    """Drop the fit loop's built loaders, so that they are built again (at the new batch size) on first use."""
+    # private: what Lightning's own ``_reset_dataloaders`` does; there is no public way to drop them
+    trainer.fit_loop._combined_loader = None
+    trainer.fit_loop.epoch_loop.val_loop._combined_loader = None
+
+
+def train_set_length(trainer: "pl.Trainer") -> Optional[int]:
+    """The length of the smallest training data set, or ``None`` when a loader's data set has none."""
+    fit_loop = trainer.fit_loop
+    try:
+        fit_loop.setup_data()
+        loader = fit_loop._combined_loader  # private: the built loaders, no public accessor before fit runs
+        if loader is None:
+            return None
+        lengths = [len(dl.dataset) for dl in loader.flattened]
+    except (TypeError, AttributeError, NotImplementedError):
+        return None
+    finally:
+        reset_loaders(trainer)
+    return min(lengths) if lengths else None
+
+
+def enter_trials(
+    trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch_arg_name: str, steps_per_trial: int
+) -> dict[str, Any]:
+    """Snapshot what the trial steps change (states, loggers, callbacks, limits) and set the trainer up for them."""
+    fit_loop = trainer.fit_loop
+    snapshot: dict[str, Any] = {
+        "batch_size": lightning_getattr(pl_module, batch_arg_name),
+        "model": to_cpu(pl_module.state_dict()),
+        "optimizers": [to_cpu(opt.state_dict()) for opt in trainer.optimizers],
+        "schedulers": [to_cpu(cfg.scheduler.state_dict()) for cfg in trainer.lr_scheduler_configs],
+        "precision": to_cpu(trainer.precision_plugin.state_dict()),
+        "loop": deepcopy(fit_loop.state_dict()),
+        "loggers": trainer.loggers,
+        "callbacks": trainer.callbacks,
+        "max_steps": fit_loop.epoch_loop.max_steps,
+        "limit_train_batches": trainer.limit_train_batches,
+        "limit_val_batches": trainer.limit_val_batches,
+        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        "should_stop": trainer.should_stop,
+        "log_level": _RANK_ZERO_LOG.level,
+    }
+    _RANK_ZERO_LOG.setLevel(logging.WARNING)  # no "`Trainer.fit` stopped: `max_steps=2` reached." per trial
+    trainer.loggers = [DummyLogger()] if trainer.loggers else []
+    trainer.callbacks = []
+    trainer.limit_train_batches = 1.0
+    trainer.limit_val_batches = 0
+    fit_loop.epoch_loop.max_steps = steps_per_trial
+    return snapshot
+
+
+def restore_trial_state(
+    trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any]
+) -> None:
+    """Put model, optimizers, schedulers, precision plugin and loop progress back as in ``snapshot``."""
+    pl_module.zero_grad(set_to_none=True)
+    pl_module.load_state_dict(snapshot["model"])
+    for opt, state in zip(trainer.optimizers, snapshot["optimizers"]):
+        opt.load_state_dict(state)
+    for cfg, state in zip(trainer.lr_scheduler_configs, snapshot["schedulers"]):
+        cfg.scheduler.load_state_dict(state)
+    trainer.precision_plugin.load_state_dict(snapshot["precision"])
+    fit_loop = trainer.fit_loop
+    fit_loop.load_state_dict(deepcopy(snapshot["loop"]))
+    for loop in _loops(fit_loop):
+        # private: loading a loop state marks it as resuming; no public way to start it afresh
+        loop._restarting = False
+        for flag in ("_loaded_from_state_dict", "_resuming_from_checkpoint"):
+            if hasattr(loop, flag):
+                setattr(loop, flag, False)
+    epoch_loop = fit_loop.epoch_loop
+    if pl_module.automatic_optimization:
+        epoch_loop.automatic_optimization.optim_progress.reset()
+    else:
+        epoch_loop.manual_optimization.optim_step_progress.reset()
+    fit_loop.epoch_progress.reset()
+    trainer.should_stop = False
+
+
+def exit_trials(
+    trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any], batch_arg_name: str
+) -> None:
+    """Undo :func:`enter_trials`: every state back as it was, loaders rebuilt on first use."""
+    restore_trial_state(trainer, pl_module, snapshot)
+    trainer.loggers = snapshot["loggers"]
+    trainer.callbacks = snapshot["callbacks"]
+    trainer.fit_loop.epoch_loop.max_steps = snapshot["max_steps"]
+    trainer.limit_train_batches = snapshot["limit_train_batches"]
+    trainer.limit_val_batches = snapshot["limit_val_batches"]
+    trainer.accumulate_grad_batches = snapshot["accumulate_grad_batches"]
+    trainer.should_stop = snapshot["should_stop"]
+    _RANK_ZERO_LOG.setLevel(snapshot["log_level"])
+    lightning_setattr(pl_module, batch_arg_name, snapshot["batch_size"])
+    reset_loaders(trainer)
+    connector = trainer._logger_connector  # private: the trial steps' logged results must not leak into the run
+    connector.reset_results()
+    connector.reset_metrics()
+
+
+def measure_trial_peak(
+    trainer: "pl.Trainer",
+    pl_module: "pl.LightningModule",
+    batch_arg_name: str,
+    batch_size: int,
+    accumulate_grad_batches: int,
+    limit: Optional[int],
+) -> int:
+    """Run the fit loop (``max_steps`` set by :func:`enter_trials`) at ``batch_size``; return its peak memory in bytes."""
+    lightning_setattr(pl_module, batch_arg_name, batch_size)
+    trainer.accumulate_grad_batches = accumulate_grad_batches
+    reset_loaders(trainer)
+    device = trainer.strategy.root_device
+    seed: list[torch.Tensor] = [*pl_module.parameters(), *pl_module.buffers()]
+    seed += [p.grad for p in pl_module.parameters() if p.grad is not None]
+    for opt in trainer.optimizers:
+        for state in opt.state.values():
+            seed += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    fit_loop = trainer.fit_loop
+    fit_loop.setup_data()  # build the loader (and whatever data set ``train_dataloader()`` makes) unmeasured
+    peak = measure_peak_memory(fit_loop.run, device=device, seed=seed, limit=limit)
+    if fit_loop.epoch_loop.global_step == 0:
+        raise RuntimeError(
+            f"LargestBatch: no training step ran at batch size {batch_size} (is the training set smaller than the "
+            "batch, with drop_last=True?); set `max_batch_size`."
+        )
+    return peak
+
+
+def multi_process_error(trainer: "pl.Trainer") -> MisconfigurationException:
+    """The error for a search that cannot run: several processes, or a strategy that restores checkpoints late."""
+    where = (
+        f"a multi-process run (world size {trainer.world_size}): the trial steps would need every process "
+        "in lockstep"
+        if trainer.world_size > 1
+        else f"a run with {type(trainer.strategy).__name__}, which restores checkpoints after setup"
+    )
+    return MisconfigurationException(
+        f"LargestBatch cannot search for a batch size in {where}. Run the search once single-process on one "
+        "device (`devices=1, num_nodes=1`, default strategy, e.g. with `max_steps=1`), note the batch size it "
+        "prints, then pass `LargestBatch(batch_size=<that size>, ...)` to this run (or resume from a checkpoint "
+        "of a run that searched)."
+    )
+
+
+def scale_trainer_lrs(
+    trainer: "pl.Trainer", factor: float, length_factor: Optional[float]
+) -> tuple[list[list[float]], list[str]]:
+    """Scale the learning rates of the trainer's optimizers and schedulers; return the new rates and the changed lengths."""
+    lrs = []
+    for optimizer in trainer.optimizers:
+        if factor != 1.0:
+            scale_optimizer_lrs(optimizer, factor)
+        lrs.append([float(group["lr"]) for group in optimizer.param_groups])
+    lengths_changed: list[str] = []
+    for config in trainer.lr_scheduler_configs:
+        lengths = length_factor if config.interval == "step" else None
+        changed = scale_lr_scheduler(config.scheduler, factor, lengths)
+        lengths_changed += [c for c in changed if c.rsplit(".", 1)[-1] not in SCHEDULER_LR_ATTRS]
+    return lrs, lengths_changed
+
+
+def too_small_error(
+    memory_budget: Any, budget_bytes: Optional[int], limit: Optional[int], margin: float, multiple: int, peak: Optional[int]
+) -> Exception:
+    """The error when not even a batch of ``multiple`` fits: in the device memory, or in the budget (``limit``)."""
+    if limit is None:
+        return MisconfigurationException(
+            f"LargestBatch: a batch of {multiple} does not fit in the device memory; lower `multiple`, use "
+            "activation checkpointing or mixed precision."
+        )
+    need = (
+        f"needs {format_bytes(peak)} at peak, so at least memory_budget={math.ceil(peak / (1 - margin))} "
+        f"(~{format_bytes(peak / (1 - margin))}) with margin {margin:g}"
+        if peak
+        else "needs more than that"
+    )
+    return ValueError(
+        f"`memory_budget={memory_budget!r}` ({format_bytes(budget_bytes or 0)}, "
+        f"{format_bytes(limit)} after the margin of {margin:g}) is too small for a batch of {multiple}: "
+        f"one training step {need}. Raise `memory_budget`, lower `margin` or `multiple`."
+    )
