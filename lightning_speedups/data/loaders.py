@@ -29,6 +29,9 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# private: Lightning's own way to re-create a loader (and the wrapping that lets it inject samplers later)
+from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
+from lightning.pytorch.strategies import ParallelStrategy
 from torch.utils.data import BatchSampler, DataLoader
 
 from lightning_speedups.functional.loaders import (
@@ -46,7 +49,6 @@ __all__ = [
 ]
 
 Auto = Literal["auto"]
-_TUNED = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 
 
 class LoaderRebuildError(RuntimeError):
@@ -366,16 +368,11 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
     else:
         args, kwargs = _args_from_attributes(loader, overrides)
     try:
-        from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
-    except ImportError:  # pragma: no cover - private helper moved
-        new = type(loader)(*args, **kwargs)
-    else:
-        try:
-            new = _reinstantiate_wrapped_cls(loader, *args, **kwargs)
-        except Exception as ex:
-            raise LoaderRebuildError(
-                f"`{type(loader).__name__}(...)` failed with the new settings: {ex}"
-            ) from ex
+        new = _reinstantiate_wrapped_cls(loader, *args, **kwargs)
+    except Exception as ex:
+        raise LoaderRebuildError(
+            f"`{type(loader).__name__}(...)` failed with the new settings: {ex}"
+        ) from ex
     for key, value in overrides.items():
         got = getattr(new, key, value)
         if key == "prefetch_factor" and value is None:
@@ -388,11 +385,6 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
     return new
 
 
-def current_settings(loader: DataLoader) -> dict[str, Any]:
-    """The loader's own values of the four tuned settings."""
-    return {k: getattr(loader, k, None) for k in _TUNED}
-
-
 def machine_from_trainer(trainer: Any) -> dict[str, Any]:
     """The facts :func:`resolve_loader_settings` needs, read from a Trainer (``{}`` for ``None``).
 
@@ -401,8 +393,6 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
     """
     if trainer is None:
         return {}
-    from lightning.pytorch.strategies import ParallelStrategy
-
     strategy = trainer.strategy
     try:
         accelerator = strategy.root_device.type

@@ -17,11 +17,9 @@ Card:
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal, Optional
+from typing import Optional
 
 import torch
-
-PrecisionMode = Literal["auto", "half", "off"]
 
 #: values the ``speedups.precision`` setting accepts besides Lightning's own precision strings
 PRECISION_CHOICES = ("off", "auto", "half", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true")
