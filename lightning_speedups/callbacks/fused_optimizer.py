@@ -16,6 +16,7 @@ from lightning_speedups.callbacks.base import SpeedupCallback
 def fused_devices() -> tuple[str, ...]:
     """Device types that have fused optimizer kernels in this torch build."""
     try:
+        # private: torch's own list of devices with fused optimizer kernels; there is no public query
         from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
         return tuple(_get_fused_kernels_supported_devices())
@@ -92,7 +93,7 @@ class FusedOptimizer(SpeedupCallback):
                 optimizer.defaults["fused"] = choice == "fused"
             optimizer.defaults["foreach"] = choice == "foreach"
             if choice == "fused" and scaler is not None:
-                # what the constructor does for fused=True: the GradScaler then hands its scale to the
+                # private flag, no public switch: what the constructor does for fused=True: the GradScaler then hands its scale to the
                 # step. Without a scaler (fp32, bf16) it must stay off: Lightning's mixed-precision
                 # plugin refuses to clip gradients of an optimizer that says it unscales internally.
                 optimizer._step_supports_amp_scaling = True

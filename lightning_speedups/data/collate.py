@@ -82,6 +82,7 @@ def _empty_batch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         numel = 1
         for s in shape:
             numel *= s
+        # private: the shared-memory allocation torch's default_collate makes in workers; no public API
         storage = torch.UntypedStorage._new_shared(
             numel * torch.empty((), dtype=dtype).element_size()
         )

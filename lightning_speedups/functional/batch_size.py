@@ -235,7 +235,7 @@ def scale_lr_scheduler(scheduler: Any, factor: float = 1.0, length_factor: Optio
         if isinstance(milestones, Counter):  # MultiStepLR
             scheduler.milestones = Counter({_scale_len(m, f): c for m, c in milestones.items()})
             changed.append(f"{name}.milestones")
-        if isinstance(getattr(scheduler, "_milestones", None), list):  # SequentialLR
+        if isinstance(getattr(scheduler, "_milestones", None), list):  # private: SequentialLR keeps them only here
             scheduler._milestones = [_scale_len(m, f) for m in scheduler._milestones]
             changed.append(f"{name}.milestones")
     for child in getattr(scheduler, "_schedulers", []) or []:

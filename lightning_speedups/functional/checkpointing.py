@@ -217,6 +217,8 @@ def _recompute_context(module: nn.Module) -> Iterator[None]:
     """
     swapped = []
     for m in module.modules():
+        # private: _NormBase is the only common base of the norms with running stats; the buffers are swapped
+        # as objects in _buffers because setattr would copy into the registered buffer
         if isinstance(m, nn.modules.batchnorm._NormBase) and m.training and m.track_running_stats:
             originals = {}
             for key in ("running_mean", "running_var", "num_batches_tracked"):
@@ -236,7 +238,7 @@ def _is_compiling() -> bool:
     compiler = getattr(torch, "compiler", None)
     if compiler is not None and hasattr(compiler, "is_compiling"):
         return bool(compiler.is_compiling())
-    return bool(torch._dynamo.is_compiling())  # torch < 2.3
+    return bool(torch._dynamo.is_compiling())  # private: torch < 2.3 has no torch.compiler.is_compiling
 
 
 def _has_batchnorm(module: nn.Module) -> bool:

@@ -68,7 +68,7 @@ class CompileFallbackWarning(UserWarning):
 def _list_backends() -> list[str]:
     lister = getattr(getattr(torch, "compiler", None), "list_backends", None)
     if lister is None:  # pragma: no cover - torch < 2.2
-        lister = torch._dynamo.list_backends
+        lister = torch._dynamo.list_backends  # private: the only lister before torch.compiler's
     return list(lister(exclude_tags=()))
 
 
@@ -138,7 +138,7 @@ class _GuardedCompiled:
                 eager_err.__suppress_context__ = True
                 raise eager_err
             self.fallback_reason = compiler_reason(compile_err)
-            self.module._compiled_call_impl = None  # eager from now on
+            self.module._compiled_call_impl = None  # private: where nn.Module.compile keeps it; None = eager
             self.module._lightning_speedups_compile_fallback = self.fallback_reason
             warnings.warn(
                 f"torch.compile of module {self.name!r} ({type(self.module).__name__}) failed; it now runs in eager"
@@ -150,6 +150,7 @@ class _GuardedCompiled:
 
 
 def _call_module(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    # private: the module call with its hooks but without the compiled entry (see _entry_for)
     return module._call_impl(*args, **kwargs)
 
 

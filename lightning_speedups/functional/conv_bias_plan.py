@@ -73,6 +73,7 @@ def _lazy(m: nn.Module) -> bool:
 
 
 def _has_forward_hooks(m: nn.Module) -> bool:
+    # private: nn.Module has no public way to ask whether forward hooks are registered
     return bool(m._forward_hooks) or bool(m._forward_pre_hooks)
 
 

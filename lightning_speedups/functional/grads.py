@@ -121,6 +121,7 @@ def find_zeroed_grads(params: Union[nn.Module, Iterable[Tensor]], *, check_value
             grads.append(p.grad)
     if grads and check_values:
         with torch.no_grad():
+            # private: a sparse grad's stored values without coalescing it (public values() needs coalesce)
             flags = [(g._values() if g.is_sparse else g).abs().amax() == 0 if g.numel() else torch.tensor(True) for g in grads]
             report.all_zero = int(torch.stack([f.to(flags[0].device) for f in flags]).sum().item())
     return report

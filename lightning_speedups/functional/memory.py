@@ -267,7 +267,7 @@ class LiveTensorMemory(TorchDispatchMode):
         storage = self._storage(t)
         if storage is None:
             return
-        key = storage._cdata
+        key = storage._cdata  # private: a storage's identity (what views share); no public id for it
         entry = self._live.get(key)
         if entry is None:
             if key in skip:  # a view of (or in-place on) an input this mode does not count, e.g. a data set
