@@ -18,8 +18,6 @@ import sys
 import time
 from typing import Any, Optional
 
-from lightning_speedups.bench.worker import child_main
-
 __all__ = ["Launcher"]
 
 
@@ -102,6 +100,10 @@ def _noop() -> None:
 
 
 def _child_entry(spec_path: str, result_path: str, log_path: str) -> None:
+    # imported here, not at the top: `import lightning_speedups.bench` must not load the worker, or
+    # `python -m lightning_speedups.bench.worker` would find it in sys.modules and run it twice
+    from lightning_speedups.bench.worker import child_main
+
     child_main(spec_path, result_path, log_path)
 
 
