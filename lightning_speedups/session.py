@@ -71,7 +71,7 @@ def _resolve(value: str) -> str:
 
 
 def _same_class(path: str, other: str) -> bool:
-    from jsonargparse._util import import_object  # noqa: PLC2701 - same resolver the parser used
+    from jsonargparse._util import import_object  # private: the resolver the parser used; jsonargparse exports none
 
     try:
         return import_object(path) is import_object(other)
@@ -163,7 +163,7 @@ class SpeedupsArgumentParser(LightningArgumentParser):
     """LightningArgumentParser whose errors are a few lines naming the key, its file and the fix."""
 
     def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
-        from jsonargparse._common import debug_mode_active  # noqa: PLC2701
+        from jsonargparse._common import debug_mode_active  # private: JSONARGPARSE_DEBUG has no public reader
 
         if not self.exit_on_error or debug_mode_active():
             return super().error(message, ex)

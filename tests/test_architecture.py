@@ -215,3 +215,25 @@ def test_no_import_of_own_modules_by_string_or_guarded(module):
                     )
                 ]
                 assert not own, f"{module}:{node.lineno} guards against the package's own module being missing"
+
+
+def test_each_layer_exports_its_public_names():
+    import inspect
+
+    import lightning_speedups
+    from lightning_speedups import callbacks, functional
+    from lightning_speedups.tips import TIPS
+
+    for name in lightning_speedups.__all__:
+        assert getattr(lightning_speedups, name) is not None
+    for tip in TIPS:
+        for part in tip.parts:
+            home = callbacks if inspect.isclass(part) and part.__module__.startswith("lightning_speedups.callbacks") else None
+            if home is None and part.__module__.startswith("lightning_speedups.functional"):
+                home = functional
+            if home is not None:
+                assert getattr(home, part.__name__, None) is part, f"{part.__name__} of {tip.id} is not exported by {home.__name__}"
+                assert part.__name__ in home.__all__
+    from lightning_speedups.functional import remove_conv_bias  # the README's example
+
+    assert callable(remove_conv_bias)
