@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import names_text
-from lightning_speedups.strategies import ddp_strategy
+from lightning_speedups.strategies import ddp_strategy, fsdp_strategy
 from lightning_speedups.tips.record import BuildContext, Setting, SuiteCase, Tip
 
 @dataclass
@@ -28,6 +28,17 @@ class DDPSettings:
     static_graph: bool = True
     compression: Literal["auto", "off", "bf16", "fp16"] = "auto"
     find_unused_parameters: bool = False
+
+
+@dataclass
+class FSDPSettings:
+    """T11 under FSDP: Lightning's FSDPStrategy wrapped at the repeated blocks, sharded checkpoints,
+    mixed precision from ``speedups.precision``; checkpoint the blocks with ``checkpointing.targets: [auto]``."""
+
+    enabled: bool = False
+    cpu_offload: bool = False
+    sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] = "FULL_SHARD"
+    state_dict_type: Literal["sharded", "full"] = "sharded"
 
 
 def check(facts: Facts) -> Finding:
@@ -71,8 +82,41 @@ def check(facts: Facts) -> Finding:
     return Finding.ok(tip, f"one process on one {facts.device_type} device ({facts.strategy}): nothing to distribute")
 
 
+def fsdp_conflicts(s: Any) -> list[str]:
+    """Why the section's other settings cannot run under FSDP (empty when they can)."""
+    out = []
+    if s.ddp.enabled:
+        out.append(
+            "`speedups.ddp.enabled` and `speedups.fsdp.enabled` are both true: a run has one strategy."
+            " FSDP already all-reduces (reduce-scatters) gradients; turn one of them off"
+            " (--config ddp.yaml or --config fsdp.yaml, not both)"
+        )
+    clip = s.grad_clip.algorithm
+    if clip in ("norm", "agc"):
+        out.append(
+            f"`speedups.grad_clip.algorithm: {clip}` does not work under FSDP: each rank holds a shard of every"
+            " gradient, so a norm over the local gradients is wrong (Lightning refuses norm clipping with FSDP)."
+            " Use `speedups.grad_clip.algorithm: value` or `off` with fsdp"
+        )
+    return out
+
+
 def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     """The Trainer arguments T11 sets before the Trainer exists."""
+    f = s.fsdp
+    if f.enabled:
+        problems = fsdp_conflicts(s)
+        if problems:
+            raise ValueError("; ".join(problems) + ".")
+        strategy, reason = fsdp_strategy(
+            accelerator=ctx.accelerator,
+            cpu_offload=f.cpu_offload,
+            sharding_strategy=f.sharding_strategy,
+            state_dict_type=f.state_dict_type,
+        )
+        ctx.trainer_kwargs["strategy"] = strategy
+        ctx.note("fsdp (T11)", True, reason)
+        return
     d = s.ddp
     if not d.enabled:
         return
@@ -105,9 +149,10 @@ TIP = Tip(
     check=check,
     settings=(
         Setting("ddp", DDPSettings, factory=DDPSettings, doc="T11. DDP strategy settings.", on=lambda v: v.enabled),
+        Setting("fsdp", FSDPSettings, factory=FSDPSettings, doc="T11. FSDP strategy settings (models that do not fit one device).", on=lambda v: v.enabled),
     ),
     trainer_kwargs=trainer_kwargs,
-    parts=(ddp_strategy,),
+    parts=(ddp_strategy, fsdp_strategy,),
     lint_rules=('LS301',),
     not_timed='needs several devices; bench times one device (use the ddp preset on the real machine)',
     suite=(

@@ -1,0 +1,100 @@
+"""Launch the distributed workers with torchrun on loopback, bounded in time, never hanging.
+
+Each node is its own torchrun agent (``--nnodes N --node_rank i``, master at 127.0.0.1 on a free
+port). The agents run in their own process groups; when one exits with an error, the others are
+stopped at once and the test fails with that node's output, and when the whole run passes its
+time limit every agent is stopped and the test fails saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "worker.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else ""
+
+
+def run_workers(scenario: str, out: Path, *, nnodes: int = 1, nproc: int = 2, timeout: float = 120.0,
+                args: tuple[str, ...] = ()) -> list[dict]:
+    """Run ``worker.py SCENARIO OUT`` on ``nnodes`` x ``nproc`` processes; return each rank's JSON result.
+
+    Raises:
+        AssertionError: a node failed (the others were stopped) or the run passed ``timeout``.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    procs: list[tuple[subprocess.Popen, Path]] = []
+    for node in range(nnodes):
+        log = out / f"node{node}.log"
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node_rank", str(node),
+            "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(port),
+            "--max_restarts", "0", "--monitor_interval", "0.5", str(WORKER), scenario, str(out), *args,
+        ]
+        fh = open(log, "w")  # noqa: SIM115 - closed below, after the process ends
+        procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True), log))
+        fh.close()
+    deadline = time.monotonic() + timeout
+    failed: list[str] = []
+    try:
+        while True:
+            codes = [p.poll() for p, _ in procs]
+            bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                failed = [f"node {i} exited with {codes[i]}:\n{_tail(procs[i][1])}" for i in bad]
+                break
+            if all(c == 0 for c in codes):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{scenario}: still running after {timeout:.0f}s; stopped every node.\n"
+                    + "\n".join(f"node {i}:\n{_tail(log)}" for i, (_, log) in enumerate(procs))
+                )
+            time.sleep(0.2)
+    finally:
+        for p, _ in procs:
+            _stop(p)
+    if failed:
+        raise AssertionError(f"{scenario}: " + "\n".join(failed) + "\n(the other nodes were stopped)")
+    results = []
+    for rank in range(nnodes * nproc):
+        path = out / f"rank{rank}.json"
+        assert path.exists(), f"{scenario}: rank {rank} wrote no result\n{_tail(procs[0][1])}"
+        results.append(json.loads(path.read_text()))
+    return results

@@ -1,0 +1,141 @@
+"""One rank of a distributed test, started by torchrun (see ``launch.py``): ``worker.py SCENARIO OUT``.
+
+Each scenario trains :class:`models.TinyBlocks` a few steps several ways and writes what the test
+compares to ``OUT/rank<RANK>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+from models import TinyBlocks, named_params
+
+from lightning_speedups.callbacks import SpeedupsSummary
+from lightning_speedups.functional.loaders import auto_num_workers, available_cpus
+from lightning_speedups.presets import preset
+
+RANK = int(os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
+LOCAL = int(os.environ["LOCAL_WORLD_SIZE"])
+NODES = WORLD // LOCAL
+
+
+def trainer(kwargs: dict[str, Any], callbacks: list, epochs: int, **extra: Any) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu", devices=LOCAL, num_nodes=NODES, max_epochs=epochs, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        **{**kwargs, **extra}, callbacks=callbacks,
+    )
+
+
+def params(trainer: pl.Trainer, model: TinyBlocks) -> dict[str, list[float]]:
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if isinstance(trainer.strategy, FSDPStrategy):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        with FullyShardedDataParallel.summon_full_params(trainer.strategy.model, writeback=False):
+            return named_params(model)
+    return named_params(model)
+
+
+def summary_lines(trainer: pl.Trainer) -> list[str]:
+    return next((cb.lines for cb in trainer.callbacks if isinstance(cb, SpeedupsSummary)), [])
+
+
+def fit(names: tuple[str, ...], epochs: int, n: int = 16, ckpt_in: str | None = None, ckpt_out: str | None = None,
+        set_speedups: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """Train with the presets ``names`` and return what the test compares."""
+    p = preset(*names)
+    for key, value in (set_speedups or {}).items():
+        setattr(p.speedups, key, value)
+    model = TinyBlocks(n=n)
+    t = trainer(p.trainer_kwargs(accelerator="cpu"), p.callbacks(), epochs, **extra)
+    t.fit(model, ckpt_path=ckpt_in)
+    if ckpt_out:
+        t.save_checkpoint(ckpt_out)
+    out: dict[str, Any] = {
+        "losses": model.losses, "params": params(t, model), "global_step": t.global_step,
+        "strategy": type(t.strategy).__name__, "summary": summary_lines(t),
+        "accumulate": t.accumulate_grad_batches, "world_size": t.world_size, "num_nodes": t.num_nodes,
+    }
+    wrapped = getattr(t.strategy, "model", None)
+    if hasattr(wrapped, "static_graph"):
+        out["static_graph"] = bool(wrapped.static_graph)
+    if type(t.strategy).__name__ == "SpeedupsFSDPStrategy":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        out["fsdp_units"] = sum(isinstance(m, FullyShardedDataParallel) for m in wrapped.modules())
+        mp = t.strategy.mixed_precision
+        out["param_dtype"] = str(mp.param_dtype) if mp is not None else None
+        out["precision"] = t.precision
+    return out
+
+
+def scenario_fsdp(out: Path) -> dict[str, Any]:
+    ckpt = str(out / "fsdp.ckpt")
+    res = {"straight": fit(("fsdp",), 2), "first": fit(("fsdp",), 1, ckpt_out=ckpt)}
+    res["ckpt_files"] = sorted(os.listdir(ckpt)) if os.path.isdir(ckpt) else None
+    res["resumed"] = fit(("fsdp",), 2, ckpt_in=ckpt)
+    res["composed"] = fit(("fsdp", "fast", "memory"), 1)
+    return res
+
+
+def scenario_ddp(out: Path) -> dict[str, Any]:
+    from lightning.pytorch.strategies import DDPStrategy
+
+    res: dict[str, Any] = {}
+    # torch's static-graph DDP with Lightning's accumulation (no_sync on the first micro-batch)
+    model = TinyBlocks(n=32)
+    t = trainer({"strategy": DDPStrategy(static_graph=True)}, [], 1, accumulate_grad_batches=2)
+    try:
+        t.fit(model)
+        res["raw_static_accumulate"] = {"error": None, "params": named_params(model)}
+    except Exception as err:  # noqa: BLE001 - the finding is the error itself
+        res["raw_static_accumulate"] = {"error": f"{type(err).__name__}: {err}"[:500]}
+    dist.barrier()
+    ckpt = str(out / "ddp.ckpt")
+    res["straight"] = fit(("ddp",), 2)
+    res["first"] = fit(("ddp",), 1, ckpt_out=ckpt)
+    res["resumed"] = fit(("ddp",), 2, ckpt_in=ckpt)
+    res["accumulate"] = fit(("ddp",), 1, n=32, accumulate_grad_batches=2)
+    return res
+
+
+def scenario_multinode(out: Path) -> dict[str, Any]:
+    ckpt = str(out / "multinode.ckpt")
+    eff = {"effective_batch_size": 16}
+    res = {
+        "straight": fit(("ddp",), 2, n=32, set_speedups=eff),
+        "first": fit(("ddp",), 1, n=32, set_speedups=eff, ckpt_out=ckpt),
+    }
+    res["resumed"] = fit(("ddp",), 2, n=32, set_speedups=eff, ckpt_in=ckpt)
+    choice = auto_num_workers(accelerator="cpu")
+    res["workers"] = {"num_workers": choice.num_workers, "reason": choice.reason, "cpus": available_cpus().count}
+    return res
+
+
+def scenario_fail(out: Path) -> dict[str, Any]:
+    dist.init_process_group("gloo")
+    if RANK == 1:
+        raise RuntimeError("rank 1 fails on purpose before the first collective")
+    dist.barrier()  # would wait for rank 1 forever
+    return {}
+
+
+def main() -> None:
+    scenario, out = sys.argv[1], Path(sys.argv[2])
+    result = globals()[f"scenario_{scenario}"](out)
+    result.update(rank=RANK, world=WORLD, local_world=LOCAL)
+    (out / f"rank{RANK}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
