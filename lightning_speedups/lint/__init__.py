@@ -2,13 +2,13 @@
 
 ``python -m lightning_speedups lint PATH...`` (or ``python -m lightning_speedups.lint``) parses the
 files with :mod:`ast` (nothing is imported or executed, torch is not needed) and reports each finding
-as ``path:line:col: CODE [Txx] message (fix: ...)``. See ``lint/README.md`` for the rules.
+as ``path:line:col: CODE [Txx] severity (how often it runs): message (fix: ...)``. See ``lint/README.md`` for the rules.
 
 Example:
     >>> from lightning_speedups.lint import lint_source
-    >>> src = "import torch\\nx = torch.zeros(3).cuda()\\n"
-    >>> [(f.line, f.code, f.tip) for f in lint_source(src)]
-    [(2, 'LS203', 'T20')]
+    >>> src = "import torch\\nclass M(torch.nn.Module):\\n    def forward(self, x):\\n        return torch.zeros(3).cuda()\\n"
+    >>> [(f.line, f.code, f.tip, f.severity, f.runs) for f in lint_source(src)]
+    [(4, 'LS203', 'T20', 'warning', 'per batch')]
 """
 
 from lightning_speedups.lint.command import main

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import gc
 import io
 import os
 import re
@@ -13,6 +14,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules import RULES, Rule
+from lightning_speedups.lint.rules.base import WARNING
 
 #: Directory names never descended into when a directory is given.
 EXCLUDED_DIRS = frozenset(
@@ -26,7 +28,10 @@ _NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d
 class Finding:
     """One finding: where, which rule (code and tip), what, and how to fix it.
 
-    ``line`` and ``col`` are 1-based (``col`` like flake8/ruff).
+    ``line`` and ``col`` are 1-based (``col`` like flake8/ruff). ``runs`` says how often the line
+    (or the cost it sets up) runs as far as the file shows: ``per batch``, ``per sample``, ``every N
+    batches``, ``per epoch``, ``unknown``. ``severity`` follows from it: ``warning`` for per-batch
+    and per-sample costs, ``info`` otherwise (a cost paid once per run is not reported).
     """
 
     code: str
@@ -37,6 +42,8 @@ class Finding:
     message: str
     fix: str
     end_line: int = field(default=0, compare=False, repr=False)
+    runs: str = field(default="per batch", compare=False)
+    severity: str = field(default=WARNING, compare=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -44,7 +51,10 @@ class Finding:
         return d
 
     def format(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}: {self.code} [{self.tip}] {self.message} (fix: {self.fix})"
+        return (
+            f"{self.path}:{self.line}:{self.col}: {self.code} [{self.tip}] {self.severity} ({self.runs}): "
+            f"{self.message} (fix: {self.fix})"
+        )
 
 
 @dataclass
@@ -57,10 +67,11 @@ class LintResult:
 
     @property
     def exit_code(self) -> int:
-        """2 when any path could not be read or parsed, else 1 with findings, else 0."""
+        """2 when any path could not be read or parsed, else 1 with a warning, else 0 (``info``
+        findings alone do not fail a hook)."""
         if self.errors:
             return 2
-        return 1 if self.findings else 0
+        return 1 if any(f.severity == WARNING for f in self.findings) else 0
 
 
 def _matches(rule: Rule, selector: str) -> bool:
@@ -125,14 +136,22 @@ def lint_tree(
     *,
     noqa: bool = True,
 ) -> list[Finding]:
-    """Run ``rules`` (default: all) on a parsed file."""
-    ctx = FileContext(tree, path)
+    """Run ``rules`` (default: all) on a parsed file.
+
+    Test files (``test_*.py``, ``*_test.py``, ``conftest.py``, under ``tests/``) are not training
+    runs: they get no findings.
+    """
+    ctx = FileContext(tree, path, source)
+    if ctx.is_test_file:
+        return []
     display = str(path)
     found: set[Finding] = set()
     for rule in RULES if rules is None else rules:
         for hit in rule.check(ctx):
             node, message = hit[0], hit[1]
             fix = hit[2] if len(hit) > 2 and hit[2] else rule.fix  # type: ignore[misc]
+            runs = hit[3] if len(hit) > 3 else "per batch"  # type: ignore[misc]
+            severity = hit[4] if len(hit) > 4 else WARNING  # type: ignore[misc]
             found.add(
                 Finding(
                     code=rule.code,
@@ -143,6 +162,8 @@ def lint_tree(
                     message=message,
                     fix=fix,
                     end_line=getattr(node, "end_lineno", None) or node.lineno,  # type: ignore[attr-defined]
+                    runs=runs,
+                    severity=severity,
                 )
             )
     findings = sorted(found, key=lambda f: (f.line, f.col, f.code))
@@ -150,6 +171,11 @@ def lint_tree(
         table = _noqa_lines(source)
         findings = [f for f in findings if not _suppressed(f, table)]
     return findings
+
+
+def triggered_rules(source: str, rules: Sequence[Rule]) -> list[Rule]:
+    """The ``rules`` whose trigger patterns all occur in ``source`` (the others cannot fire)."""
+    return [r for r in rules if r.triggered(source)]
 
 
 def lint_source(
@@ -233,18 +259,30 @@ def lint_paths(
     files, errors = iter_python_files(paths)
     findings: list[Finding] = []
     linted = 0
-    for path in files:
-        try:
-            data = path.read_bytes()
-            tree = ast.parse(data, filename=str(path))
-            text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0], errors="replace")
-        except SyntaxError as exc:
-            where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
-            errors.append(f"{where}: cannot parse: {exc.msg}")
-            continue
-        except (OSError, ValueError, UnicodeError) as exc:
-            errors.append(f"{path}: cannot read: {exc}")
-            continue
-        linted += 1
-        findings.extend(lint_tree(tree, text, path, rules))
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # ast trees hold no cycles: collecting while a large file parses only costs time
+    try:
+        for path in files:
+            try:
+                data = path.read_bytes()
+                text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
+                if "\x00" in text:
+                    raise ValueError("source code string cannot contain null bytes")
+                chosen = triggered_rules(text, rules)
+                if not chosen:  # no selected rule can fire on this text: no need to parse it
+                    linted += 1
+                    continue
+                tree = ast.parse(data, filename=str(path))
+            except SyntaxError as exc:
+                where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
+                errors.append(f"{where}: cannot parse: {exc.msg}")
+                continue
+            except (OSError, ValueError, UnicodeError) as exc:
+                errors.append(f"{path}: cannot read: {exc}")
+                continue
+            linted += 1
+            findings.extend(lint_tree(tree, text, path, chosen))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return LintResult(findings=findings, files=linted, errors=errors)

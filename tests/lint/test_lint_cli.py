@@ -16,9 +16,12 @@ import lightning_speedups.lint as lint_pkg
 from lightning_speedups.lint import lint_paths, main
 
 REPO = Path(__file__).resolve().parents[2]
-BAD = "import torch\nx = torch.zeros(3).cuda()\nm = torch.nn.DataParallel(net)\n"
+BAD = "import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return torch.zeros(3).cuda()\n\n\nm = torch.nn.DataParallel(net)\n"
 CLEAN = "import torch\nx = torch.zeros(3, device='cuda')\n"
-LINE = re.compile(r"^(?P<path>.+):(?P<line>\d+):(?P<col>\d+): (?P<code>LS\d{3}) \[(?P<tip>T\d\d)\] .+ \(fix: .+\)$")
+LINE = re.compile(
+    r"^(?P<path>.+):(?P<line>\d+):(?P<col>\d+): (?P<code>LS\d{3}) \[(?P<tip>T\d\d)\] "
+    r"(?P<severity>warning|info) \((?P<runs>[a-zA-Z ]+)\): .+ \(fix: .+\)$"
+)
 
 
 @pytest.fixture()
@@ -50,8 +53,8 @@ def test_findings_exit_1_one_line_each(tree, capsys):
     parsed = [LINE.match(line) for line in lines]
     assert all(parsed), lines
     assert [(m["line"], m["col"], m["code"], m["tip"]) for m in parsed] == [
-        ("2", "5", "LS203", "T20"),
-        ("3", "5", "LS301", "T11"),
+        ("6", "16", "LS203", "T20"),
+        ("9", "5", "LS301", "T11"),
     ]
     assert all(Path(m["path"]) == tree / "pkg" / "bad.py" for m in parsed)
     assert "2 findings in 1 file (2 files checked)" in err
@@ -81,13 +84,15 @@ def test_json_output(tree, capsys):
     assert data["files"] == 2
     assert data["errors"] == []
     assert [f["code"] for f in data["findings"]] == ["LS203", "LS301"]
-    assert set(data["findings"][0]) == {"code", "tip", "path", "line", "col", "message", "fix"}
-    assert data["findings"][0]["line"] == 2 and data["findings"][0]["tip"] == "T20"
+    assert set(data["findings"][0]) == {"code", "tip", "path", "line", "col", "message", "fix", "runs", "severity"}
+    assert data["findings"][0]["line"] == 6 and data["findings"][0]["tip"] == "T20"
+    assert data["findings"][0]["runs"] == "per batch" and data["findings"][0]["severity"] == "warning"
 
 
 def test_missing_path_and_unparsable_file_exit_2_others_still_linted(tree, capsys):
     broken = tree / "pkg" / "broken.py"
-    broken.write_text("def f(:\n    pass\n")
+    # a file is parsed when some rule could fire on its text (here: .item() and backward)
+    broken.write_text("def f(:\n    loss.backward(); loss.item()\n")
     code = main([str(tree / "pkg"), str(tree / "nope.py"), "--json"])
     assert code == 2
     captured = capsys.readouterr()
@@ -135,7 +140,7 @@ def test_python_dash_m_entry_point(tmp_path):
     assert proc.returncode == 1, proc.stderr
     (rule,) = [r for r in lint_pkg.RULES if r.code == "LS301"]
     assert proc.stdout.strip().endswith("(fix: " + rule.fix + ")")
-    assert ":3:5: LS301 [T11]" in proc.stdout
+    assert ":9:5: LS301 [T11] warning (per batch): " in proc.stdout
 
 
 def test_lint_package_imports_no_heavy_dependency():
@@ -164,3 +169,20 @@ def test_pre_commit_hook_definition():
     assert "lightning-speedups-lint" in readme
     for rule in lint_pkg.RULES:  # the README lists every rule
         assert f"| {rule.code} | {rule.tip} |" in readme, rule.code
+
+
+def test_info_findings_alone_exit_0(tmp_path, capsys):
+    f = tmp_path / "sample.py"
+    # runs per epoch: reported as info, which does not fail a hook
+    f.write_text("import torch\n\ndef sample(model, epochs):\n    for epoch in range(epochs):\n        model(torch.zeros(3).cuda())\n")
+    assert main([str(f)]) == 0
+    out = capsys.readouterr().out
+    assert ":5:15: LS203 [T20] info (per epoch): " in out
+
+
+def test_files_no_rule_can_fire_on_are_not_parsed(tmp_path):
+    # no rule's trigger occurs in the text: the file is counted, not parsed (a syntax error there
+    # is left to the compiler and the other linters)
+    (tmp_path / "plain.py").write_text("def f(:\n    return 1\n")
+    result = lint_paths([tmp_path])
+    assert result.files == 1 and result.errors == [] and result.findings == []

@@ -131,6 +131,7 @@ def test_shadowed_print_is_not_reported():
         "import torch\nfrom rich import print\n\n"
         "def fit(model, loader, opt):\n"
         "    for x in loader:\n"
+        "        x = x.cuda()\n"
         "        loss = torch.sum(model(x))\n"
         "        loss.backward()\n"
         "        opt.step()\n"
@@ -138,7 +139,7 @@ def test_shadowed_print_is_not_reported():
     )
     assert codes_of(src) == []
     assert codes_of(src.replace("from rich import print", "from .console import print")) == []
-    assert codes_of(src.replace("from rich import print\n", "")) == [(8, "LS202")]
+    assert codes_of(src.replace("from rich import print\n", "")) == [(9, "LS202")]
 
 
 def test_chained_sync_is_one_finding():
@@ -153,7 +154,7 @@ def test_chained_sync_is_one_finding():
 
 
 def test_select_and_ignore_filter_rules():
-    src = "import torch\nx = torch.zeros(3).cuda()\nm = torch.nn.DataParallel(net)\n"
+    src = "import torch\nm = torch.nn.DataParallel(net)\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return torch.zeros(3).cuda()\n"
     assert [f.code for f in lint_source(src, select=["LS2"])] == ["LS203"]
     assert [f.code for f in lint_source(src, select=["T11"])] == ["LS301"]
     assert [f.code for f in lint_source(src, ignore=["LS203"])] == ["LS301"]
@@ -163,7 +164,7 @@ def test_select_and_ignore_filter_rules():
 
 
 def test_noqa_forms():
-    src = "import torch\nx = torch.zeros(3).cuda()  # {}\n"
+    src = "import torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return torch.zeros(3).cuda()  # {}\n"
     for comment, kept in [
         ("noqa", 0),
         ("noqa: LS203", 0),
@@ -176,22 +177,27 @@ def test_noqa_forms():
     ]:
         assert len(lint_source(src.format(comment))) == kept, comment
     # "# noqa" inside a string is not a comment
-    assert len(lint_source('import torch\nx = torch.zeros(3).cuda(); s = "# noqa"\n')) == 1
+    assert len(lint_source(src.format("").replace("cuda()  #", 'cuda(); s = "# noqa"'))) == 1
+
+
+FORWARD = "import torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return torch.zeros(3).cuda()\n"
 
 
 def test_finding_fields_and_format():
-    (f,) = lint_source("import torch\nx = torch.zeros(3).cuda()\n", path="a/b.py")
+    (f,) = lint_source(FORWARD, path="a/b.py")
     assert f.to_dict() == {
         "code": "LS203",
         "tip": "T20",
         "path": "a/b.py",
-        "line": 2,
-        "col": 5,
+        "line": 5,
+        "col": 16,
         "message": f.message,
         "fix": f.fix,
+        "runs": "per batch",
+        "severity": "warning",
     }
-    assert list(f.to_dict()) == ["code", "tip", "path", "line", "col", "message", "fix"]
-    assert f.format() == f"a/b.py:2:5: LS203 [T20] {f.message} (fix: {f.fix})"
+    assert list(f.to_dict()) == ["code", "tip", "path", "line", "col", "message", "fix", "runs", "severity"]
+    assert f.format() == f"a/b.py:5:16: LS203 [T20] warning (per batch): {f.message} (fix: {f.fix})"
     assert "device=" in f.fix
 
 

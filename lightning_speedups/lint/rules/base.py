@@ -1,16 +1,51 @@
-"""The rule record shared by every rule module."""
+"""The rule record shared by every rule module, and the hit a rule yields."""
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Tuple, Union
+from typing import Callable, Iterable, NamedTuple, Optional, Tuple, Union
 
 from lightning_speedups.lint.context import FileContext
+from lightning_speedups.lint.where import ON_ERROR, ONCE, PER_BATCH, PER_SAMPLE, Runs
 
-#: A rule's check yields ``(node, message)`` or ``(node, message, fix)`` (a fix for this one finding).
-Hit = Union[Tuple[ast.AST, str], Tuple[ast.AST, str, Optional[str]]]
-Check = Callable[[FileContext], Iterable[Hit]]
+WARNING = "warning"
+INFO = "info"
+
+
+class Hit(NamedTuple):
+    """One hit of a rule: the node, the message, a fix for this finding (``None``: the rule's fix),
+    how often the line (or the cost it sets up) runs, and the severity that follows from it."""
+
+    node: ast.AST
+    message: str
+    fix: Optional[str] = None
+    runs: str = PER_BATCH
+    severity: str = WARNING
+
+
+#: A rule's check yields :class:`Hit` (or a plain ``(node, message[, fix])``: a per-batch warning).
+AnyHit = Union[Hit, Tuple[ast.AST, str], Tuple[ast.AST, str, Optional[str]]]
+Check = Callable[[FileContext], Iterable[AnyHit]]
+
+
+def severity_for(runs: Runs) -> Optional[str]:
+    """``warning`` for a line that runs per batch or per sample, ``info`` for every N batches, per
+    epoch or unknown, ``None`` (no finding) for a line that runs once or only on an error."""
+    if runs.how in (PER_BATCH, PER_SAMPLE):
+        return WARNING
+    if runs.how in (ONCE, ON_ERROR):
+        return None
+    return INFO
+
+
+def hit_at(node: ast.AST, message: str, runs: Runs, fix: Optional[str] = None) -> Optional[Hit]:
+    """A :class:`Hit` whose severity follows from how often ``node`` runs (``None`` when it runs once)."""
+    severity = severity_for(runs)
+    if severity is None:
+        return None
+    return Hit(node, message, fix, runs.how, severity)
 
 
 @dataclass(frozen=True)
@@ -24,6 +59,9 @@ class Rule:
         summary: what it finds, one line (for docs and ``--list-rules``).
         fix: the default fix shown with every finding.
         check: ``check(ctx)`` yields the hits in one file.
+        triggers: regular expressions that must all occur in the source text for the rule to fire
+            at all (a necessary condition, checked before the file is parsed: a file that triggers
+            no selected rule is not parsed).
     """
 
     code: str
@@ -32,3 +70,17 @@ class Rule:
     summary: str
     fix: str
     check: Check = field(repr=False, compare=False)
+    triggers: Tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    def triggered(self, source: str) -> bool:
+        return all(_compiled(t).search(source) for t in self.triggers)
+
+
+_PATTERNS: dict[str, "re.Pattern[str]"] = {}
+
+
+def _compiled(pattern: str) -> "re.Pattern[str]":
+    p = _PATTERNS.get(pattern)
+    if p is None:
+        p = _PATTERNS[pattern] = re.compile(pattern)
+    return p

@@ -13,7 +13,7 @@ from lightning_speedups.lint.context import (
     keyword,
     snippet,
 )
-from lightning_speedups.lint.rules.base import Hit, Rule
+from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
 _NUM_WORKERS_POS = 5
@@ -29,7 +29,10 @@ def _tensor_from_numpy(ctx: FileContext) -> Iterator[Hit]:
             continue  # the data must cross to the device anyway: as_tensor would copy too
         arg = call.args[0]
         if ctx.is_numpy(arg):
-            yield call, f"torch.tensor({snippet(arg)}) copies a numpy array"
+            runs = ctx.runs(call)
+            h = hit_at(call, f"torch.tensor({snippet(arg)}) copies a numpy array, {runs.how} (in {runs.where})", runs)
+            if h is not None:
+                yield h
 
 
 def _tensor_of_tensors(ctx: FileContext) -> Iterator[Hit]:
@@ -44,10 +47,15 @@ def _tensor_of_tensors(ctx: FileContext) -> Iterator[Hit]:
         else:
             tensors = False
         if tensors:
-            yield call, (
+            runs = ctx.runs(call)
+            h = hit_at(
+                call,
                 f"torch.tensor({snippet(arg)}) builds a tensor from tensors one Python scalar at a "
-                "time (a host copy, and a device sync per element on GPU)"
+                f"time (a host copy, and a device sync per element on GPU), {runs.how} (in {runs.where})",
+                runs,
             )
+            if h is not None:
+                yield h
 
 
 def _loaders(ctx: FileContext) -> Iterator[ast.Call]:
@@ -56,15 +64,62 @@ def _loaders(ctx: FileContext) -> Iterator[ast.Call]:
             yield call
 
 
+def _dataset_class(ctx: FileContext, node: Optional[ast.AST], at: ast.AST) -> Optional[str]:
+    """The class name (or ``torch.utils.data.X``) of the dataset ``node`` visibly is, else ``None``."""
+    if isinstance(node, ast.Name):
+        prior = ctx.bindings_before(node) or ctx.bindings(ctx.tree).get(node.id)
+        if not prior or any(b.kind != "value" or b.value is None for b in prior):
+            return None
+        node = prior[-1].value
+    elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        cls = ctx.enclosing_class(at)
+        values = ctx.self_attrs(cls)[0].get(node.attr, []) if cls is not None else []
+        if len(values) != 1:
+            return None
+        node = values[0]
+    if not isinstance(node, ast.Call):
+        return None
+    qual = ctx.call_name(node)
+    if qual is not None:
+        return qual
+    return node.func.id if isinstance(node.func, ast.Name) else None
+
+
+def _in_memory_datasets(ctx: FileContext) -> set[str]:
+    """Dataset classes of this file whose ``__getitem__`` only indexes attributes (``return self.data[i]``)."""
+    out = set()
+    for cls in ctx.classes:
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__getitem__" and len(node.body) == 1:
+                ret = node.body[0]
+                if isinstance(ret, ast.Return) and ret.value is not None:
+                    parts = ret.value.elts if isinstance(ret.value, ast.Tuple) else [ret.value]
+                    if parts and all(
+                        isinstance(p, ast.Subscript) and isinstance(p.value, ast.Attribute) for p in parts
+                    ):
+                        out.add(cls.name)
+    return out
+
+
 def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.mentions_cuda:
         return
+    iterable = ctx.iterable_dataset_classes()
     for call in _loaders(ctx):
         state, value = argument(call, "num_workers", _NUM_WORKERS_POS)
         if state == "missing":
-            yield call, "DataLoader without num_workers loads every batch in the main process while the GPU waits"
+            text = "DataLoader without num_workers loads every batch in the main process while the GPU waits"
         elif state == "given" and is_const(value, 0):
-            yield call, "DataLoader with num_workers=0 loads every batch in the main process while the GPU waits"
+            text = "DataLoader with num_workers=0 loads every batch in the main process while the GPU waits"
+        else:
+            continue
+        _, dataset = argument(call, "dataset", 0)
+        kind = _dataset_class(ctx, dataset, call)
+        if kind is not None and (kind in iterable or kind.endswith("IterableDataset")):
+            continue  # workers each get a copy of the stream (a replay buffer goes stale): not a safe fix
+        if kind == "torch.utils.data.TensorDataset" or (kind is not None and kind in _in_memory_datasets(ctx)):
+            continue  # indexing tensors already in memory: workers only add inter-process copies
+        yield Hit(call, text)
 
 
 def _pin_state(call: ast.Call) -> Optional[str]:
@@ -83,9 +138,9 @@ def _loader_pin_memory(ctx: FileContext) -> Iterator[Hit]:
     for call in _loaders(ctx):
         state = _pin_state(call)
         if state == "missing":
-            yield call, "DataLoader without pin_memory=True in a file that moves batches to CUDA"
+            yield Hit(call, "DataLoader without pin_memory=True in a file that moves batches to CUDA")
         elif state == "False":
-            yield call, "DataLoader with pin_memory=False in a file that moves batches to CUDA"
+            yield Hit(call, "DataLoader with pin_memory=False in a file that moves batches to CUDA")
 
 
 # ---------------------------------------------------------------------------------- LS104
@@ -187,9 +242,10 @@ def _non_blocking_unpinned(ctx: FileContext) -> Iterator[Hit]:
         receiver = func.value
         if isinstance(receiver, ast.Call) and ctx.call_name(receiver) in ("torch.from_numpy", "torch.as_tensor"):
             if keyword(receiver, "device") is None:
-                yield call, (
+                yield Hit(
+                    call,
                     f"non_blocking=True on {snippet(receiver)}: a fresh tensor in pageable memory, "
-                    "so the copy cannot overlap"
+                    "so the copy cannot overlap",
                 )
             continue
         root = _root_name(receiver)
@@ -197,9 +253,10 @@ def _non_blocking_unpinned(ctx: FileContext) -> Iterator[Hit]:
             continue
         loader = _batch_source(ctx, root, call)
         if loader is not None:
-            yield call, (
+            yield Hit(
+                call,
                 f"non_blocking=True on `{root.id}`, a batch of the DataLoader at line {loader.lineno} "
-                "that does not pin memory: a copy from pageable memory cannot overlap"
+                "that does not pin memory: a copy from pageable memory cannot overlap",
             )
 
 
@@ -211,6 +268,7 @@ RULES = [
         "torch.tensor(ndarray) on a visible numpy array copies it",
         "torch.from_numpy(arr) (shares memory) or torch.as_tensor(arr, dtype=..., device=...)",
         _tensor_from_numpy,
+        (r"tensor\s*\(", "numpy"),
     ),
     Rule(
         "LS102",
@@ -219,6 +277,7 @@ RULES = [
         "DataLoader without num_workers, or with num_workers=0, in a file that moves batches to CUDA",
         "num_workers=4 (about 4 per GPU, at most the CPUs you have) and persistent_workers=True",
         _loader_workers,
+        ("DataLoader",),
     ),
     Rule(
         "LS103",
@@ -227,6 +286,7 @@ RULES = [
         "DataLoader without pin_memory=True in a file that moves batches to CUDA",
         "pin_memory=True (only when training on a GPU)",
         _loader_pin_memory,
+        ("DataLoader",),
     ),
     Rule(
         "LS104",
@@ -236,6 +296,7 @@ RULES = [
         "torch.from_numpy(...)) in a file that moves data to CUDA",
         "pin the source: DataLoader(..., pin_memory=True) or tensor.pin_memory(); non_blocking only overlaps from pinned memory",
         _non_blocking_unpinned,
+        ("non_blocking",),
     ),
     Rule(
         "LS105",
@@ -244,5 +305,6 @@ RULES = [
         "torch.tensor([...]) of tensors (a list comprehension or literal)",
         "torch.stack([...]) keeps the data on its device in one kernel",
         _tensor_of_tensors,
+        (r"tensor\s*\(",),
     ),
 ]

@@ -6,7 +6,7 @@ import ast
 from typing import Iterator
 
 from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet
-from lightning_speedups.lint.rules.base import Hit, Rule
+from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 
 _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.data_parallel")
 _DEBUG_WORDS = ("debug",)
@@ -32,7 +32,16 @@ def _zero_grad_keep(ctx: FileContext) -> Iterator[Hit]:
         kw = keyword(call, "set_to_none")
         value = kw.value if kw is not None else (call.args[0] if call.args else None)
         if is_const(value, False):
-            yield call, "zero_grad(set_to_none=False) writes zeros into every gradient (a memset per parameter)"
+            if ctx.grads_used_in_place:
+                continue  # p.grad += g later: with set_to_none=True that raises on None
+            runs = ctx.runs(call)
+            h = hit_at(
+                call,
+                f"zero_grad(set_to_none=False) writes zeros into every gradient (a memset per parameter), {runs.how}",
+                runs,
+            )
+            if h is not None:
+                yield h
 
 
 def _is_grad(node: ast.AST) -> bool:
@@ -72,8 +81,8 @@ def _grad_zeroed_in_place(ctx: FileContext) -> Iterator[Hit]:
             (func.attr == "zero_" and not call.args)
             or (func.attr in ("fill_", "mul_") and len(call.args) == 1 and (is_const(call.args[0], 0) or is_const(call.args[0], 0.0)))
         )
-        if zeroes and _zeroing_context(ctx, call):
-            yield call, f"{snippet(call)} writes zeros into the gradient instead of dropping it"
+        if zeroes and _zeroing_context(ctx, call) and not ctx.grads_used_in_place:
+            yield Hit(call, f"{snippet(call)} writes zeros into the gradient instead of dropping it")
 
 
 def _benchmark_off(ctx: FileContext) -> Iterator[Hit]:
@@ -138,6 +147,7 @@ RULES = [
         "nn.DataParallel / data_parallel (one process drives all GPUs)",
         'DistributedDataParallel: Trainer(strategy="ddp", devices=N) (or the ddp preset)',
         _data_parallel,
+        ("DataParallel|data_parallel",),
     ),
     Rule(
         "LS302",
@@ -146,6 +156,7 @@ RULES = [
         "zero_grad(set_to_none=False)",
         "zero_grad() (set_to_none=True, the default since torch 2.0)",
         _zero_grad_keep,
+        ("zero_grad",),
     ),
     Rule(
         "LS303",
@@ -154,6 +165,7 @@ RULES = [
         "p.grad.zero_() / p.grad.data.zero_() in a zero_grad override or a loop over parameters",
         "p.grad = None (what optimizer.zero_grad() does by default)",
         _grad_zeroed_in_place,
+        (r"grad\s*(?:\.\s*data\s*)?\.\s*(?:zero_|fill_|mul_)\s*\(",),
     ),
     Rule(
         "LS304",
@@ -162,6 +174,7 @@ RULES = [
         "torch.backends.cudnn.benchmark = False / Trainer(benchmark=False) without deterministic mode in the file",
         "cudnn.benchmark = True (Trainer(benchmark=True)) when input shapes stay fixed; remove the line otherwise",
         _benchmark_off,
+        ("benchmark",),
     ),
     Rule(
         "LS305",
@@ -170,6 +183,7 @@ RULES = [
         "set_detect_anomaly(True) / detect_anomaly() / Trainer(detect_anomaly=True) outside debugging code",
         "remove it, or turn it on only while hunting a NaN (behind a --debug flag, or the debug preset)",
         _anomaly_on,
+        ("anomaly",),
     ),
     Rule(
         "LS306",
@@ -178,5 +192,6 @@ RULES = [
         "torch.autograd.profiler.profile / emit_nvtx / Trainer(profiler=...) outside debugging or profiling code",
         "remove it from training runs, or enable it behind a flag (profile a few steps, not the whole fit)",
         _profiler_on,
+        ("profile|nvtx",),
     ),
 ]

@@ -1,0 +1,394 @@
+"""Where code runs and how often, as far as the file shows: per batch, per sample, every N batches,
+per epoch, once, or only on an error.
+
+Mixed into :class:`~lightning_speedups.lint.context.FileContext`. The answer for a node is a
+:class:`Runs`; rules turn it into a severity (a cost paid once per run is not a warning).
+
+- **per batch**: the body of ``training_step`` / ``validation_step`` / ``test_step`` /
+  ``predict_step`` / ``forward`` (a method), of a *training loop*, of a *step function* (a function
+  that itself calls ``backward`` or ``optimizer.step()`` outside any loop), and of a helper that is
+  called from one of these (followed through the file's own functions and methods).
+- A **training loop** is a ``for`` / ``while`` loop whose body calls ``.backward()`` /
+  ``manual_backward()`` / ``<opt>.step()`` / ``scaler.step()``, directly, in a closure defined in
+  the loop, through a step function it calls, or in a nested loop that is not itself the batch loop
+  (a loop over optimizers or micro-batches inside the batch loop); a loop over epochs (its target or
+  iterable mentions ``epoch``) is never one, even in full-batch training where a step is an epoch.
+- **every N batches**: under ``if ... % N ...:`` inside per-batch code.
+- **per epoch**: a loop over epochs (its target or iterable mentions ``epoch``), or a loop around a
+  training loop, outside the inner loop; Lightning's ``on_*epoch*`` / ``*_epoch_end`` hooks.
+- **once**: module level, class bodies, ``__init__`` / ``setup`` / ``configure_*`` / ``build_*`` /
+  ``main`` / ``reset_parameters``, lazy initialisation (``if x is None:`` / ``if len(state) == 0:``),
+  functions called only from such code.
+- **on error**: a ``raise`` / ``assert`` message, an ``except`` body, an ``if`` body that raises or
+  exits.
+- **unknown**: anything else (a function whose callers this file does not show).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, terminal_name
+
+PER_BATCH = "per batch"
+PER_SAMPLE = "per sample"
+EVERY_N = "every N batches"
+PER_EPOCH = "per epoch"
+ONCE = "once"
+ON_ERROR = "on error"
+UNKNOWN = "unknown"
+#: Most frequent first: a helper called from several places runs as often as its busiest caller.
+_ORDER = (PER_SAMPLE, PER_BATCH, EVERY_N, PER_EPOCH, UNKNOWN, ONCE, ON_ERROR)
+
+#: Methods whose body runs once per batch of training (LS201 / LS202 look there).
+STEP_METHODS = frozenset({"training_step", "validation_step"})
+#: Methods whose body runs once per batch, though not of training.
+_BATCH_METHODS = frozenset({"test_step", "predict_step", "forward", "collate_fn", "collate"})
+_SAMPLE_METHODS = frozenset({"__getitem__", "__getitems__", "__next__"})
+_ONCE_NAMES = frozenset(
+    "__init__ __post_init__ setup prepare_data configure_optimizers configure_model configure_sharded_model "
+    "reset_parameters main cli_main teardown on_fit_start on_fit_end on_train_start on_train_end "
+    "init_weights _init_weights load_state_dict from_pretrained".split()
+)
+_ONCE_PREFIXES = ("build_", "_build_", "setup_", "_setup_", "init_", "_init_", "create_model", "get_model", "load_")
+_EXIT_CALLS = frozenset({"exit", "quit", "_exit", "abort"})
+_LOADER_WORDS = ("loader", "batch", "dl")
+
+
+@dataclass(frozen=True)
+class Runs:
+    """How often a line runs: ``how`` (one of the constants above), ``where`` (words for messages:
+    ``"training_step"``, ``"a training loop (line 12)"``), ``training`` (it is part of the training
+    step itself, where LS201 / LS202 look)."""
+
+    how: str
+    where: str
+    training: bool = False
+
+    def every_n(self) -> "Runs":
+        return Runs(EVERY_N, self.where, self.training) if self.how in (PER_BATCH, PER_SAMPLE) else self
+
+
+def _text(node: Optional[ast.AST]) -> str:
+    if node is None:
+        return ""
+    try:
+        return ast.unparse(node).lower()
+    except Exception:  # pragma: no cover
+        return ""
+
+
+def _unwrap(node: ast.AST) -> ast.AST:
+    while isinstance(node, ast.Call) and node.args and terminal_name(node.func) in ("enumerate", "tqdm", "iter", "zip"):
+        node = node.args[0]
+    return node
+
+
+def _is_lazy_init(test: ast.AST) -> bool:
+    """``x is None`` / ``not state`` / ``len(state) == 0`` / ``"k" not in state``: a first-call branch."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        operand = test.operand
+        if isinstance(operand, ast.Call) and terminal_name(operand.func) == "hasattr":
+            return True
+        return isinstance(operand, (ast.Name, ast.Attribute, ast.Subscript))
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value is None:
+            return True
+        if isinstance(op, ast.NotIn):
+            return True
+        if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0:
+            left = test.left
+            return isinstance(left, ast.Call) and terminal_name(left.func) == "len"
+    return False
+
+
+def _is_error_branch(body: list[ast.stmt]) -> bool:
+    """The statements end the run: a ``raise``, ``sys.exit(...)``/``exit()``/``os._exit()``."""
+    for stmt in body:
+        if isinstance(stmt, ast.Raise):
+            return True
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            if terminal_name(stmt.value.func) in _EXIT_CALLS:
+                return True
+    return False
+
+
+class Where:
+    """The "where does it run" methods of :class:`FileContext`."""
+
+    # ------------------------------------------------------------------ functions of this file
+    @property
+    def functions(self) -> dict[str, list[ast.AST]]:
+        """Functions and methods defined in the file, by name (module level and class bodies)."""
+        cached = getattr(self, "_functions", None)
+        if cached is None:
+            cached = {}
+            for node in [*self.tree.body, *(n for c in self.classes for n in c.body)]:  # type: ignore[attr-defined]
+                if isinstance(node, DEF_TYPES):
+                    cached.setdefault(node.name, []).append(node)
+            self._functions = cached
+        return cached
+
+    @property
+    def call_sites(self) -> dict[str, list[ast.Call]]:
+        """Calls of a bare name or of ``self.<name>`` / ``cls.<name>``, by name."""
+        cached = getattr(self, "_call_sites", None)
+        if cached is None:
+            cached = {}
+            functions = self.functions
+            for call in self.calls:  # type: ignore[attr-defined]
+                func = call.func
+                if isinstance(func, ast.Name):
+                    name = func.id
+                elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+                    name = func.attr
+                else:
+                    continue
+                if name in functions:
+                    cached.setdefault(name, []).append(call)
+            self._call_sites = cached
+        return cached
+
+    def _helper(self, call: ast.Call) -> Optional[ast.AST]:
+        """The function of this file that ``call`` calls (by name / ``self.name``), if only one is."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            name = func.id
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+            name = func.attr
+        else:
+            return None
+        defs = self.functions.get(name)
+        return defs[0] if defs and len(defs) == 1 else None
+
+    # ------------------------------------------------------------------ training steps and loops
+    def _calls_step(self, stmts: list, depth: int) -> bool:
+        """``stmts`` call backward / an optimizer step, not counting nested loops (closures and step
+        functions of this file they call do count)."""
+        stack = list(stmts)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.ClassDef, ast.Lambda, *LOOP_TYPES)):
+                continue
+            if isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute):
+                    attr = func.attr
+                    if attr in ("backward", "manual_backward"):
+                        return True
+                    if attr == "step":
+                        owner = terminal_name(func.value).lower()
+                        if "opt" in owner or "scaler" in owner:
+                            return True
+                if depth < 3:
+                    fn = self._helper(node)
+                    if fn is not None and self.is_step_function(fn, depth + 1):
+                        return True
+            stack.extend(ast.iter_child_nodes(node))
+        return False
+
+    def is_step_function(self, fn: ast.AST, depth: int = 0) -> bool:
+        """``fn`` performs one training step: it calls backward / ``optimizer.step()`` outside loops."""
+        memo = self.__dict__.setdefault("_step_fn", {})
+        if fn in memo:
+            return bool(memo[fn])
+        memo[fn] = False  # a recursive call is not a step
+        memo[fn] = self._calls_step(fn.body, depth)  # type: ignore[attr-defined]
+        return memo[fn]
+
+    def _nested_loops(self, loop: ast.AST) -> list[ast.AST]:
+        out = []
+        stack = list(loop.body)  # type: ignore[attr-defined]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.ClassDef, ast.Lambda, *DEF_TYPES)):
+                continue
+            if isinstance(node, LOOP_TYPES):
+                out.append(node)
+                continue
+            stack.extend(ast.iter_child_nodes(node))
+        return out
+
+    @staticmethod
+    def is_epoch_loop(loop: ast.AST) -> bool:
+        if isinstance(loop, ast.While):
+            return "epoch" in _text(loop.test)
+        return "epoch" in _text(loop.target) or "epoch" in _text(loop.iter)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def is_batch_loop(loop: ast.AST) -> bool:
+        if isinstance(loop, ast.While):
+            return False
+        text = _text(_unwrap(loop.iter))  # type: ignore[attr-defined]
+        return any(w in text for w in _LOADER_WORDS) or "batch" in _text(loop.target)  # type: ignore[attr-defined]
+
+    def is_training_loop(self, loop: ast.AST) -> bool:
+        """``loop`` runs once per optimizer step (see the module docstring)."""
+        cached = self._training_loop.get(loop)  # type: ignore[attr-defined]
+        if cached is not None:
+            return cached
+        self._training_loop[loop] = False  # type: ignore[attr-defined]
+        if self.is_epoch_loop(loop):
+            return False  # one pass per epoch (in full-batch training a step is an epoch)
+        found = self._calls_step(loop.body, 0)  # type: ignore[attr-defined]
+        if not found:
+            found = any(self.is_training_loop(n) and not self.is_batch_loop(n) for n in self._nested_loops(loop))
+        self._training_loop[loop] = found  # type: ignore[attr-defined]
+        return found
+
+    def _runs_training_loop(self, fn: ast.AST) -> bool:
+        """``fn`` runs a whole training loop per call (so its own body runs about once per epoch)."""
+        stack = list(fn.body)  # type: ignore[attr-defined]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.ClassDef, ast.Lambda, *DEF_TYPES)):
+                continue
+            if isinstance(node, LOOP_TYPES):
+                if self.is_training_loop(node) or self._contains_training_loop(node):
+                    return True
+                continue
+            stack.extend(ast.iter_child_nodes(node))
+        return False
+
+    def _contains_training_loop(self, loop: ast.AST) -> bool:
+        return any(self.is_training_loop(n) or self._contains_training_loop(n) for n in self._nested_loops(loop))
+
+    # ------------------------------------------------------------------ how often
+    def runs(self, node: ast.AST, depth: int = 0) -> Runs:
+        """How often ``node`` runs, as far as the file shows."""
+        every_n = False
+        for anc, child in self.ancestors(node):  # type: ignore[attr-defined]
+            if isinstance(anc, ast.Raise) or (isinstance(anc, ast.Assert) and child is anc.msg):
+                return Runs(ON_ERROR, "an error message")
+            if isinstance(anc, ast.ExceptHandler):
+                return Runs(ON_ERROR, "an except block")
+            if isinstance(anc, ast.If) and any(child is s for s in anc.body):
+                if _is_error_branch(anc.body):
+                    return Runs(ON_ERROR, f"an error branch (line {anc.lineno})")
+                if _is_lazy_init(anc.test):
+                    return Runs(ONCE, f"a first-call initialisation (line {anc.lineno})")
+                if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(anc.test)):
+                    every_n = True
+            if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):  # type: ignore[attr-defined]
+                if self.is_training_loop(anc):
+                    base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True)
+                elif self.is_epoch_loop(anc) or self._contains_training_loop(anc):
+                    base = Runs(PER_EPOCH, f"a loop over epochs (line {anc.lineno})")
+                elif self.is_batch_loop(anc):
+                    base = Runs(PER_BATCH, f"a loop over batches (line {anc.lineno})")
+                else:
+                    continue  # a plain loop: as often as the code around it (times its length)
+                return base.every_n() if every_n else base
+            if isinstance(anc, DEF_TYPES):
+                if not isinstance(self.parents.get(anc), (ast.Module, ast.ClassDef)):  # type: ignore[attr-defined]
+                    continue  # a closure: runs where it is defined (optimizer.step(closure))
+                base = self.function_runs(anc, depth)
+                return base.every_n() if every_n else base
+            if isinstance(anc, ast.ClassDef):
+                return Runs(ONCE, "a class body")
+            if isinstance(anc, ast.If) and _text(anc.test).replace(" ", "") in ('__name__=="__main__"', "__name__=='__main__'"):
+                return Runs(ONCE, "the script's main block")
+        return Runs(ONCE, "module level")
+
+    def function_runs(self, fn: ast.AST, depth: int = 0) -> Runs:
+        """How often the body of the function or method ``fn`` runs."""
+        memo: dict = self._runs  # type: ignore[attr-defined]
+        if fn in memo:
+            return memo[fn]  # type: ignore[return-value]
+        memo[fn] = Runs(UNKNOWN, f"{fn.name}()")  # type: ignore[attr-defined]  # recursion guard
+        result = self._function_runs(fn, depth)
+        memo[fn] = result
+        return result
+
+    def _function_runs(self, fn: Union[ast.FunctionDef, ast.AsyncFunctionDef], depth: int) -> Runs:
+        name = fn.name
+        method = isinstance(self.parents.get(fn), ast.ClassDef)  # type: ignore[attr-defined]
+        if method and name in STEP_METHODS:
+            return Runs(PER_BATCH, name, True)
+        if method and name in _BATCH_METHODS:
+            return Runs(PER_BATCH, name)
+        if method and name in _SAMPLE_METHODS:
+            return Runs(PER_SAMPLE, name)
+        if name in _ONCE_NAMES or name.startswith(_ONCE_PREFIXES):
+            return Runs(ONCE, f"{name}()")
+        if "epoch" in name and (name.startswith("on_") or name.endswith(("_epoch_end", "_epoch_start"))):
+            return Runs(PER_EPOCH, name)
+        best: Optional[Runs] = None
+        if depth < 4:
+            for call in self.call_sites.get(name, ()):
+                if self._helper(call) is not fn:
+                    continue
+                r = self.runs(call, depth + 1)
+                if best is None or _ORDER.index(r.how) < _ORDER.index(best.how):
+                    best = r
+        if self.is_step_function(fn):
+            if best is not None and best.how == PER_EPOCH:
+                # called once per epoch: full-batch training, where a step is an epoch
+                return Runs(PER_EPOCH, f"{name}() (one optimizer step per epoch)")
+            return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True)
+        if best is None:
+            if "epoch" in name or self._runs_training_loop(fn):
+                return Runs(PER_EPOCH, f"{name}() (around a training loop)")
+            return Runs(UNKNOWN, f"{name}()")
+        if best.how in (PER_BATCH, PER_SAMPLE, EVERY_N):
+            return Runs(best.how, f"{name}() (called from {best.where})", best.training)
+        if "epoch" in name and best.how in (ONCE, UNKNOWN):
+            return Runs(PER_EPOCH, f"{name}()")
+        return Runs(best.how, f"{name}()")
+
+    def hot_context(self, node: ast.AST, step_methods: frozenset = STEP_METHODS) -> Optional[str]:
+        """Where ``node`` runs once per training step (``"training_step"``, ``"a training loop (line 12)"``),
+        or ``None``: not part of the training step, every N steps, an error branch, a CPU-only file."""
+        r = self.runs(node)
+        if r.how != PER_BATCH or not r.training:
+            return None
+        if r.where not in step_methods and self.cpu_only:  # type: ignore[attr-defined]
+            return None  # a plain-PyTorch loop that never leaves the CPU: a "sync" costs nothing
+        return r.where
+
+    # ------------------------------------------------------------------ debugging code
+    @property
+    def is_test_file(self) -> bool:
+        """``test_*.py``, ``*_test.py``, ``conftest.py``, or under a ``tests`` / ``test`` directory."""
+        parts = [p.lower() for p in self.path.parts]  # type: ignore[attr-defined]
+        if not parts:
+            return False
+        name = parts[-1]
+        if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+            return True
+        return any(p in ("tests", "test") for p in parts[:-1])
+
+    def is_exempt(self, node: ast.AST, words: tuple[str, ...], flag_words: tuple[str, ...] = ()) -> bool:
+        """``node`` is in code meant for debugging/profiling.
+
+        True in test files (:attr:`is_test_file`), in files or directories whose name contains one
+        of ``words``, inside a function or class whose name contains one (or a function named
+        ``test*``), and in the body (not the ``else``) of an ``if`` whose condition mentions one of
+        ``words`` or ``flag_words`` (``if args.debug:``, ``if cfg.detect_anomaly:``).
+        """
+        cond_words = words + flag_words
+        if self.is_test_file:
+            return True
+        parts = [p.lower() for p in self.path.parts]  # type: ignore[attr-defined]
+        if any(w in p for p in parts for w in words):
+            return True
+        for anc, child in self.ancestors(node):  # type: ignore[attr-defined]
+            if isinstance(anc, (*DEF_TYPES, ast.ClassDef)):
+                lowered = anc.name.lower()
+                if any(w in lowered for w in words) or (isinstance(anc, DEF_TYPES) and lowered.startswith("test")):
+                    return True
+            elif isinstance(anc, ast.If) and any(child is s for s in anc.body):
+                for n in ast.walk(anc.test):
+                    text = ""
+                    if isinstance(n, ast.Name):
+                        text = n.id
+                    elif isinstance(n, ast.Attribute):
+                        text = n.attr
+                    elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+                        text = n.value
+                    if any(w in text.lower() for w in cond_words):
+                        return True
+        return False
