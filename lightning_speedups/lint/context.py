@@ -31,8 +31,9 @@ from lightning_speedups.lint.astutil import _CANONICAL
 from lightning_speedups.lint.classify import Classifiers
 from lightning_speedups.lint.where import Where
 
-# Fields of an ast node that never hold a child node (strings, ints, the Load/Store context).
-_LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "module", "level", "kind", "conversion", "is_async", "type_comment", "name", "n", "s"})
+# Fields of an ast node that hold no child node the rules need: strings, ints, the Load/Store
+# context and the operator singletons (ast.Add() is one shared object: a parent link means nothing).
+_LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "module", "level", "kind", "conversion", "is_async", "type_comment", "name", "n", "s"})
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 _AST = ast.AST
 _BRANCH_TYPES = frozenset({ast.If, ast.While, ast.IfExp, ast.Assert})

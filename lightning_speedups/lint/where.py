@@ -200,6 +200,14 @@ class Where:
         return memo[fn]
 
     def _nested_loops(self, loop: ast.AST) -> list[ast.AST]:
+        """The loops directly nested in ``loop`` (not in a nested function, nor inside those loops)."""
+        memo = self.__dict__.setdefault("_nested", {})
+        cached = memo.get(loop)
+        if cached is None:
+            cached = memo[loop] = self._find_nested_loops(loop)
+        return cached
+
+    def _find_nested_loops(self, loop: ast.AST) -> list[ast.AST]:
         out = []
         stack = list(loop.body)  # type: ignore[attr-defined]
         while stack:
@@ -254,7 +262,14 @@ class Where:
         return False
 
     def _contains_training_loop(self, loop: ast.AST) -> bool:
-        return any(self.is_training_loop(n) or self._contains_training_loop(n) for n in self._nested_loops(loop))
+        memo = self.__dict__.setdefault("_contains", {})
+        cached = memo.get(loop)
+        if cached is None:
+            memo[loop] = False
+            cached = memo[loop] = any(
+                self.is_training_loop(n) or self._contains_training_loop(n) for n in self._nested_loops(loop)
+            )
+        return cached
 
     # ------------------------------------------------------------------ how often
     def runs(self, node: ast.AST, depth: int = 0) -> Runs:

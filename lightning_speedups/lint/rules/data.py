@@ -105,6 +105,8 @@ def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.mentions_cuda:
         return
     iterable = ctx.iterable_dataset_classes()
+    if any(".demos." in q or q.endswith(".demos") for q in ctx.aliases.values()):
+        return  # Lightning's demo datasets (WikiText2, RandomDataset) index tensors in memory
     for call in _loaders(ctx):
         state, value = argument(call, "num_workers", _NUM_WORKERS_POS)
         if state == "missing":
@@ -268,7 +270,7 @@ RULES = [
         "torch.tensor(ndarray) on a visible numpy array copies it",
         "torch.from_numpy(arr) (shares memory) or torch.as_tensor(arr, dtype=..., device=...)",
         _tensor_from_numpy,
-        (r"tensor\s*\(", "numpy"),
+        ("numpy", r"tensor\s*\("),
     ),
     Rule(
         "LS102",
@@ -305,6 +307,6 @@ RULES = [
         "torch.tensor([...]) of tensors (a list comprehension or literal)",
         "torch.stack([...]) keeps the data on its device in one kernel",
         _tensor_of_tensors,
-        (r"tensor\s*\(",),
+        (r"tensor\s*\(\s*[\[(]",),
     ),
 ]

@@ -12,7 +12,19 @@ from lightning_speedups.lint.where import STEP_METHODS
 SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
 #: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
 _SYNC_BUILTINS = frozenset({"bool", "float", "int"})
-_HOT_TRIGGER = r"backward|training_step|validation_step|\.step\s*\("
+
+
+def _HOT_TRIGGER(source: str) -> bool:
+    """A training step shows in the text: a step method, a backward, or an optimizer / scaler step."""
+    if "backward(" in source or "training_step" in source or "validation_step" in source:
+        return True
+    i = source.find(".step(")
+    while i != -1:
+        owner = source[max(0, i - 40) : i].lower()
+        if "opt" in owner or "scaler" in owner:
+            return True
+        i = source.find(".step(", i + 1)
+    return False
 
 TENSOR_FACTORIES = frozenset(
     "zeros ones empty full rand randn randint randperm arange linspace logspace eye "
@@ -77,23 +89,17 @@ def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
             where = ctx.hot_context(call, STEP_METHODS)
             if where is not None and not _for_rpc(ctx, call):
                 found[call] = (where, f"`.{func.attr}()` in {where} copies to the host and waits for the GPU")
-        elif (
-            isinstance(func, ast.Name)
-            and func.id in builtins_ok
-            and len(call.args) == 1
-            and not call.keywords
-            and ctx.is_tensor(call.args[0])
-        ):
+        elif isinstance(func, ast.Name) and func.id in builtins_ok and len(call.args) == 1 and not call.keywords:
             where = ctx.hot_context(call, STEP_METHODS)
-            if where is not None:
+            if where is not None and ctx.is_tensor(call.args[0]):
                 found[call] = (where, f"`{func.id}({snippet(call.args[0], 30)})` in {where} reads a tensor on the host (a device sync)")
     for node in ctx.branches:
         test = node.test  # type: ignore[attr-defined]
-        operands = _condition_tensors(ctx, test)
-        if not operands:
-            continue
         where = ctx.hot_context(test, STEP_METHODS)
         if where is None:
+            continue
+        operands = _condition_tensors(ctx, test)
+        if not operands:
             continue
         kind = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
         shown = snippet(operands[0], 30)
@@ -172,6 +178,33 @@ def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, boo
     return None
 
 
+_MOVES = (".to(", ".cuda(", ".type(")
+_FACTORY_WORDS = tuple(
+    f + "("
+    for f in (
+        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
+        "logspace", "eye", "normal", "bernoulli", "Tensor", "_like", "empty_strided",
+    )
+)
+
+
+def _factory_then_move_trigger(source: str) -> bool:
+    """A ``.to(`` / ``.cuda(`` / ``.type(`` right after a ``)`` (across line breaks too), with a
+    factory call in the 400 characters before it: what LS203 needs, checked without parsing."""
+    for move in _MOVES:
+        i = source.find(move)
+        while i != -1:
+            j = i - 1
+            while j >= 0 and source[j] in " \t\r\n\\":
+                j -= 1
+            if j >= 0 and source[j] == ")":
+                window = source[max(0, i - 400) : i]
+                if any(f in window for f in _FACTORY_WORDS):
+                    return True
+            i = source.find(move, i + 1)
+    return False
+
+
 def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
     for call in ctx.calls:
         func = call.func
@@ -218,7 +251,7 @@ RULES = [
         "print() of a tensor (also in an f-string or %-format) inside a step method or a training loop",
         "log the tensor with self.log(...) or print it only every N steps (`if step % N == 0:`)",
         _print_tensor,
-        (r"\bprint\s*\(", _HOT_TRIGGER),
+        (r"print\s*\(", _HOT_TRIGGER),
     ),
     Rule(
         "LS203",
@@ -228,9 +261,6 @@ RULES = [
         ".to(device) on a line that runs per batch (info where it runs per epoch or where the file does not show)",
         "create it on the device: torch.zeros(..., device=device) (or x.new_zeros(...) / torch.zeros_like(x))",
         _create_then_move,
-        (
-            r"(?:\b(?:zeros|ones|empty|full|rand|randn|randint|randperm|arange|linspace|logspace|eye|normal|bernoulli|empty_strided)|Tensor|_like)\s*\(",
-            r"\.\s*(?:to|cuda|type)\s*\(",
-        ),
+        (_factory_then_move_trigger,),
     ),
 ]

@@ -17,6 +17,9 @@ _LIGHTNING_PROFILERS = ("simple", "advanced", "pytorch", "xla")
 def _data_parallel(ctx: FileContext) -> Iterator[Hit]:
     for call in ctx.calls:
         if ctx.call_name(call) in _DATA_PARALLEL:
+            cls = ctx.enclosing_class(call)
+            if cls is not None and "DataParallel" in cls.name:
+                continue  # the implementation of a DataParallel option (a Lightning strategy), not a use
             yield call, f"{snippet(call.func)}(...) runs one process for all GPUs (GIL, replicas rebuilt each step)"
     for cls in ctx.classes:
         for base in cls.bases:
@@ -156,7 +159,7 @@ RULES = [
         "zero_grad(set_to_none=False)",
         "zero_grad() (set_to_none=True, the default since torch 2.0)",
         _zero_grad_keep,
-        ("zero_grad",),
+        (r"zero_grad\s*\(\s*(?:set_to_none\s*=\s*)?False",),
     ),
     Rule(
         "LS303",
@@ -174,7 +177,7 @@ RULES = [
         "torch.backends.cudnn.benchmark = False / Trainer(benchmark=False) without deterministic mode in the file",
         "cudnn.benchmark = True (Trainer(benchmark=True)) when input shapes stay fixed; remove the line otherwise",
         _benchmark_off,
-        ("benchmark",),
+        (r"benchmark\s*=\s*False",),
     ),
     Rule(
         "LS305",
