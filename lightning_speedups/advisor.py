@@ -208,7 +208,7 @@ class SpeedAdvisor(SpeedupCallback):
 
     # ------------------------------------------------------------------------------------ plumbing
     def _add(self, trainer: Trainer, key: str, cls: type, **kwargs: Any) -> None:
-        existing = next((cb for cb in trainer.callbacks if isinstance(cb, cls)), None)
+        existing = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, cls)), None)
         if existing is not None:
             self._sources[key] = existing  # the user's own monitor runs anyway: read its results
             return

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from lightning.pytorch.callbacks import Callback
 
@@ -97,14 +97,20 @@ def _generate() -> tuple[type, dict[str, type]]:
         # a group sits before the pack's ``summary`` key, where its first setting's tip put it
         top.insert(len(top) - 1, (group, cls, dataclasses.field(default_factory=cls)))
         top_doc.insert(len(top_doc) - 1, (group, Setting(group, cls, doc=f"{', '.join(sorted({o for o, _ in settings}))}: {group}.")))
-    cls = dataclasses.make_dataclass("Speedups", top, namespace={k: v for k, v in vars(_SpeedupsMethods).items() if callable(v)})
+    cls = dataclasses.make_dataclass("Speedups", top, bases=(SpeedupsBase,))
     cls.__module__ = __name__
     cls.__doc__ = _doc("Every tip of the pack as a keyed setting. Defaults are off: an empty section is plain Lightning.", top_doc)
     return cls, groups
 
 
-class _SpeedupsMethods:
+class SpeedupsBase:
     """The methods of the generated :class:`Speedups` (they ask every record; no tip is named here)."""
+
+    if TYPE_CHECKING:  # the fields are generated from the records at import time
+
+        def __init__(self, **settings: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def setting_value(self, path: str) -> Any:
         """The value of a dotted key (``"monitors.sync_guard"``)."""
@@ -148,8 +154,13 @@ class _SpeedupsMethods:
         return [cb for _, cb in sorted(placed, key=lambda pair: pair[0])]
 
 
-Speedups, GROUPS = _generate()
-MonitorSettings = GROUPS["monitors"]
+if TYPE_CHECKING:
+    Speedups = SpeedupsBase
+    MonitorSettings = Any
+    GROUPS: dict[str, type]
+else:
+    Speedups, GROUPS = _generate()
+    MonitorSettings = GROUPS["monitors"]
 
 __all__ = [
     "CheckpointingSettings",
@@ -164,6 +175,7 @@ __all__ = [
     "PrecisionSetting",
     "ScheduleSettings",
     "Speedups",
+    "SpeedupsBase",
     "Toggle",
     "all_settings",
 ]

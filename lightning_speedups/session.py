@@ -188,7 +188,7 @@ class SpeedupsCLI(LightningCLI):
 
     def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
         kwargs.setdefault("parser_class", SpeedupsArgumentParser)
-        super().__init__(model_class=None, datamodule_class=None, args=args, **kwargs)
+        super().__init__(model_class=None, datamodule_class=None, args=None if args is None else list(args), **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_class_arguments(Speedups, "speedups", fail_untyped=True)

@@ -3,8 +3,10 @@
 Card:
     Seeds: A#4, B#11 (claim: 2.75x faster, 37% less memory on BERT-size models).
     What it does: precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones, bf16 on
-    CPUs with AMX or AMD avx512_bf16 and fp32 elsewhere; half picks the leanest; tf32 sets the
-    float32 matmul precision (MatmulPrecision, restored after the fit).
+    CPUs with AMX or AMD avx512_bf16 and fp32 elsewhere; half picks the leanest; fp8 adds torchao
+    float8 linears (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls
+    back to auto with a one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision,
+    restored after the fit).
     Expected gain: 1.3x-1.7x measured on an AMD CPU with avx512_bf16; 2x-3x on tensor-core GPUs.
     When it hurts: 0.83x measured on a Xeon without AMX; fp16 needs loss scaling; reduced precision
     can change results.
@@ -14,12 +16,14 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from lightning_speedups.callbacks import MatmulPrecision
+from lightning_speedups.callbacks.float8 import Float8Training
 from lightning_speedups.functional import cuda_supports_bf16, resolve_precision
+from lightning_speedups.functional.precision import resolve_float8
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import device_words
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
 
-PrecisionSetting = Literal["off", "auto", "half", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true"]
+PrecisionSetting = Literal["off", "auto", "half", "fp8", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true"]
 
 
 def check(facts: Facts) -> Finding:
@@ -73,7 +77,11 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T05 adds, each at its place in the callback list."""
-    return [(90, MatmulPrecision(s.tf32))] if s.tf32 != "off" else []
+    out: list[Placed] = [(90, MatmulPrecision(s.tf32))] if s.tf32 != "off" else []
+    if s.precision == "fp8" and resolve_float8(ctx.accelerator)[0]:
+        # model surgery in setup, before the optimizer exists: after checkpointing (70), before compile (80)
+        out.append((75, Float8Training()))
+    return out
 
 
 def _bf16(trainer: Any, model: Any, callbacks: Any) -> None:
@@ -86,17 +94,17 @@ TIP = Tip(
     title='Automatic mixed precision chosen for the hardware',
     seeds=('A#4', 'B#11'),
     claim='2.75x faster, 37% less memory on BERT-size models',
-    does='precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones, bf16 on CPUs with AMX or AMD avx512_bf16 and fp32 elsewhere; half picks the leanest; tf32 sets the float32 matmul precision (MatmulPrecision, restored after the fit).',
+    does='precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones, bf16 on CPUs with AMX or AMD avx512_bf16 and fp32 elsewhere; half picks the leanest; fp8 adds torchao float8 linears (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls back to auto with a one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision, restored after the fit).',
     gain='1.3x-1.7x measured on an AMD CPU with avx512_bf16; 2x-3x on tensor-core GPUs',
     hurts='0.83x measured on a Xeon without AMX; fp16 needs loss scaling; reduced precision can change results',
     check=check,
     settings=(
-        Setting("precision", PrecisionSetting, "off", doc="T05. ``auto`` (fastest here), ``half`` (leanest here) or a Lightning precision."),
+        Setting("precision", PrecisionSetting, "off", doc="T05. ``auto`` (fastest here), ``half`` (leanest here), ``fp8`` (torchao float8 linears on GPUs of compute capability 8.9+, else ``auto``) or a Lightning precision."),
         Setting("tf32", Literal["off", "auto", "highest", "high", "medium"], "off", doc="T05. TF32 matmuls on Ampere+ GPUs (``auto``) or an explicit float32 matmul precision."),
     ),
     trainer_kwargs=trainer_kwargs,
     callbacks=callbacks,
-    parts=(resolve_precision, MatmulPrecision,),
+    parts=(resolve_precision, MatmulPrecision, Float8Training),
     bench=BenchVariant({"precision": "half"}),
     suite=(
         SuiteCase("bf16", settings={"precision": "bf16-mixed"}, maths="dtype", acted=_bf16),

@@ -30,8 +30,8 @@ class CheckpointingSettings:
 def check(facts: Facts) -> Finding:
     """T09 activation-checkpointing: memory pressure and the repeated blocks that could be checkpointed."""
     tip = "T09"
-    if missing_reason(facts, "checkpointing") and not facts.checkpointed:
-        return Finding.not_checked(tip, missing_reason(facts, "checkpointing"))
+    if (why := missing_reason(facts, "checkpointing")) and not facts.checkpointed:
+        return Finding.not_checked(tip, why)
     if facts.checkpointed:
         return Finding.ok(tip, f"{plural(len(facts.checkpointed), 'module')} checkpointed ({names_text(facts.checkpointed)})")
     cands = facts.checkpoint_candidates

@@ -23,8 +23,8 @@ from lightning_speedups.tips.record import BuildContext, Placed, SuiteCase, Tip
 def check(facts: Facts) -> Finding:
     """T12 grads-to-none: gradients zeroed instead of set to None after the zero-grad step."""
     tip = "T12"
-    if missing_reason(facts, "grads"):
-        return Finding.not_checked(tip, missing_reason(facts, "grads"))
+    if why := missing_reason(facts, "grads"):
+        return Finding.not_checked(tip, why)
     z = facts.zeroed_grads
     if z is not None and z.found:
         examples = names_text(z.names, 3)

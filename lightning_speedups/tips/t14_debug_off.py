@@ -23,8 +23,8 @@ from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteC
 def check(facts: Facts) -> Finding:
     """T14 debug-off: anomaly detection, profilers, NVTX, deterministic mode and friends left on."""
     tip = "T14"
-    if missing_reason(facts, "debug_tools"):
-        return Finding.not_checked(tip, missing_reason(facts, "debug_tools"))
+    if why := missing_reason(facts, "debug_tools"):
+        return Finding.not_checked(tip, why)
     if not facts.collected:
         return Finding.not_checked(tip, facts.run_note() or "the trainer was not set up")
     items = [Item(t.severity, f"{t.name}: {t.evidence}; cost: {t.cost}", t.fix) for t in facts.debug_tools]

@@ -18,7 +18,7 @@ from lightning_speedups.callbacks import AdaptiveGradientClipping
 from lightning_speedups.functional import adaptive_clip_grad_
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import plural
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
 
 @dataclass
 class ClipSettings:
@@ -109,7 +109,8 @@ TIP = Tip(
     trainer_kwargs=trainer_kwargs,
     callbacks=callbacks,
     parts=(ClipSettings, AdaptiveGradientClipping, adaptive_clip_grad_,),
-    not_timed='gradient clipping changes the optimisation, not the step time: compare accuracy, not samples/s',
+    bench=(BenchVariant({"grad_clip.algorithm": "norm"}, mode="target", name="norm"),),
+    not_timed='gradient clipping changes the optimisation, not the step time: judged by time to a target (bench --target), not samples/s',
     suite=(
         SuiteCase("norm", settings={"grad_clip.algorithm": "norm"}, kinds=("cnn", "transformer", "configure_model", "scheduler"), acted=_clipped),
         SuiteCase("agc", settings={"grad_clip.algorithm": "agc", "grad_clip.agc_exclude": []}),

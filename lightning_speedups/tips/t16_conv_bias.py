@@ -24,8 +24,8 @@ from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, S
 def check(facts: Facts) -> Finding:
     """T16 conv-bias: convolutions that feed only a BatchNorm and keep a bias."""
     tip = "T16"
-    if missing_reason(facts, "conv_bias"):
-        return Finding.not_checked(tip, missing_reason(facts, "conv_bias"))
+    if why := missing_reason(facts, "conv_bias"):
+        return Finding.not_checked(tip, why)
     model = facts.model
     plan = facts.conv_bias_plan
     if model is None or plan is None:
@@ -34,7 +34,8 @@ def check(facts: Facts) -> Finding:
     removed = list(getattr(removal, "removed", []) or []) if removal is not None else []
     if plan.pairs:
         convs = [model.get_submodule(c) for c in plan.pairs]
-        n_params = sum(c.bias.numel() for c in convs if getattr(c, "bias", None) is not None)
+        biases = [getattr(c, "bias", None) for c in convs]
+        n_params = sum(b.numel() for b in biases if b is not None)
         kinds = Counter(type(c).__name__ for c in convs)
         kind = " / ".join(kinds)
         pairs = [f"{c} -> {b}" for c, b in plan.pairs.items()]

@@ -22,8 +22,8 @@ from lightning_speedups.tips.record import BuildContext, Placed, SuiteCase, Tip
 def check(facts: Facts) -> Finding:
     """T17 no-grad-eval: validation steps that build autograd graphs."""
     tip = "T17"
-    if missing_reason(facts, "eval"):
-        return Finding.not_checked(tip, missing_reason(facts, "eval"))
+    if why := missing_reason(facts, "eval"):
+        return Finding.not_checked(tip, why)
     if facts.eval_findings:
         items = [Item(f.get("severity", "medium"), f["evidence"], f["fix"], "runtime") for f in facts.eval_findings]
         return Finding.from_items(tip, items)

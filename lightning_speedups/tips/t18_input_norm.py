@@ -33,8 +33,8 @@ class DeviceNormalizeSettings:
 def check(facts: Facts) -> Finding:
     """T18 input-norm: statistics of the floating-point inputs of the first batches."""
     tip = "T18"
-    if missing_reason(facts, "input_stats"):
-        return Finding.not_checked(tip, missing_reason(facts, "input_stats"))
+    if why := missing_reason(facts, "input_stats"):
+        return Finding.not_checked(tip, why)
     if not facts.input_batches:
         return Finding.not_checked(tip, facts.run_note() or "no training batch was seen")
     batches = plural(facts.input_batches, "batch", "batches")

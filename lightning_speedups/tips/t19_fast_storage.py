@@ -24,8 +24,8 @@ def check(facts: Facts) -> Finding:
     tip = "T19"
     f = facts.data_wait_fraction
     wait = f"; {f:.0%} of step time waiting for data" if f is not None else ""
-    if missing_reason(facts, "storage"):
-        return Finding.not_checked(tip, missing_reason(facts, "storage"))
+    if why := missing_reason(facts, "storage"):
+        return Finding.not_checked(tip, why)
     rep = facts.storage
     if rep is not None:
         if rep.problems:

@@ -47,8 +47,8 @@ _ELEMENTWISE = (
 def check(facts: Facts) -> Finding:
     """T22 fusion: whether element-wise work is compiled (``torch.compile``) or runs op by op."""
     tip = "T22"
-    if missing_reason(facts, "compile"):
-        return Finding.not_checked(tip, missing_reason(facts, "compile"))
+    if why := missing_reason(facts, "compile"):
+        return Finding.not_checked(tip, why)
     if facts.model is None:
         return Finding.not_checked(tip, facts.run_note() or "the model was not inspected")
     compiled = [n for n, s in facts.compile_status.items() if s == "compiled"]

@@ -20,8 +20,8 @@ from lightning_speedups.tips.record import Tip
 def check(facts: Facts) -> Finding:
     """T23 multiple-of-8: layer, batch and input sizes that tensor cores cannot use fully."""
     tip = "T23"
-    if missing_reason(facts, "alignment"):
-        return Finding.not_checked(tip, missing_reason(facts, "alignment"))
+    if why := missing_reason(facts, "alignment"):
+        return Finding.not_checked(tip, why)
     if facts.model is None:
         return Finding.not_checked(tip, facts.run_note() or "the model was not inspected")
     found = facts.misaligned

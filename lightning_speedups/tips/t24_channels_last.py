@@ -21,8 +21,8 @@ from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, S
 def check(facts: Facts) -> Finding:
     """T24 channels-last: 4D/5D convolution weights and input batches in NCHW layout."""
     tip = "T24"
-    if missing_reason(facts, "channels_last"):
-        return Finding.not_checked(tip, missing_reason(facts, "channels_last"))
+    if why := missing_reason(facts, "channels_last"):
+        return Finding.not_checked(tip, why)
     if facts.model is None:
         return Finding.not_checked(tip, facts.run_note() or "the model was not inspected")
     mods = facts.channels_last_modules
