@@ -250,6 +250,7 @@ def test_precision_auto_on_cpu_depends_on_the_bf16_units(monkeypatch):
 
 def test_precision_auto_on_gpus_by_compute_capability(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # torch answers (tests/test_cuda_paths.py: NVML)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     assert prec.resolve_precision("auto", "gpu")[0] == "bf16-mixed"
@@ -262,7 +263,7 @@ def test_precision_auto_on_gpus_by_compute_capability(monkeypatch):
 
 def test_precision_rejects_unknown_values():
     with pytest.raises(ValueError, match="speedups.precision"):
-        prec.resolve_precision("fp8", "cpu")
+        prec.resolve_precision("fp4", "cpu")
     assert prec.resolve_precision("off", "cpu")[0] is None
     assert prec.resolve_precision("bf16-mixed", "cpu")[0] == "bf16-mixed"
 
@@ -282,6 +283,7 @@ def test_ddp_strategy_picks_a_compression_hook_on_cuda(monkeypatch):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     strategy, reason = ddp_strategy(accelerator="gpu")
     assert strategy._ddp_comm_hook is default_hooks.bf16_compress_hook and "bf16" in reason

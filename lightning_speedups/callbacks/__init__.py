@@ -19,6 +19,7 @@ from lightning_speedups.callbacks.effective_batch import (
     accumulation_for,
     loader_batch_size,
 )
+from lightning_speedups.callbacks.float8 import Float8Training
 from lightning_speedups.callbacks.fused_optimizer import (
     FusedOptimizer,
     fused_devices,
@@ -49,6 +50,7 @@ __all__ = [
     "DebugToolsCheck",
     "DeviceNormalize",
     "EffectiveBatchSize",
+    "Float8Training",
     "FusedOptimizer",
     "GradsToNoneCheck",
     "InputStatsCheck",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
@@ -28,9 +28,14 @@ class DataWaitMonitor(SpeedupCallback):
     * **Seed tips.** Spend as little time as possible on I/O; ``num_workers`` (A#2, B#2); fast
       storage (B#1).
     * **Expected gain.** None by itself: it says whether the loader tips can help at all.
-    * **When it hurts.** Costs two clock reads per step. On CUDA the figure is host time: work the
-      GPU still has queued overlaps the wait; ``sync_cuda=True`` makes it exact at the cost of a
-      synchronisation per step.
+    * **When it hurts.** Costs two clock reads (or, on CUDA, three event records) per step.
+
+    On CUDA the default (``timer="auto"``) times the *device*: CUDA events recorded at the step
+    boundaries, read a step later without synchronising. The wait is then the time the GPU had
+    nothing queued between the end of one step and the start of the next. Host time would count a
+    GPU-bound step drained by a later ``.item()`` (the progress bar's, a logger's) as data wait and
+    call a compute-bound run input-bound. ``timer="host"`` keeps host time; ``sync_cuda=True`` makes
+    host time exact at the cost of a synchronisation per step.
 
     The wait also includes Lightning's per-step bookkeeping after ``on_train_batch_end``
     (logging, checkpoint callbacks that run later in the list), which is small next to a fetch.
@@ -39,9 +44,14 @@ class DataWaitMonitor(SpeedupCallback):
         log: log ``speedups/data_wait_fraction`` every step.
         warmup_steps: steps left out of the running figure (the first one pays one-off costs).
         input_bound_threshold: the running fraction above which the run counts as input-bound.
-        sync_cuda: synchronise CUDA at the step boundaries for exact figures.
+        sync_cuda: with ``timer="host"`` (or ``"auto"``), synchronise CUDA at the step boundaries and
+            time the host.
         prog_bar: also show the fraction in the progress bar.
         clock: the seconds counter read at the step boundaries (``time.perf_counter``; tests pass a fake).
+        timer: ``"auto"`` (CUDA events on a CUDA device unless ``sync_cuda``, else the host clock),
+            ``"host"`` or ``"cuda_events"``.
+        event_factory: makes one timing event (``torch.cuda.Event(enable_timing=True)``; tests pass a fake
+            with ``record()``, ``query()``, ``synchronize()`` and ``elapsed_time(other)`` in ms).
 
     Example:
         >>> monitor = DataWaitMonitor(log=True)
@@ -60,8 +70,12 @@ class DataWaitMonitor(SpeedupCallback):
         sync_cuda: bool = False,
         prog_bar: bool = False,
         clock: Callable[[], float] = time.perf_counter,
+        timer: Literal["auto", "host", "cuda_events"] = "auto",
+        event_factory: Callable[[], Any] | None = None,
     ) -> None:
         super().__init__()
+        if timer not in ("auto", "host", "cuda_events"):
+            raise ValueError(f"`timer` must be 'auto', 'host' or 'cuda_events', got {timer!r}.")
         if not isinstance(log, bool):
             raise TypeError(f"`log` must be True or False, got {log!r}.")
         if (
@@ -82,6 +96,13 @@ class DataWaitMonitor(SpeedupCallback):
         self.sync_cuda = sync_cuda
         self.prog_bar = prog_bar
         self.clock = clock
+        self.timer = timer
+        self.event_factory = event_factory
+        self.timed_with = "host"
+        self._events = False
+        self._ev_mark: Any = None
+        self._ev_start: Any = None
+        self._pending: list[tuple[Any, Any, Any]] = []
         self.wait_seconds = 0.0
         self.step_seconds = 0.0
         self.steps = 0
@@ -113,9 +134,23 @@ class DataWaitMonitor(SpeedupCallback):
             torch.cuda.synchronize()
         return self.clock()
 
+    def _record(self) -> Any:
+        event = self.event_factory() if self.event_factory is not None else torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @staticmethod
+    def _device_type(pl_module: LightningModule) -> str:
+        return pl_module.device.type
+
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._cuda = self.sync_cuda and pl_module.device.type == "cuda"
+        cuda = self._device_type(pl_module) == "cuda"
+        self._events = self.timer == "cuda_events" or (self.timer == "auto" and cuda and not self.sync_cuda)
+        self._cuda = self.sync_cuda and cuda and not self._events
+        self.timed_with = "cuda events" if self._events else ("host, synchronised" if self._cuda else "host")
+        self._pending = []
+        self._ev_mark = self._ev_start = None
         self.wait_seconds = self.step_seconds = 0.0
         self._interval_wait = self._interval_step = 0.0
         self.steps = self._seen = 0
@@ -125,6 +160,9 @@ class DataWaitMonitor(SpeedupCallback):
     def on_train_epoch_start(
         self, trainer: Trainer, pl_module: LightningModule
     ) -> None:
+        if self._events:
+            self._ev_mark = self._record()
+            return
         self._mark = self._now()
         self._excluded = 0.0
 
@@ -132,6 +170,9 @@ class DataWaitMonitor(SpeedupCallback):
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        if self._events:
+            self._ev_start = self._record()
+            return
         now = self._now()
         self._start = now
         self._wait = (
@@ -150,22 +191,51 @@ class DataWaitMonitor(SpeedupCallback):
         batch: Any,
         batch_idx: int,
     ) -> None:
+        if self._events:
+            end = self._record()
+            if self._ev_mark is not None and self._ev_start is not None:
+                self._pending.append((self._ev_mark, self._ev_start, end))
+            self._ev_mark, self._ev_start = end, None
+            self._drain(block=False)
+            self._maybe_log(trainer, pl_module)
+            return
         now = self._now()
         if self._start is None:
             return
         step = self._wait + (now - self._start)
         self._mark = now
         self._start = None
+        self._account(self._wait, step)
+        self._maybe_log(trainer, pl_module)
+
+    def _drain(self, block: bool) -> None:
+        """Account the steps whose end event the device has passed (all of them with ``block``)."""
+        while self._pending:
+            mark, start, end = self._pending[0]
+            if block:
+                end.synchronize()
+            elif not end.query():
+                return
+            self._pending.pop(0)
+            wait = max(0.0, mark.elapsed_time(start) / 1000.0)
+            step = max(wait, mark.elapsed_time(end) / 1000.0)
+            self._account(wait, step)
+
+    def _account(self, wait: float, step: float) -> None:
         self._seen += 1
         if step <= 0:
             return
-        self.last_fraction = self._wait / step
+        self.last_fraction = wait / step
         if self._seen > self.warmup_steps:
-            self.wait_seconds += self._wait
+            self.wait_seconds += wait
             self.step_seconds += step
             self.steps += 1
-        self._interval_wait += self._wait
+        self._interval_wait += wait
         self._interval_step += step
+
+    def _maybe_log(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._interval_step <= 0:
+            return
         # self.log costs ~0.5 ms a call: log where Lightning writes logs (every log_every_n_steps), at
         # the end of each epoch, or every step for the progress bar, with the fraction since the last call.
         last = getattr(getattr(trainer.fit_loop.epoch_loop, "batch_progress", None), "is_last_batch", False)
@@ -187,12 +257,25 @@ class DataWaitMonitor(SpeedupCallback):
 
     @override
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._events:
+            if self._ev_mark is not None:  # the device's validation work is not data wait: restart the gap
+                self._ev_mark = self._record()
+            return
         if self._val_start is not None:
             self._excluded += self.clock() - self._val_start
             self._val_start = None
 
     @override
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._drain(block=True)
+
+    @override
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._pending = []
+
+    @override
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._drain(block=True)
         f = self.data_wait_fraction
         if f is None:
             self.report(False, "no steps measured")
@@ -203,7 +286,7 @@ class DataWaitMonitor(SpeedupCallback):
             " or faster storage"
             if f > self.input_bound_threshold
             else f"not input-bound: {f:.0%} of step time waited for data over {self.steps} steps"
-        )
+        ) + f" ({self.timed_with})"
         self.report(True, verdict)
         if f > self.input_bound_threshold:
             rank_zero_warn(f"DataWaitMonitor: {verdict}.", category=PossibleUserWarning)

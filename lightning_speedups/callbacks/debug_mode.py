@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, Optional, Union
 
 import torch
@@ -10,6 +11,10 @@ from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.sync_guard import SYNC_MODES, SyncGuard
+
+#: the environment variable cuBLAS reads for its workspace, and the values torch accepts as deterministic
+CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
+CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
 
 
 class DebugMode(SpeedupCallback):
@@ -34,7 +39,9 @@ class DebugMode(SpeedupCallback):
             does the job and the inner one stays off (no double reports).
         deterministic: ``True`` or ``"warn"`` turns on ``torch.use_deterministic_algorithms`` and
             ``cudnn.deterministic`` for the run (``"warn"``: warn instead of failing on ops without
-            a deterministic implementation).
+            a deterministic implementation). It also sets ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` when it
+            is unset (as ``Trainer(deterministic=True)`` does): without it the first cuBLAS matrix
+            product on CUDA raises. Restored after the run.
 
     Example:
         >>> from lightning.pytorch import Trainer
@@ -87,12 +94,16 @@ class DebugMode(SpeedupCallback):
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
             "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "cublas_workspace": os.environ.get(CUBLAS_ENV),
         }
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._save()
         if self.deterministic:
+            if os.environ.get(CUBLAS_ENV) not in CUBLAS_DETERMINISTIC:
+                # read by torch at each cuBLAS call under deterministic mode: unset, the first matmul raises
+                os.environ[CUBLAS_ENV] = CUBLAS_DETERMINISTIC[0]
             torch.use_deterministic_algorithms(True, warn_only=self.deterministic == "warn")
             torch.backends.cudnn.deterministic = True
         # a SyncGuard of the trainer's own (e.g. the preset's `monitors.sync_guard`) takes precedence
@@ -147,3 +158,7 @@ class DebugMode(SpeedupCallback):
         torch.autograd.set_detect_anomaly(saved["anomaly"], check_nan=saved["check_nan"])
         torch.use_deterministic_algorithms(saved["deterministic"], warn_only=saved["warn_only"])
         torch.backends.cudnn.deterministic = saved["cudnn_deterministic"]
+        if saved["cublas_workspace"] is None:
+            os.environ.pop(CUBLAS_ENV, None)
+        else:
+            os.environ[CUBLAS_ENV] = saved["cublas_workspace"]

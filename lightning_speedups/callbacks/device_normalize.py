@@ -36,7 +36,10 @@ class DeviceNormalize(SpeedupCallback):
         std: per-channel standard deviations in 0..1, all > 0.
         scale: multiplies raw values first (``1/255``).
         channel_dim: channel dimension of the images (1 for NCHW).
-        dtype: floating dtype handed to the model.
+        dtype: floating dtype handed to the model; ``None`` (default) follows the trainer's precision:
+            float32, or the model's dtype under ``16-true`` / ``bf16-true`` / ``64-true`` (Lightning
+            casts floating batches to that dtype *before* the transfer, so a uint8 batch would
+            otherwise reach a bf16 model as float32).
         keys: dict keys or positions to convert; ``None`` converts every uint8 tensor with at least
             ``min_dims`` dimensions.
         min_dims: see ``keys``.
@@ -47,6 +50,8 @@ class DeviceNormalize(SpeedupCallback):
 
     tip = "T18"
     part = "device_normalize"
+    #: batches stay integer until the device: pinning them pays even where Lightning casts floats on the host
+    expects_integer_batches = True
 
     def __init__(
         self,
@@ -55,17 +60,18 @@ class DeviceNormalize(SpeedupCallback):
         *,
         scale: float = 1.0 / 255.0,
         channel_dim: int = 1,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
         keys: Sequence[str | int] | None = None,
         min_dims: int = 3,
     ) -> None:
         super().__init__()
+        self.dtype = dtype
         self.normalizer = DeviceNormalizer(
             mean,
             std,
             scale=scale,
             channel_dim=channel_dim,
-            dtype=dtype,
+            dtype=torch.float32 if dtype is None else dtype,
             keys=keys,
             min_dims=min_dims,
         )
@@ -74,6 +80,10 @@ class DeviceNormalize(SpeedupCallback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self.dtype is None:
+            # the dtype the precision plugin gives floating inputs (public: convert_input on a probe tensor)
+            probe = trainer.precision_plugin.convert_input(torch.zeros(1))
+            self.normalizer.dtype = probe.dtype if probe.is_floating_point() else torch.float32
         owner = batch_hook_owner(trainer, pl_module, "on_after_batch_transfer")
         if self._patches.is_patched(owner, "on_after_batch_transfer"):
             return
@@ -86,7 +96,8 @@ class DeviceNormalize(SpeedupCallback):
                     if not self.active:
                         self.report(
                             True,
-                            f"normalising {', '.join(self.normalizer.converted)} on the device",
+                            f"normalising {', '.join(self.normalizer.converted)} on the device"
+                            f" ({str(self.normalizer.dtype).removeprefix('torch.')})",
                         )
                 return out
 

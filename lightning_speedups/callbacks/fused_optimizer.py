@@ -37,6 +37,32 @@ def _params(optimizer: torch.optim.Optimizer) -> Iterable[torch.Tensor]:
         yield from group["params"]
 
 
+def place_step_tensors(optimizer: torch.optim.Optimizer) -> int:
+    """Put each parameter's ``state["step"]`` where the group's implementation reads it; return how many moved.
+
+    torch keeps ``step`` on the parameter's device (float32) for fused and capturable groups (the
+    kernel reads it as a device pointer) and on the CPU otherwise (read as a host number, no sync).
+    ``load_state_dict`` places it by the flags at load time, so switching ``fused`` after a
+    checkpoint was restored would leave CPU steps under a fused CUDA kernel, or device steps under
+    foreach (one device-to-host sync per parameter per step).
+    """
+    moved = 0
+    for group in optimizer.param_groups:
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            if not isinstance(state, dict):
+                continue
+            step = state.get("step")
+            if not isinstance(step, torch.Tensor):
+                continue
+            want = p.device if on_device else torch.device("cpu")
+            if step.device != want:
+                state["step"] = step.to(device=want, dtype=torch.float32 if on_device else step.dtype)
+                moved += 1
+    return moved
+
+
 class FusedOptimizer(SpeedupCallback):
     """T06: switch the model's optimizers to their fused (or foreach) implementation.
 
@@ -44,6 +70,11 @@ class FusedOptimizer(SpeedupCallback):
     The switch is made in place when training starts (after ``configure_optimizers`` and after a
     checkpoint's optimizer state is restored), so schedulers built on the optimizer keep working and
     the optimizer state is untouched.
+
+    Restored ``step`` counters move to where the new implementation reads them
+    (:func:`place_step_tensors`). Under bf16-mixed or fp32 a fused optimizer, the user's own too,
+    has its "unscales internally" flag cleared, so Lightning clips it (Lightning 2.6 refuses
+    otherwise, issue 21435).
 
     Under fp16 mixed precision a fused optimizer unscales gradients inside its own ``step``, so
     Lightning cannot unscale them first and gradient clipping fails ("does not allow for gradient
@@ -92,12 +123,16 @@ class FusedOptimizer(SpeedupCallback):
             if "fused" in optimizer.defaults:
                 optimizer.defaults["fused"] = choice == "fused"
             optimizer.defaults["foreach"] = choice == "foreach"
-            if choice == "fused" and scaler is not None:
-                # private flag, no public switch: what the constructor does for fused=True: the GradScaler then hands its scale to the
-                # step. Without a scaler (fp32, bf16) it must stay off: Lightning's mixed-precision
-                # plugin refuses to clip gradients of an optimizer that says it unscales internally.
-                optimizer._step_supports_amp_scaling = True
-            self.changed.append(f"{type(optimizer).__name__}->{choice}")
+            # private flag, no public switch: what the constructor sets for fused=True (the GradScaler then
+            # hands its scale to the step). It must follow the switch both ways: on for fused under a
+            # scaler; off otherwise. A user's fused=True optimizer switched to foreach keeps it from its
+            # constructor, so Lightning's plugin would refuse to clip (and the GradScaler would hand a
+            # scale to a foreach step, which refuses it); without a scaler (fp32, bf16-mixed) Lightning
+            # 2.6's plugin refuses to clip any optimizer that carries it (Lightning issue 21435), and
+            # nothing reads it there.
+            optimizer._step_supports_amp_scaling = choice == "fused" and scaler is not None
+            moved = place_step_tensors(optimizer)
+            self.changed.append(f"{type(optimizer).__name__}->{choice}" + (f" ({moved} step tensors moved)" if moved else ""))
         if avoid_fused and self.mode != "foreach":
             rank_zero_warn(
                 "optimizer: fp16 mixed precision with gradient clipping: a fused optimizer unscales gradients inside"

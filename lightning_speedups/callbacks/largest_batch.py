@@ -8,7 +8,6 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import GradientAccumulationScheduler
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from lightning.pytorch.utilities.memory import garbage_collection_cuda
 from lightning.pytorch.utilities.parsing import (
     lightning_getattr,
     lightning_hasattr,
@@ -36,11 +35,13 @@ from lightning_speedups.functional.batch_size import (
     lr_scale_factor,
     round_down,
 )
+from lightning_speedups.functional.compile import eager_while
 from lightning_speedups.functional.memory import (
     MemoryBudget,
     format_bytes,
     is_out_of_memory,
     parse_memory_budget,
+    release_device_memory,
     total_memory_bytes,
 )
 
@@ -428,20 +429,28 @@ class LargestBatch(SpeedupCallback):
                 f"batch) is below `multiple={self.multiple}`; lower `multiple`."
             )
         self.trials = []
+        device = trainer.strategy.root_device
         snapshot = enter_trials(trainer, pl_module, self.batch_arg_name, self.steps_per_trial)
         try:
-            with isolate_rng():
+            # eager trials: compiled modules would recompile at every trial size (see eager_while)
+            with isolate_rng(), eager_while(pl_module):
 
                 def fits(batch: int) -> bool:
                     accumulate = self._trial_accumulation(batch, old_accumulate, per_process)
+                    out_of_memory = False
                     try:
                         peak = self.measure_peak(trainer, pl_module, batch, accumulate, limit)
-                    except Exception as ex:
-                        if is_out_of_memory(ex):
-                            self.trials.append((batch, None))
-                            restore_trial_state(trainer, pl_module, snapshot)
-                            garbage_collection_cuda()
-                        raise
+                    except Exception as ex:  # noqa: BLE001 - only out-of-memory errors are swallowed
+                        if not is_out_of_memory(ex):
+                            raise
+                        out_of_memory = True
+                    # out of the except block: the exception and its traceback (whose frames hold the
+                    # trial's activations) are gone, so the memory can really be given back now
+                    if out_of_memory:
+                        self.trials.append((batch, None))
+                        restore_trial_state(trainer, pl_module, snapshot)
+                        release_device_memory(device)
+                        return False
                     self.trials.append((batch, peak))
                     restore_trial_state(trainer, pl_module, snapshot)
                     return limit is None or peak <= limit
@@ -453,6 +462,8 @@ class LargestBatch(SpeedupCallback):
                     raise self._too_small_error(trainer, pl_module, old_accumulate, per_process, limit)
         finally:
             exit_trials(trainer, pl_module, snapshot, self.batch_arg_name)
+            # the run's own peak-memory figures start here, not at the largest trial's peak
+            release_device_memory(device)
         if limit is None and self.margin > 0:  # out-of-memory search: keep a margin of batch
             found = max(self.multiple, round_down(int(found * (1 - self.margin)), self.multiple))
         tried = ", ".join(f"{b}:{format_bytes(p) if p is not None else 'over'}" for b, p in self.trials)

@@ -29,6 +29,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import torch
+
 # private: Lightning's own way to re-create a loader (and the wrapping that lets it inject samplers later)
 from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
 from lightning.pytorch.strategies import ParallelStrategy
@@ -125,6 +127,38 @@ class ResolvedSettings:
         )
 
 
+#: precisions under which Lightning casts floating batches on the host, before the transfer
+HOST_CAST_PRECISIONS = ("16-true", "bf16-true", "64-true", "16", "bf16", "64", "transformer-engine-float16")
+
+
+def dataset_device(dataset: Any, depth: int = 3) -> str | None:
+    """The device type of the tensors a dataset holds directly, without reading a sample (``None``: unknown).
+
+    Looks at ``TensorDataset.tensors`` and at tensor attributes of the data set (and of the data
+    set a ``Subset`` / wrapper keeps in ``.dataset``), the usual shapes of a data set that was
+    moved to the GPU up front. A GPU-resident data set must not be pinned: pinning a CUDA tensor
+    raises in the loader's pin thread.
+    """
+    seen: list[Any] = [dataset]
+    for _ in range(depth):
+        if not seen:
+            break
+        current, seen = seen, []
+        for ds in current:
+            values = list(getattr(ds, "tensors", ()) or ())
+            try:
+                values += list(vars(ds).values())
+            except TypeError:
+                pass
+            for v in values:
+                if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                    return v.device.type
+            inner = getattr(ds, "dataset", None)
+            if inner is not None and inner is not ds:
+                seen.append(inner)
+    return None
+
+
 def resolve_loader_settings(
     settings: LoaderSettings,
     loader: DataLoader,
@@ -134,6 +168,8 @@ def resolve_loader_settings(
     processes_per_node: int | None = None,
     cpus: int | None = None,
     reload_every_n_epochs: int = 0,
+    precision: str | None = None,
+    integer_batches: bool = False,
 ) -> ResolvedSettings:
     """Concrete ``num_workers`` / ``pin_memory`` / ``persistent_workers`` / ``prefetch_factor``.
 
@@ -145,6 +181,10 @@ def resolve_loader_settings(
         cpus: CPUs of the node's training (default: :func:`available_cpus`).
         reload_every_n_epochs: the Trainer's ``reload_dataloaders_every_n_epochs`` (persistent
             pinned workers are unstable when loaders are reloaded, PyTorch issue 91252).
+        precision: the Trainer's precision. Under ``16-true`` / ``bf16-true`` / ``64-true``
+            Lightning casts floating batches on the host before the transfer, so a pinned batch is
+            replaced by an unpinned copy: ``pin_memory="auto"`` does not pin then, unless
+            ``integer_batches`` (the batches stay integer until the device, e.g. DeviceNormalize).
 
     Example:
         >>> import torch
@@ -199,9 +239,22 @@ def resolve_loader_settings(
         pin = bool(loader.pin_memory)
     elif pin == "auto":
         pin = on_cuda
-        reasons.append(
-            f"pin_memory={pin} ({'batches go to CUDA' if on_cuda else f'batches go to {accelerator}'})"
+        why = "batches go to CUDA" if on_cuda else f"batches go to {accelerator}"
+        resident = dataset_device(loader.dataset) if on_cuda else None
+        if resident is not None:
+            pin, why = False, f"the data set's tensors already live on {resident}; only CPU tensors can be pinned"
+        elif on_cuda and precision in HOST_CAST_PRECISIONS and not integer_batches:
+            pin, why = False, (
+                f"under precision {precision} Lightning casts floating batches on the host before the transfer,"
+                " replacing a pinned batch by an unpinned copy"
+            )
+        reasons.append(f"pin_memory={pin} ({why})")
+    elif pin and on_cuda and dataset_device(loader.dataset) is not None:
+        warns.append(
+            f"pin_memory=True ignored: the data set's tensors already live on {dataset_device(loader.dataset)};"
+            " only CPU tensors can be pinned (the loader's pin thread would raise)."
         )
+        pin = False
     elif pin and not on_cuda:
         warns.append(
             f"pin_memory=True ignored: batches go to {accelerator}, not a CUDA device; pinning would only cost there."
@@ -389,7 +442,8 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
     """The facts :func:`resolve_loader_settings` needs, read from a Trainer (``{}`` for ``None``).
 
     Returns ``accelerator`` (the root device type), ``devices`` (devices on this node),
-    ``processes_per_node`` (training processes on this node) and ``reload_every_n_epochs``.
+    ``processes_per_node`` (training processes on this node), ``reload_every_n_epochs``,
+    ``precision`` and ``integer_batches`` (a callback keeps batches integer until the device).
     """
     if trainer is None:
         return {}
@@ -410,4 +464,6 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
         "reload_every_n_epochs": int(
             getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0
         ),
+        "precision": str(getattr(trainer, "precision", "32-true")),
+        "integer_batches": any(getattr(cb, "expects_integer_batches", False) for cb in getattr(trainer, "callbacks", [])),
     }

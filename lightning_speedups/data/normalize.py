@@ -64,6 +64,7 @@ def normalize_uint8(
         >>> normalize_uint8(torch.tensor([[0, 255]], dtype=torch.uint8), 0.5, 0.5, channel_dim=0).tolist()
         [[-1.0, 1.0]]
     """
+    # tensors already in (device, dtype) are used as they are: no copy (DeviceNormalizer caches them)
     mean_t = torch.as_tensor(mean, dtype=dtype, device=x.device)
     std_t = torch.as_tensor(std, dtype=dtype, device=x.device)
     if mean_t.ndim > 1 or std_t.ndim > 1:
@@ -129,12 +130,30 @@ class DeviceNormalizer:
         self.channel_dim, self.dtype, self.min_dims = channel_dim, dtype, min_dims
         self.keys = None if keys is None else list(keys)
         self.converted: list[str] = []
+        self._constants: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def constants(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``mean`` and ``std`` as tensors on ``device`` in ``dtype``, built once per (device, dtype).
+
+        Building them from the Python values per batch would copy host memory to the device twice per
+        batch (pageable memory: blocking copies, outside any sync guard's window).
+        """
+        key = (device, dtype)
+        found = self._constants.get(key)
+        if found is None:
+            found = (
+                torch.as_tensor(self.mean, dtype=dtype, device=device),
+                torch.as_tensor(self.std, dtype=dtype, device=device),
+            )
+            self._constants[key] = found
+        return found
 
     def _convert(self, t: torch.Tensor) -> torch.Tensor:
+        mean, std = self.constants(t.device, self.dtype)
         return normalize_uint8(
             t,
-            self.mean,
-            self.std,
+            mean,
+            std,
             scale=self.scale,
             channel_dim=self.channel_dim,
             dtype=self.dtype,

@@ -20,7 +20,8 @@ modules that hold the parameters are where the maths is.
 Failures: ``torch.compile`` is lazy, so a compiler error only shows at the first call (or at a
 recompilation). Each compiled module is guarded: if its compiled call raises and the same call
 succeeds in eager mode, the module switches to eager for good and a single
-:class:`CompileFallbackWarning` carries the first line of the compiler's reason. If eager raises
+:class:`CompileFallbackWarning` carries the first line of the compiler's reason. Out-of-memory
+errors (also wrapped in a compiler error) are raised as they are, never a reason to fall back. If eager raises
 too, the error is the user's and eager's exception is raised. With ``strict=True`` the compiler's
 exception is raised instead. (A failure while compiling the *backward* graph surfaces in
 ``loss.backward()``, outside the module call, and is not caught.)
@@ -35,7 +36,8 @@ from __future__ import annotations
 
 import types
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -54,6 +56,8 @@ __all__ = [
     "compile_modules",
     "compile_status",
     "default_compile_targets",
+    "eager_while",
+    "find_out_of_memory",
     "uncompile_modules",
     "validate_compile_options",
 ]
@@ -115,6 +119,29 @@ def compiler_reason(err: BaseException) -> str:
     return type(err).__name__
 
 
+def find_out_of_memory(err: BaseException) -> BaseException | None:
+    """The out-of-memory error that ``err`` is or wraps (Dynamo / Inductor wrap the backend's), else ``None``.
+
+    An error of torch's out-of-memory type in the chain wins; else one whose message says so.
+    """
+    oom_types = tuple(
+        t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t
+    )
+    chain: list[BaseException] = []
+    cur: BaseException | None = err
+    while cur is not None and all(cur is not seen for seen in chain):
+        chain.append(cur)
+        cur = getattr(cur, "inner_exception", None) or cur.__cause__
+    for exc in chain:
+        if isinstance(exc, (MemoryError, *oom_types)):
+            return exc
+    for exc in chain:
+        msg = str(exc.args[0]) if exc.args else ""
+        if "out of memory" in msg and ("CUDA" in msg or "HIP" in msg):
+            return exc
+    return None
+
+
 class _GuardedCompiled:
     """Stored as the module's ``_compiled_call_impl``: the compiled call, with a fallback to eager."""
 
@@ -129,7 +156,12 @@ class _GuardedCompiled:
         try:
             return self.compiled(self.module, *args, **kwargs)
         except Exception as compile_err:
-            if self.strict:
+            # out of memory is the batch's, not the compiler's: a retry in eager would only hide it (and
+            # leave the module eager for good); the largest-batch search needs to see it, unwrapped
+            oom = find_out_of_memory(compile_err)
+            if oom is not None and oom is not compile_err:
+                raise oom from compile_err
+            if self.strict or oom is not None:
                 raise
             try:
                 out = self.module._call_impl(*args, **kwargs)
@@ -264,3 +296,30 @@ def uncompile_modules(model: nn.Module) -> list[str]:
             module._compiled_call_impl = None
             names.append(name)
     return names
+
+
+@contextmanager
+def eager_while(model: nn.Module) -> Iterator[list[str]]:
+    """Run every compiled sub-module of ``model`` eagerly inside the block, compiled again after it.
+
+    For trial runs at changing shapes (the largest-batch search): compiled, each trial size would
+    recompile (tens of seconds each), use up Dynamo's recompilation limit and leave the batch
+    dimension marked dynamic for the real run. Eager trials measure a peak at or above the compiled
+    one (fusion frees intermediates), so a size that fits eagerly fits compiled. Covers the modules
+    :func:`compile_modules` compiled and those compiled by ``module.compile()``. Yields their names.
+    """
+    saved = [
+        (name, module, module._compiled_call_impl)  # private: where nn.Module.compile keeps the compiled call
+        for name, module in model.named_modules()
+        if getattr(module, "_compiled_call_impl", None) is not None
+    ]
+    for _, module, _ in saved:
+        module._compiled_call_impl = None
+    try:
+        yield [name for name, _, _ in saved]
+    finally:
+        for _, module, impl in saved:
+            if getattr(module, "_compiled_call_impl", None) is None and not getattr(
+                module, "_lightning_speedups_compile_fallback", None
+            ):
+                module._compiled_call_impl = impl

@@ -28,6 +28,7 @@ not measured op by op. The margin of the callback covers the first two.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import re
@@ -41,6 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # private: no public
 from torch.utils._pytree import tree_flatten  # private: no public pytree flatten guaranteed since torch 2.4
 
 __all__ = [
+    "release_device_memory",
     "LiveTensorMemory",
     "MemoryBudget",
     "MemoryBudgetExceeded",
@@ -357,3 +359,21 @@ def measure_peak_memory(
     with LiveTensorMemory(seed, device=device.type, limit=limit) as mem:
         fn()
     return mem.peak
+
+
+def release_device_memory(device: Union[str, torch.device, None] = None, *, reset_peak: bool = True) -> None:
+    """Give memory that nothing references back, and start the peak statistics afresh.
+
+    ``gc.collect()`` first (reference cycles, e.g. a caught exception's traceback frames that hold
+    a trial's activations), then on CUDA ``torch.cuda.empty_cache()`` and, with ``reset_peak``,
+    ``torch.cuda.reset_peak_memory_stats``: after a search of trial runs, the run's own
+    ``max_memory_allocated`` must not report the largest trial's peak. Call it only after leaving
+    any ``except`` block: inside one, the exception still holds its frames' tensors.
+    """
+    gc.collect()
+    dev = torch.device(device) if device is not None else None
+    if (dev is None or dev.type == "cuda") and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        if reset_peak:
+            torch.cuda.reset_peak_memory_stats(dev)

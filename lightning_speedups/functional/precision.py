@@ -16,13 +16,23 @@ Card:
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import subprocess
+import sys
 from functools import lru_cache
 from typing import Optional
 
 import torch
 
 #: values the ``speedups.precision`` setting accepts besides Lightning's own precision strings
-PRECISION_CHOICES = ("off", "auto", "half", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true")
+#: (``fp8``: torchao float8 linears on top of bf16-mixed, where the GPU has float8 tensor cores)
+PRECISION_CHOICES = (
+    "off", "auto", "half", "fp8", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true"
+)
+
+#: the lowest compute capability with float8 tensor cores (Ada Lovelace, sm_89; Hopper is 9.0)
+FLOAT8_MIN_CAPABILITY = (8, 9)
 
 
 @lru_cache(maxsize=1)
@@ -76,12 +86,92 @@ def cpu_fast_bf16() -> Optional[str]:
     return None
 
 
+_PROBE = (
+    "import json, torch; print(json.dumps([torch.cuda.get_device_name(0), list(torch.cuda.get_device_capability(0))]))"
+)
+
+
+def _nvml_facts() -> Optional[tuple[str, tuple[int, int]]]:
+    """Device 0's name and compute capability from NVML (``pynvml``), which creates no CUDA context."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            name = pynvml.nvmlDeviceGetName(handle)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no pynvml, no driver, or an old NVML: try the next way
+        return None
+    return (name.decode() if isinstance(name, bytes) else str(name)), (int(major), int(minor))
+
+
+@lru_cache(maxsize=1)
+def _uninitialised_facts() -> tuple[str, tuple[int, int]]:
+    facts = _nvml_facts()
+    if facts is not None:
+        return facts
+    try:  # a child process pays the CUDA initialisation, not this one
+        out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=True)
+        name, cap = json.loads(out.stdout.strip().splitlines()[-1])
+        return str(name), (int(cap[0]), int(cap[1]))
+    except Exception:  # noqa: BLE001 - cannot tell: assume no bf16 / fp8 (the safe answers)
+        return "CUDA device", (0, 0)
+
+
+def cuda_device_facts(device: Optional[int] = None) -> tuple[str, tuple[int, int]]:
+    """``(name, (major, minor))`` of a CUDA device **without initialising CUDA in this process**.
+
+    ``torch.cuda.get_device_name`` / ``get_device_capability`` create a CUDA context, after which
+    Lightning's fork-based launchers (``ddp_fork``, ``ddp_notebook``) refuse to start. So while the
+    config is read: when CUDA is already initialised, torch answers; otherwise NVML (``pynvml``)
+    does, or else a short child process. Call only where ``torch.cuda.is_available()`` (which does
+    not initialise CUDA).
+    """
+    if torch.cuda.is_initialized():
+        return torch.cuda.get_device_name(device), tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
+    return _uninitialised_facts()
+
+
 def cuda_supports_bf16(device: Optional[int] = None) -> bool:
-    """Whether the CUDA device runs bf16 natively (compute capability 8.0, Ampere, or newer)."""
+    """Whether the CUDA device runs bf16 natively (compute capability 8.0, Ampere, or newer).
+
+    Does not initialise CUDA (see :func:`cuda_device_facts`).
+    """
     if not torch.cuda.is_available():
         return False
-    major, _ = torch.cuda.get_device_capability(device)
+    major, _ = cuda_device_facts(device)[1]
     return major >= 8
+
+
+def torchao_float8_available() -> bool:
+    """Whether ``torchao.float8`` can be imported (found without importing it)."""
+    try:
+        return importlib.util.find_spec("torchao") is not None and importlib.util.find_spec("torchao.float8") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def resolve_float8(accelerator: Optional[str] = "auto") -> tuple[bool, str]:
+    """Whether float8 training (torchao's float8 linears) can run here, with a one-line reason.
+
+    Needs a CUDA device of compute capability 8.9 or newer (Ada, Hopper, Blackwell) and
+    ``torchao`` importable. Does not initialise CUDA.
+
+    Example::
+
+        ok, why = resolve_float8("cpu")   # (False, "float8 needs a CUDA GPU of compute capability 8.9+ ...")
+    """
+    if not accelerator_is_cuda(accelerator) or not torch.cuda.is_available():
+        return False, "float8 needs a CUDA GPU of compute capability 8.9+ (batches go elsewhere here)"
+    name, cap = cuda_device_facts()
+    if tuple(cap) < FLOAT8_MIN_CAPABILITY:
+        return False, f"{name} (compute capability {cap[0]}.{cap[1]}) has no float8 tensor cores (needs 8.9+)"
+    if not torchao_float8_available():
+        return False, "torchao is not installed (pip install torchao)"
+    return True, f"{name} has float8 tensor cores (compute capability {cap[0]}.{cap[1]}); torchao float8 linears"
 
 
 def accelerator_is_cuda(accelerator: Optional[str]) -> bool:
@@ -96,6 +186,8 @@ def resolve_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[O
     Args:
         mode: ``"off"`` (leave Lightning's default), ``"auto"`` (fastest: bf16-mixed on Ampere or
             newer, 16-mixed on older GPUs, bf16-mixed on CPUs with AMX, fp32 elsewhere),
+            ``"fp8"`` (bf16-mixed, with float8 linears added by the ``Float8Training`` callback
+            where :func:`resolve_float8` allows; else what ``auto`` picks, the reason saying why),
             ``"half"`` (leanest: a 16-bit mixed precision that works here, even where it is not
             faster, e.g. bf16-mixed on any CPU), or any Lightning precision string.
         accelerator: the trainer's accelerator (``"auto"``, ``"cpu"``, ``"gpu"``, ``"cuda"``, ...).
@@ -109,6 +201,12 @@ def resolve_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[O
     """
     if mode == "off":
         return None, "off (Lightning's default precision)"
+    if mode == "fp8":
+        ok, why = resolve_float8(accelerator)
+        if ok:
+            return "bf16-mixed", f"fp8: {why}, bf16-mixed around them"
+        value, reason = resolve_precision("auto", accelerator)
+        return value, f"fp8 skipped ({why}); auto instead: {reason}"
     if mode not in ("auto", "half"):
         if mode not in PRECISION_CHOICES:
             raise ValueError(
@@ -116,7 +214,7 @@ def resolve_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[O
             )
         return mode, "set explicitly"
     if accelerator_is_cuda(accelerator):
-        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "CUDA device"
+        name = cuda_device_facts()[0] if torch.cuda.is_available() else "CUDA device"
         if cuda_supports_bf16():
             return "bf16-mixed", f"{name} supports bf16 (compute capability 8.0+), no loss scaler needed"
         return "16-mixed", f"{name} has no native bf16: fp16 with a gradient scaler"
