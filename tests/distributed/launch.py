@@ -45,8 +45,8 @@ def _tail(path: Path, n: int = 4000) -> str:
 
 
 def run_workers(scenario: str, out: Path, *, nnodes: int = 1, nproc: int = 2, timeout: float = 120.0,
-                args: tuple[str, ...] = ()) -> list[dict]:
-    """Run ``worker.py SCENARIO OUT`` on ``nnodes`` x ``nproc`` processes; return each rank's JSON result.
+                args: tuple[str, ...] = (), script: Path = WORKER) -> list[dict]:
+    """Run ``script SCENARIO OUT`` on ``nnodes`` x ``nproc`` processes; return each rank's JSON result.
 
     Raises:
         AssertionError: a node failed (the others were stopped) or the run passed ``timeout``.
@@ -65,7 +65,7 @@ def run_workers(scenario: str, out: Path, *, nnodes: int = 1, nproc: int = 2, ti
         cmd = [
             sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node_rank", str(node),
             "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(port),
-            "--max_restarts", "0", "--monitor_interval", "0.5", str(WORKER), scenario, str(out), *args,
+            "--max_restarts", "0", "--monitor_interval", "0.5", str(script), scenario, str(out), *args,
         ]
         fh = open(log, "w")  # noqa: SIM115 - closed below, after the process ends
         procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True), log))

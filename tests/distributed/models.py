@@ -5,7 +5,26 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+
+class DistributedOrder(Sampler):
+    """One process's stand-in for Lightning's DistributedSampler(shuffle=True, seed=0) over all ranks:
+    the same permutation per epoch, so batch k here holds the samples of batch k on every rank."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.epoch = n, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator()
+        g.manual_seed(self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self) -> int:
+        return self.n
 
 
 class Block(nn.Module):
@@ -28,8 +47,9 @@ class TinyBlocks(pl.LightningModule):
         n: samples (``n / (batch_size x world size)`` steps per epoch).
     """
 
-    def __init__(self, batch_size: int = 4, n: int = 16, lr: float = 0.1) -> None:
+    def __init__(self, batch_size: int = 4, n: int = 16, lr: float = 0.1, reference: bool = False) -> None:
         super().__init__()
+        self.reference = reference
         torch.manual_seed(0)
         self.batch_size, self.lr = batch_size, lr
         self.inp = nn.Linear(8, 16)
@@ -53,7 +73,9 @@ class TinyBlocks(pl.LightningModule):
         return loss
 
     def train_dataloader(self):
-        return DataLoader(TensorDataset(self.x, self.y), batch_size=self.batch_size, shuffle=False)
+        # under a distributed strategy Lightning puts a shuffling DistributedSampler here (seed 0)
+        sampler = DistributedOrder(len(self.x)) if self.reference else None
+        return DataLoader(TensorDataset(self.x, self.y), batch_size=self.batch_size, sampler=sampler)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
@@ -71,7 +93,7 @@ def named_params(module: nn.Module) -> dict[str, list[float]]:
 
 def reference_run(batch_size: int, epochs: int, accumulate: int = 1, n: int = 16) -> tuple[list[float], dict]:
     """One process, the global batch: the losses per micro-batch and the final parameters."""
-    model = TinyBlocks(batch_size=batch_size, n=n)
+    model = TinyBlocks(batch_size=batch_size, n=n, reference=True)
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_epochs=epochs, accumulate_grad_batches=accumulate, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

@@ -21,9 +21,9 @@ from lightning_speedups.callbacks import SpeedupsSummary
 from lightning_speedups.functional.loaders import auto_num_workers, available_cpus
 from lightning_speedups.presets import preset
 
-RANK = int(os.environ["RANK"])
-WORLD = int(os.environ["WORLD_SIZE"])
-LOCAL = int(os.environ["LOCAL_WORLD_SIZE"])
+RANK = int(os.environ.get("RANK", "0"))
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+LOCAL = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 NODES = WORLD // LOCAL
 
 
@@ -50,6 +50,16 @@ def summary_lines(trainer: pl.Trainer) -> list[str]:
     return next((cb.lines for cb in trainer.callbacks if isinstance(cb, SpeedupsSummary)), [])
 
 
+class StaticGraphProbe(pl.Callback):
+    """Records whether the DDP wrapper runs a static graph (Lightning unwraps the model after the fit)."""
+
+    static_graph: bool | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        wrapped = trainer.strategy.model
+        self.static_graph = bool(wrapped.static_graph) if hasattr(wrapped, "static_graph") else None
+
+
 def fit(names: tuple[str, ...], epochs: int, n: int = 16, ckpt_in: str | None = None, ckpt_out: str | None = None,
         set_speedups: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     """Train with the presets ``names`` and return what the test compares."""
@@ -57,7 +67,8 @@ def fit(names: tuple[str, ...], epochs: int, n: int = 16, ckpt_in: str | None = 
     for key, value in (set_speedups or {}).items():
         setattr(p.speedups, key, value)
     model = TinyBlocks(n=n)
-    t = trainer(p.trainer_kwargs(accelerator="cpu"), p.callbacks(), epochs, **extra)
+    probe = StaticGraphProbe()
+    t = trainer(p.trainer_kwargs(accelerator="cpu"), [*p.callbacks(), probe], epochs, **extra)
     t.fit(model, ckpt_path=ckpt_in)
     if ckpt_out:
         t.save_checkpoint(ckpt_out)
@@ -66,9 +77,8 @@ def fit(names: tuple[str, ...], epochs: int, n: int = 16, ckpt_in: str | None = 
         "strategy": type(t.strategy).__name__, "summary": summary_lines(t),
         "accumulate": t.accumulate_grad_batches, "world_size": t.world_size, "num_nodes": t.num_nodes,
     }
+    out["static_graph"] = probe.static_graph
     wrapped = getattr(t.strategy, "model", None)
-    if hasattr(wrapped, "static_graph"):
-        out["static_graph"] = bool(wrapped.static_graph)
     if type(t.strategy).__name__ == "SpeedupsFSDPStrategy":
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -120,14 +130,6 @@ def scenario_multinode(out: Path) -> dict[str, Any]:
     choice = auto_num_workers(accelerator="cpu")
     res["workers"] = {"num_workers": choice.num_workers, "reason": choice.reason, "cpus": available_cpus().count}
     return res
-
-
-def scenario_fail(out: Path) -> dict[str, Any]:
-    dist.init_process_group("gloo")
-    if RANK == 1:
-        raise RuntimeError("rank 1 fails on purpose before the first collective")
-    dist.barrier()  # would wait for rank 1 forever
-    return {}
 
 
 def main() -> None:
