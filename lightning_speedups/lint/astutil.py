@@ -44,14 +44,26 @@ NP_ARRAY_FUNCS = frozenset(
 )
 # np.random.X: index of the positional argument that is `size` (a call with it, or `size=`, is an array).
 _NP_RANDOM_SIZE_POS = {
-    "rand": 0, "randn": 0, "random": 0, "random_sample": 0, "sample": 0, "ranf": 0,
-    "standard_normal": 0, "normal": 2, "uniform": 2, "randint": 2, "choice": 1, "binomial": 2,
-    "poisson": 1, "exponential": 1, "beta": 2, "gamma": 2, "permutation": -1,
+    "rand": 0,
+    "randn": 0,
+    "random": 0,
+    "random_sample": 0,
+    "sample": 0,
+    "ranf": 0,
+    "standard_normal": 0,
+    "normal": 2,
+    "uniform": 2,
+    "randint": 2,
+    "choice": 1,
+    "binomial": 2,
+    "poisson": 1,
+    "exponential": 1,
+    "beta": 2,
+    "gamma": 2,
+    "permutation": -1,
 }
 # Methods of an ndarray that return an ndarray.
-NP_ARRAY_METHODS = frozenset(
-    "astype reshape copy transpose squeeze flatten ravel swapaxes clip round view".split()
-)
+NP_ARRAY_METHODS = frozenset("astype reshape copy transpose squeeze flatten ravel swapaxes clip round view".split())
 
 # Top-level torch functions that do not return a tensor.
 _TORCH_NON_TENSOR = frozenset(
@@ -95,11 +107,7 @@ class Binding:
 
 def is_const(node: Optional[ast.AST], value: object) -> bool:
     """``node`` is the literal ``value`` (``True`` does not match ``1``)."""
-    return (
-        isinstance(node, ast.Constant)
-        and type(node.value) is type(value)  # noqa: E721 - True must not match 1
-        and node.value == value
-    )
+    return isinstance(node, ast.Constant) and type(node.value) is type(value) and node.value == value
 
 
 def terminal_name(node: ast.AST) -> str:
@@ -145,4 +153,3 @@ def snippet(node: ast.AST, limit: int = 40) -> str:
         return "..."
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-

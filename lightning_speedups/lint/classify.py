@@ -200,11 +200,7 @@ class Classifiers:
             callee = self.qualname(value.func)
             if callee is not None:
                 last = callee.rsplit(".", 1)[1]
-                if not (
-                    callee.startswith("torch.nn.")
-                    and last[:1].isupper()
-                    and last not in _NOT_MODULES
-                ):
+                if not (callee.startswith("torch.nn.") and last[:1].isupper() and last not in _NOT_MODULES):
                     return False
             elif not (isinstance(value.func, ast.Name) and value.func.id in self.module_classes):
                 return False
@@ -221,10 +217,12 @@ class Classifiers:
     def formats_tensor(self, node: ast.AST) -> bool:
         """Printing ``node`` converts a tensor to text (``x``, ``f"{x}"``, ``"%s" % x``, ``"{}".format(x)``)."""
         if isinstance(node, ast.JoinedStr):
-            return any(
-                isinstance(v, ast.FormattedValue) and self.is_tensor(v.value) for v in node.values
-            )
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr)):
+            return any(isinstance(v, ast.FormattedValue) and self.is_tensor(v.value) for v in node.values)
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Mod)
+            and isinstance(node.left, (ast.Constant, ast.JoinedStr))
+        ):
             right = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
             return any(self.is_tensor(r) for r in right)
         if (
@@ -267,8 +265,9 @@ class Classifiers:
     @cached_property
     def uses_gpu(self) -> bool:
         """The file runs on a GPU as far as it shows: a ``.cuda()`` call, a ``"cuda"`` string,
-        ``accelerator="gpu"/"cuda"/"auto"``, ``torch.accelerator.*``, or a Lightning ``Trainer`` /
-        ``Fabric`` that chooses the accelerator itself (no ``accelerator=``, or ``"auto"``)."""
+        ``accelerator="gpu"/"cuda"/"auto"``, ``torch.accelerator.*``, a Lightning ``Trainer`` /
+        ``Fabric`` that chooses the accelerator itself (no ``accelerator=``, or ``"auto"``), or a
+        Hugging Face ``Accelerator()`` (without ``cpu=``)."""
         if any(_CUDA_STR.match(s) for s in self.strings):
             return True
         for call in self.calls:
@@ -276,17 +275,25 @@ class Classifiers:
             if isinstance(func, ast.Attribute) and func.attr == "cuda":
                 return True
             for kw in call.keywords:
-                if kw.arg == "accelerator" and isinstance(kw.value, ast.Constant) and kw.value.value in _GPU_ACCELERATORS:
+                if (
+                    kw.arg == "accelerator"
+                    and isinstance(kw.value, ast.Constant)
+                    and kw.value.value in _GPU_ACCELERATORS
+                ):
                     return True
             name = self.call_name(call)
             if name is None:
                 continue
             if name.startswith("torch.accelerator."):
                 return True
-            if name in _AUTO_ACCELERATOR and keyword(call, "accelerator") is None and not any(
-                kw.arg is None for kw in call.keywords
+            if (
+                name in _AUTO_ACCELERATOR
+                and keyword(call, "accelerator") is None
+                and not any(kw.arg is None for kw in call.keywords)
             ):
                 return True
+            if name == "accelerate.Accelerator" and keyword(call, "cpu") is None:
+                return True  # Hugging Face Accelerate places the model and batches on the GPU itself
         return False
 
     @property

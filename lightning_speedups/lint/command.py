@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from lightning_speedups.lint.report import format_text, rule_table, summary, to_json
 from lightning_speedups.lint.rules import RULES

@@ -9,10 +9,12 @@ tell: a lint rule built on them reports nothing rather than guess.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import PurePath
-from typing import Iterator, Optional, Union
+from typing import Optional, Union
 
 from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for the rules
+    _CANONICAL,
     COMP_TYPES,
     DATALOADER,
     DEF_TYPES,
@@ -27,18 +29,40 @@ from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for th
     snippet,
     terminal_name,
 )
-from lightning_speedups.lint.astutil import _CANONICAL
 from lightning_speedups.lint.classify import Classifiers
 from lightning_speedups.lint.where import Where
 
 # Fields of an ast node that hold no child node the rules need: strings, ints, the Load/Store
 # context and the operator singletons (ast.Add() is one shared object: a parent link means nothing).
-_LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "module", "level", "kind", "conversion", "is_async", "type_comment", "name", "n", "s"})
+_LEAF_FIELDS = frozenset(
+    {
+        "ctx",
+        "op",
+        "ops",
+        "id",
+        "attr",
+        "arg",
+        "module",
+        "level",
+        "kind",
+        "conversion",
+        "is_async",
+        "type_comment",
+        "name",
+        "n",
+        "s",
+    }
+)
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 _AST = ast.AST
 _BRANCH_TYPES = frozenset({ast.If, ast.While, ast.IfExp, ast.Assert})
 _Call, _Assign, _ClassDef, _Import, _ImportFrom, _Constant = (
-    ast.Call, ast.Assign, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Constant,
+    ast.Call,
+    ast.Assign,
+    ast.ClassDef,
+    ast.Import,
+    ast.ImportFrom,
+    ast.Constant,
 )
 
 
@@ -46,7 +70,9 @@ def _child_fields(cls: type) -> tuple[str, ...]:
     fields = _CHILD_FIELDS.get(cls)
     if fields is None:
         fields = _CHILD_FIELDS[cls] = tuple(
-            f for f in cls._fields if f not in _LEAF_FIELDS and not (cls is ast.Constant and f == "value")  # type: ignore[attr-defined]
+            f
+            for f in cls._fields
+            if f not in _LEAF_FIELDS and not (cls is ast.Constant and f == "value")  # type: ignore[attr-defined]
         )
     return fields
 

@@ -9,7 +9,8 @@ flake8 expects. ``# noqa`` is flake8's own business (it filters the results itse
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Optional
 
 from lightning_speedups.lint.rules import RULES
 from lightning_speedups.lint.runner import lint_tree, triggered_rules

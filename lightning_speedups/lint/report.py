@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from lightning_speedups.lint.rules.base import Rule
 from lightning_speedups.lint.runner import LintResult
@@ -19,11 +19,7 @@ def summary(result: LintResult) -> str:
     """One closing line: how many findings in how many files, and the errors."""
     n = len(result.findings)
     files = len({f.path for f in result.findings})
-    text = (
-        f"{n} finding{'s' if n != 1 else ''} in {files} file{'s' if files != 1 else ''}"
-        if n
-        else "no findings"
-    )
+    text = f"{n} finding{'s' if n != 1 else ''} in {files} file{'s' if files != 1 else ''}" if n else "no findings"
     text += f" ({result.files} file{'s' if result.files != 1 else ''} checked)"
     if result.errors:
         text += f", {len(result.errors)} error{'s' if len(result.errors) != 1 else ''}"

@@ -8,18 +8,17 @@ import io
 import os
 import re
 import tokenize
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, Union
+from typing import Optional, Union
 
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules import RULES, Rule
 from lightning_speedups.lint.rules.base import WARNING
 
 #: Directory names never descended into when a directory is given.
-EXCLUDED_DIRS = frozenset(
-    {"__pycache__", "node_modules", "venv", "build", "dist", "site-packages", "__pypackages__"}
-)
+EXCLUDED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "build", "dist", "site-packages", "__pypackages__"})
 
 _NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d+)*))?", re.IGNORECASE)
 
@@ -115,7 +114,7 @@ def _noqa_lines(source: str) -> dict[int, Optional[tuple[str, ...]]]:
     except (tokenize.TokenError, SyntaxError):  # pragma: no cover - the file parsed, so this is rare
         for i, text in enumerate(source.splitlines(), 1):
             if "#" in text:
-                add(i, text[text.index("#"):])
+                add(i, text[text.index("#") :])
     return out
 
 

@@ -67,7 +67,7 @@ class Runs:
     where: str
     training: bool = False
 
-    def every_n(self) -> "Runs":
+    def every_n(self) -> Runs:
         return Runs(EVERY_N, self.where, self.training) if self.how in (PER_BATCH, PER_SAMPLE) else self
 
 
@@ -143,7 +143,11 @@ class Where:
                 func = call.func
                 if isinstance(func, ast.Name):
                     name = func.id
-                elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+                elif (
+                    isinstance(func, ast.Attribute)
+                    and isinstance(func.value, ast.Name)
+                    and func.value.id in ("self", "cls")
+                ):
                     name = func.attr
                 else:
                     continue
@@ -304,7 +308,10 @@ class Where:
                 return base.every_n() if every_n else base
             if isinstance(anc, ast.ClassDef):
                 return Runs(ONCE, "a class body")
-            if isinstance(anc, ast.If) and _text(anc.test).replace(" ", "") in ('__name__=="__main__"', "__name__=='__main__'"):
+            if isinstance(anc, ast.If) and _text(anc.test).replace(" ", "") in (
+                '__name__=="__main__"',
+                "__name__=='__main__'",
+            ):
                 return Runs(ONCE, "the script's main block")
         return Runs(ONCE, "module level")
 

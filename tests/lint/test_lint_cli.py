@@ -174,7 +174,9 @@ def test_pre_commit_hook_definition():
 def test_info_findings_alone_exit_0(tmp_path, capsys):
     f = tmp_path / "sample.py"
     # runs per epoch: reported as info, which does not fail a hook
-    f.write_text("import torch\n\ndef sample(model, epochs):\n    for epoch in range(epochs):\n        model(torch.zeros(3).cuda())\n")
+    f.write_text(
+        "import torch\n\ndef sample(model, epochs):\n    for epoch in range(epochs):\n        model(torch.zeros(3).cuda())\n"
+    )
     assert main([str(f)]) == 0
     out = capsys.readouterr().out
     assert ":5:15: LS203 [T20] info (per epoch): " in out

@@ -143,11 +143,7 @@ def test_shadowed_print_is_not_reported():
 
 
 def test_chained_sync_is_one_finding():
-    src = (
-        "class M:\n"
-        "    def training_step(self, batch, i):\n"
-        "        return batch.detach().cpu().numpy().tolist()\n"
-    )
+    src = "class M:\n    def training_step(self, batch, i):\n        return batch.detach().cpu().numpy().tolist()\n"
     found = lint_source(src)
     assert [(f.line, f.col, f.code) for f in found] == [(3, 16, "LS201")]
     assert "`.tolist()`" in found[0].message

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, NamedTuple, Optional, Tuple, Union
+from typing import NamedTuple, Optional, Union
 
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.where import ON_ERROR, ONCE, PER_BATCH, PER_SAMPLE, Runs
@@ -26,7 +27,7 @@ class Hit(NamedTuple):
 
 
 #: A rule's check yields :class:`Hit` (or a plain ``(node, message[, fix])``: a per-batch warning).
-AnyHit = Union[Hit, Tuple[ast.AST, str], Tuple[ast.AST, str, Optional[str]]]
+AnyHit = Union[Hit, tuple[ast.AST, str], tuple[ast.AST, str, Optional[str]]]
 Check = Callable[[FileContext], Iterable[AnyHit]]
 
 
@@ -70,7 +71,7 @@ class Rule:
     summary: str
     fix: str
     check: Check = field(repr=False, compare=False)
-    triggers: Tuple[Union[str, Callable[[str], bool]], ...] = field(default=(), repr=False, compare=False)
+    triggers: tuple[Union[str, Callable[[str], bool]], ...] = field(default=(), repr=False, compare=False)
 
     def triggered(self, source: str) -> bool:
         return all(_matcher(t)(source) for t in self.triggers)

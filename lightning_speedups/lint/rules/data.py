@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from lightning_speedups.lint.context import (
     DATALOADER,
@@ -213,11 +214,7 @@ def _batch_source(ctx: FileContext, name: ast.Name, call: ast.Call, hops: int = 
             return None
         if not isinstance(anc, (ast.For, ast.AsyncFor)) or not any(child is s for s in anc.body):
             continue
-        later = [
-            b
-            for b in ctx.bindings(scope).get(name.id, ())
-            if anc.lineno < b.line < call.lineno
-        ]
+        later = [b for b in ctx.bindings(scope).get(name.id, ()) if anc.lineno < b.line < call.lineno]
         if name.id in _target_names(anc.target):
             if later:
                 return None  # rebound inside the loop before the copy: cannot tell

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 from lightning_speedups.lint.context import FileContext, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
@@ -26,6 +27,7 @@ def _HOT_TRIGGER(source: str) -> bool:
         i = source.find(".step(", i + 1)
     return False
 
+
 TENSOR_FACTORIES = frozenset(
     "zeros ones empty full rand randn randint randperm arange linspace logspace eye "
     "zeros_like ones_like empty_like full_like rand_like randn_like randint_like empty_strided "
@@ -40,11 +42,14 @@ LEGACY_CONSTRUCTORS = frozenset(
 RANDOM_FACTORIES = frozenset("rand randn randint randperm rand_like randn_like randint_like normal bernoulli".split())
 _RANDOM_INPLACE = frozenset("random_ uniform_ normal_ bernoulli_ exponential_ geometric_ cauchy_ log_normal_".split())
 # Calls that keep a just-created tensor "just created, on the CPU" for LS203.
-_PASS_METHODS = frozenset(
-    "float half double long int short bool bfloat16 byte char contiguous view reshape unsqueeze squeeze "
-    "expand repeat t permute transpose flatten fill_ zero_ scatter_ fill_diagonal_ masked_fill_ index_fill_ "
-    "triu_ tril_ triu tril".split()
-) | _RANDOM_INPLACE
+_PASS_METHODS = (
+    frozenset(
+        "float half double long int short bool bfloat16 byte char contiguous view reshape unsqueeze squeeze "
+        "expand repeat t permute transpose flatten fill_ zero_ scatter_ fill_diagonal_ masked_fill_ index_fill_ "
+        "triu_ tril_ triu tril".split()
+    )
+    | _RANDOM_INPLACE
+)
 
 
 def _for_rpc(ctx: FileContext, call: ast.Call) -> bool:
@@ -92,7 +97,10 @@ def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
         elif isinstance(func, ast.Name) and func.id in builtins_ok and len(call.args) == 1 and not call.keywords:
             where = ctx.hot_context(call, STEP_METHODS)
             if where is not None and ctx.is_tensor(call.args[0]):
-                found[call] = (where, f"`{func.id}({snippet(call.args[0], 30)})` in {where} reads a tensor on the host (a device sync)")
+                found[call] = (
+                    where,
+                    f"`{func.id}({snippet(call.args[0], 30)})` in {where} reads a tensor on the host (a device sync)",
+                )
     for node in ctx.branches:
         test = node.test  # type: ignore[attr-defined]
         where = ctx.hot_context(test, STEP_METHODS)
@@ -182,8 +190,23 @@ _MOVES = (".to(", ".cuda(", ".type(")
 _FACTORY_WORDS = tuple(
     f + "("
     for f in (
-        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
-        "logspace", "eye", "normal", "bernoulli", "Tensor", "_like", "empty_strided",
+        "zeros",
+        "ones",
+        "empty",
+        "full",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "arange",
+        "linspace",
+        "logspace",
+        "eye",
+        "normal",
+        "bernoulli",
+        "Tensor",
+        "_like",
+        "empty_strided",
     )
 )
 
@@ -220,7 +243,9 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
         message = f"torch.{factory}(...) is created on the CPU and then copied by `.{func.attr}(...)`, {runs.how} (in {runs.where})"
         fix = None
         if random:
-            message += "; on the device the numbers come from the device's generator, so a seeded run draws other values"
+            message += (
+                "; on the device the numbers come from the device's generator, so a seeded run draws other values"
+            )
             fix = (
                 f"create it on the device (torch.{factory}(..., device=device)) where another random stream is "
                 "acceptable; keep it where the run must reproduce CPU-seeded numbers"

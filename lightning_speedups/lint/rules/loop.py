@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterator
+from collections.abc import Iterator
 
 from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
@@ -80,9 +80,10 @@ def _grad_zeroed_in_place(ctx: FileContext) -> Iterator[Hit]:
         func = call.func
         if not isinstance(func, ast.Attribute) or not _is_grad(func.value):
             continue
-        zeroes = (
-            (func.attr == "zero_" and not call.args)
-            or (func.attr in ("fill_", "mul_") and len(call.args) == 1 and (is_const(call.args[0], 0) or is_const(call.args[0], 0.0)))
+        zeroes = (func.attr == "zero_" and not call.args) or (
+            func.attr in ("fill_", "mul_")
+            and len(call.args) == 1
+            and (is_const(call.args[0], 0) or is_const(call.args[0], 0.0))
         )
         if zeroes and _zeroing_context(ctx, call) and not ctx.grads_used_in_place:
             yield Hit(call, f"{snippet(call)} writes zeros into the gradient instead of dropping it")
@@ -95,7 +96,10 @@ def _benchmark_off(ctx: FileContext) -> Iterator[Hit]:
         if is_const(node.value, False) and any(
             ctx.qualname(t) == "torch.backends.cudnn.benchmark" for t in node.targets
         ):
-            yield node, "cudnn.benchmark = False turns off the cuDNN autotuner (set explicitly, without deterministic mode)"
+            yield (
+                node,
+                "cudnn.benchmark = False turns off the cuDNN autotuner (set explicitly, without deterministic mode)",
+            )
     for call in ctx.calls:
         if ctx.is_trainer(call):
             kw = keyword(call, "benchmark")
