@@ -33,8 +33,11 @@ def test_record_is_complete(tip: Tip):
     for text in (tip.title, tip.does, tip.gain, tip.hurts, tip.claim):
         assert text.strip()
     assert callable(tip.check)
-    # bench either times it or says why not
-    assert (tip.bench is None) != (not tip.not_timed), f"{tip.id}: a bench variant or a not_timed reason, not both"
+    # bench either times it by samples/s or says why not (target-mode variants come on top)
+    throughput = tip.bench_variant("throughput")
+    assert (throughput is None) != (not tip.not_timed), f"{tip.id}: a throughput variant or a not_timed reason, not both"
+    names = [v.name for v in tip.bench_variants if v.mode == "target"]
+    assert len(names) == len(set(names)), f"{tip.id}: its target variants need distinct names"
     # a tip module is named after its id and slug
     assert tip.check.__module__ == f"lightning_speedups.tips.t{tip.id[1:]}_{tip.slug.replace('-', '_')}"
 
@@ -80,8 +83,8 @@ def test_keys_a_tip_uses_exist():
 def test_bench_overrides_are_real_settings():
     s = Speedups()
     for tip in TIPS:
-        if tip.bench is not None:
-            for key in tip.bench.overrides:
+        for variant in tip.bench_variants:
+            for key in variant.overrides:
                 s.setting_value(key)
 
 

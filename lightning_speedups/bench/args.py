@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -113,7 +114,26 @@ def variant_args(user_args: Sequence[str], reset: Sequence[str], variant: Varian
 
 
 def trainer_overrides(options: BenchOptions, device: str, root: str) -> dict[str, Any]:
-    """Trainer settings of every bench run: one device, no validation, logging or checkpoints."""
+    """Trainer settings of every bench run: one device, no validation, logging or checkpoints.
+
+    In target mode the config's training length stays (it is the plan a schedule spans; the run stops
+    at the target or the cap) and validation runs, every ``target_every`` batches when given."""
+    if options.target_mode_on:
+        out: dict[str, Any] = {
+            "accelerator": device,
+            "devices": 1,
+            "max_time": None,
+            "num_sanity_val_steps": 0,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": root,
+        }
+        if options.target_every is not None:
+            out["val_check_interval"] = options.target_every
+            out["check_val_every_n_epoch"] = None
+        return out
     return {
         "accelerator": device,
         "devices": 1,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from rich.console import Console
 
@@ -35,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     p.add_argument("--tips", nargs="+", default=None, metavar="TIP",
-                   help="only these tips (ids or slugs, e.g. T24 compile... fusion); default: every applicable one")
+                   help="only these tips (ids or slugs, e.g. T24 fusion; 'none' for none); default: every applicable one")
     p.add_argument("--presets", nargs="+", default=None, metavar="NAME",
                    help="packaged presets to time ('none' for none); default: every single-device preset")
     p.add_argument("--steps", type=int, default=20, help="timed batches per run (default 20)")
@@ -66,6 +67,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-memory-step", action="store_true", help="CPU: skip the profiled batch for the memory figure")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--log-dir", default=None, help="keep every run's spec, result and log here")
+    g = p.add_argument_group("time to target (rank by how soon a metric reaches a goal, not by samples/s)")
+    g.add_argument("--target", default=None, metavar="METRIC=VALUE",
+                   help="e.g. val_acc=0.90 (any metric the model logs; val_loss<=0.3 / val_acc>=0.9 give the direction):"
+                        " each variant trains until it reaches it, checked at every validation")
+    g.add_argument("--target-mode", choices=("max", "min"), default=None,
+                   help="higher (max) or lower (min) is better; default: from the name (loss, error, ... -> min)")
+    g.add_argument("--target-max-time", type=float, default=600.0, metavar="SECONDS",
+                   help="training seconds after which a run gives up: a miss (default 600)")
+    g.add_argument("--target-every", type=int, default=None, metavar="BATCHES",
+                   help="training batches between checks (default: the config's val_check_interval)")
+    p.add_argument("--no-noise-pair", action="store_true",
+                   help="skip the A/A pair of baselines that measures this run's noise floor")
     return p
 
 
@@ -93,6 +106,11 @@ def options_from_argv(argv: Sequence[str]) -> tuple[BenchOptions, argparse.Names
         threads=ns.threads,
         progress=not ns.no_progress,
         log_dir=ns.log_dir,
+        target=ns.target,
+        target_mode=ns.target_mode,
+        target_max_time=ns.target_max_time,
+        target_every=ns.target_every,
+        noise_pair=not ns.no_noise_pair,
     )
     return options, ns
 

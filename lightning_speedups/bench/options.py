@@ -42,6 +42,28 @@ class BenchOptions:
     threads: Optional[int] = None
     progress: bool = True
     log_dir: Optional[str] = None
+    #: time-to-target mode: ``"val_acc=0.90"`` (``None``: rank by samples/s, as before)
+    target: Optional[str] = None
+    #: ``"max"`` / ``"min"``; ``None``: from the target or the metric's name
+    target_mode: Optional[str] = None
+    #: seconds of training after which a target run gives up (a miss)
+    target_max_time: float = 600.0
+    #: training batches between validation checks in target mode (``None``: the config's own)
+    target_every: Optional[int] = None
+    #: the A/A pair of baselines that measures the run's noise floor
+    noise_pair: bool = True
+
+    @property
+    def target_mode_on(self) -> bool:
+        return self.target is not None
+
+    def parsed_target(self) -> Any:
+        from lightning_speedups.bench.measure import parse_target
+
+        try:
+            return parse_target(str(self.target), self.target_mode)
+        except ValueError as err:
+            raise BenchError(str(err)) from None
 
     def validate(self) -> None:
         def positive_int(name: str, value: Any, minimum: int) -> None:
@@ -66,5 +88,13 @@ class BenchOptions:
                 )
         if self.threads is not None:
             positive_int("threads", self.threads, 1)
+        if self.target is not None:
+            if self.target_mode not in (None, "max", "min"):
+                raise BenchError(f"--target-mode must be 'max' or 'min', got {self.target_mode!r}.")
+            self.parsed_target()
+            if not math.isfinite(self.target_max_time) or self.target_max_time <= 0:
+                raise BenchError(f"--target-max-time must be a positive number of seconds, got {self.target_max_time!r}.")
+            if self.target_every is not None:
+                positive_int("target-every", self.target_every, 1)
         if self.min_gain < 0 or self.loss_tolerance <= 0:
             raise BenchError("--min-gain must be >= 0 and --loss-tolerance > 0.")

@@ -61,9 +61,48 @@ def _note(rec: VariantRecord, result: BenchResult) -> str:
     return "; ".join(parts)
 
 
+def _speed(s: Any) -> str:
+    """``1.13x [1.07-1.20]``: the ratio and its 95% interval from the paired repeats (none from one repeat)."""
+    text = _fmt(s.speedup, "{:.2f}x")
+    lo, hi = s.speedup_ci
+    if lo is not None and hi is not None:
+        text += f" [{lo:.2f}-{hi:.2f}]"
+    return text
+
+
+def _target_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
+    metric = result.target.metric
+    header = ["variant", "speed-up [95% CI]", "time to target s", "steps to target", "reached", f"best {metric}", "notes"]
+    rows: list[list[str]] = []
+    for rec in sorted_records(result):
+        s = rec.summary
+        name = rec.variant.name + (" (picked)" if result.pick is rec and rec.variant.kind != "baseline" else "")
+        if s is None or not s.runs_ok:
+            rows.append([name] + ["-"] * 5 + [_note(rec, result)])
+            continue
+        best = [r.get("best_value") for r in rec.runs if r.get("status") == "ok"]
+        best_vals = [b for b in best if b is not None]
+        best_cell = _fmt(max(best_vals) if result.target.mode == "max" else min(best_vals), "{:.4g}") if best_vals else "-"
+        t, st = s.target_time, s.target_steps
+        time_cell = "-" if t.median is None else f"{t.median:.1f} ({t.low:.1f}-{t.high:.1f})"
+        steps_cell = "-" if st.median is None else f"{st.median:.0f} ({st.low:.0f}-{st.high:.0f})"
+        rows.append([
+            name,
+            _speed(s),
+            time_cell,
+            steps_cell,
+            f"{s.target_reached}/{s.runs_ok}",
+            best_cell,
+            _note(rec, result).replace("PICKED; ", "").replace("PICKED", ""),
+        ])
+    return header, rows
+
+
 def table_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     """The table as plain strings: ``(header, rows)``, sorted by speed-up."""
-    header = ["variant", "speed-up", "samples/s", "step ms", "train mem MiB", "mem ratio", "data wait",
+    if result.target is not None:
+        return _target_rows(result)
+    header = ["variant", "speed-up [95% CI]", "samples/s", "step ms", "train mem MiB", "mem ratio", "data wait",
               "warm-up s", "loss", "sane", "notes"]
     rows: list[list[str]] = []
     for rec in sorted_records(result):
@@ -72,13 +111,9 @@ def table_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
         if s is None or not s.runs_ok:
             rows.append([name] + ["-"] * 9 + [_note(rec, result)])
             continue
-        lo, hi = s.speedup_range
-        speed = _fmt(s.speedup, "{:.2f}x")
-        if lo is not None and hi is not None and s.runs_ok > 1:
-            speed += f" ({lo:.2f}-{hi:.2f})"
         rows.append([
             name,
-            speed,
+            _speed(s),
             _fmt(s.samples_per_s.median, "{:.1f}") + _pm(s.samples_per_s.pct),
             _fmt(None if s.step_s.median is None else s.step_s.median * 1e3, "{:.1f}") + _pm(s.step_s.pct),
             _fmt(None if s.train_mem.median is None else s.train_mem.median / MiB, "{:.1f}"),
@@ -112,57 +147,37 @@ def render_table(result: BenchResult, console: Any = None) -> None:
     console = console or Console()
     device = result.info.device
     meta = result.meta
+    what = (
+        f"time to {result.target.text()}" if result.target is not None
+        else f"{result.options.steps} timed steps after {result.options.warmup} warm-up"
+    )
     title = (
         f"bench: {result.info.model or 'model'} on {device}"
         f" ({meta.get('cpu') or ''}{', ' + meta['gpu'] if meta.get('gpu') else ''}),"
-        f" {result.options.steps} timed steps after {result.options.warmup} warm-up, {_repeats(result)} repeat(s)"
+        f" {what}, {_repeats(result)} repeat(s)"
     )
     table = Table(title=title, show_lines=False)
-    for col, justify in (
-        ("variant", "left"),
-        ("speed-up", "right"),
-        ("samples/s", "right"),
-        ("step ms", "right"),
-        ("train mem MiB", "right"),
-        ("mem ratio", "right"),
-        ("data wait", "right"),
-        ("warm-up s", "right"),
-        ("loss", "right"),
-        ("sane", "center"),
-        ("notes", "left"),
-    ):
-        table.add_column(col, justify=justify, overflow="fold")
-    for rec in sorted_records(result):
-        s = rec.summary
-        name = rec.variant.name
+    header, rows = table_rows(result)
+    for col in header:
+        table.add_column(col, justify="left" if col in ("variant", "notes") else "right", overflow="fold")
+    for rec, row in zip(sorted_records(result), rows):
         if result.pick is rec:
-            name = f"[bold green]{name}[/]"
-        if s is None or not s.runs_ok:
-            table.add_row(name, "-", "-", "-", "-", "-", "-", "-", "-", "-", _note(rec, result))
-            continue
-        lo, hi = s.speedup_range
-        speed = _fmt(s.speedup, "{:.2f}x")
-        if lo is not None and hi is not None and s.runs_ok > 1:
-            speed += f" ({lo:.2f}-{hi:.2f})"
-        table.add_row(
-            name,
-            speed,
-            _fmt(s.samples_per_s.median, "{:.1f}") + _pm(s.samples_per_s.pct),
-            _fmt(None if s.step_s.median is None else s.step_s.median * 1e3, "{:.1f}") + _pm(s.step_s.pct),
-            _fmt(None if s.train_mem.median is None else s.train_mem.median / MiB, "{:.1f}"),
-            _fmt(s.mem_ratio, "{:.2f}x"),
-            _fmt(None if s.data_wait.median is None else 100 * s.data_wait.median, "{:.1f}%"),
-            _fmt(s.warmup_excess_s.median, "{:.1f}"),
-            _fmt(s.loss.median, "{:.4g}"),
-            "[green]yes[/]" if s.sane else "[red]no[/]",
-            _note(rec, result),
-        )
+            row = [f"[bold green]{row[0]}[/]", *row[1:]]
+        table.add_row(*row)
     console.print(table)
-    console.print(
-        "speed-up: median samples/s over the baseline's (range: paired per repeat). step ms: median over repeats of"
-        " each run's median step (wait + compute), ± half the range. warm-up s: the one-off cost before the timed"
-        " steps (build excluded). " + MEMORY_FIGURE[device] + "."
-    )
+    if result.target is not None:
+        console.print(
+            "speed-up: the baseline's median time to the target over the variant's; [95% CI]: Student's t on the log"
+            " ratios of the repeats paired by seed. time to target: training seconds from fit start (a range test"
+            " included, validation excluded) to the first check that reached it, median (range) over repeats; steps:"
+            " optimizer steps at that check. A variant that missed in any repeat has no ratio and is never picked."
+        )
+    else:
+        console.print(
+            "speed-up: median samples/s over the baseline's; [95% CI]: Student's t on the log ratios paired per repeat."
+            " step ms: median over repeats of each run's median step (wait + compute), ± half the range. warm-up s: the"
+            " one-off cost before the timed steps (build excluded). " + MEMORY_FIGURE[device] + "."
+        )
     for line in summary_lines(result):
         console.print(line)
 
@@ -188,15 +203,37 @@ def summary_lines(result: BenchResult) -> list[str]:
         else:
             steps = "; ".join(f"{'+'.join(s.tips)} {s.note}" for s in sr.steps)
             lines.append(f"search over {', '.join(sr.helpful)}: {steps}. Best: {'+'.join(sr.best)} ({sr.speedup:.2f}x).")
+    aa = result.noise_record()
+    if aa is not None and aa.summary is not None and aa.summary.speedup is not None:
+        lo, hi = aa.summary.speedup_ci
+        ci = f" [{lo:.2f}-{hi:.2f}]" if lo is not None and hi is not None else ""
+        lines.append(
+            f"noise floor: the A/A pair (the baseline against itself) measured {aa.summary.speedup:.2f}x{ci}; a pick must"
+            f" gain more than {100 * (result.noise or 0.0):.1f}% and --min-gain {result.options.min_gain:.0%}, with its"
+            " interval above 1.0."
+        )
+    for rec in result.records:
+        s = rec.summary
+        for r in rec.runs:
+            if r.get("miss"):
+                lines.append(f"{rec.variant.name} (repeat {r.get('repeat', 0) + 1}) {r['miss']}")
     for note in result.notes:
         lines.append(f"note: {note}")
     pick = result.pick
+    figure = "time to target" if result.target is not None else "samples/s"
     if pick is not None:
         s = pick.summary
         if pick.variant.kind == "baseline":
-            lines.append("pick: baseline. No variant beat it by the minimum gain while passing the sanity check.")
+            best = max(
+                (r for r in result.records if r.variant.kind not in ("baseline", "aa", "idle") and r.summary and r.summary.speedup),
+                key=lambda r: float(r.summary.speedup or 0.0),  # type: ignore[union-attr]
+                default=None,
+            )
+            why = f" (fastest other: {best.variant.name}, {best.summary.picked_why})" if best is not None and best.summary else ""
+            lines.append(f"pick: baseline. No variant was sure to beat it{why}.")
         elif s is not None:
-            lines.append(f"pick: {pick.variant.name} ({s.speedup:.2f}x samples/s over baseline, {s.sanity}).")
+            extra = f", {s.sanity}" if result.target is None and s.sanity else ""
+            lines.append(f"pick: {pick.variant.name} ({s.speedup:.2f}x {figure} over baseline, {s.picked_why}{extra}).")
     return lines
 
 
@@ -280,7 +317,8 @@ def write_preset(result: BenchResult, path: str, record: Optional[VariantRecord]
     data = preset_dict(result, record)
     assert record is not None
     s = record.summary
-    figure = f"{s.speedup:.2f}x samples/s over baseline" if s is not None and s.speedup is not None else ""
+    unit = f"time to {result.target.text()}" if result.target is not None else "samples/s"
+    figure = f"{s.speedup:.2f}x {unit} over baseline" if s is not None and s.speedup is not None else ""
     header = [
         f"# Written by `python -m lightning_speedups bench` on {time.strftime('%Y-%m-%d')}: the fastest variant",
         f"# that passed the sanity check on this setup: {record.variant.name} ({figure}, {result.info.device},",

@@ -48,6 +48,13 @@ class BenchResult:
     pick: Optional[VariantRecord]
     notes: list[str]
     user_speedups_keys: list[str]
+    #: the goal of a time-to-target bench (``None``: ranked by samples/s)
+    target: Any = None
+    #: the A/A pair's distance from 1.0 (``None``: not measured)
+    noise: Optional[float] = None
+
+    def noise_record(self) -> Optional[VariantRecord]:
+        return next((r for r in self.records if r.variant.kind == "aa"), None)
 
     def record(self, name: str) -> Optional[VariantRecord]:
         return next((r for r in self.records if r.variant.name == name), None)
@@ -76,6 +83,8 @@ class BenchResult:
                 "steps": [dataclasses.asdict(s) for s in self.search.steps],
             },
             "pick": None if self.pick is None else self.pick.variant.name,
+            "target": None if self.target is None else dataclasses.asdict(self.target),
+            "noise_floor": self.noise,
             "notes": self.notes,
         }
 

@@ -23,7 +23,8 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.progress import (
@@ -49,11 +50,19 @@ from lightning_speedups.bench.machine import (
     quiet_lightning,
     resolve_device,
 )
-from lightning_speedups.bench.measure import compare, sanity_check, summarize
+from lightning_speedups.bench.measure import (
+    compare,
+    compare_target,
+    noise_floor,
+    pick_verdict,
+    sanity_check,
+    summarize,
+)
 from lightning_speedups.bench.options import BenchError, BenchOptions
 from lightning_speedups.bench.results import BenchResult, VariantRecord
 from lightning_speedups.bench.variants import (
     BASELINE,
+    NOISE_PAIR,
     PRESETS_NOT_TIMED,
     TIP_VARIANTS,
     BudgetExhausted,
@@ -63,13 +72,20 @@ from lightning_speedups.bench.variants import (
     combo_variant,
     greedy_search,
     plan_tips,
+    preset_variant,
     resolve_tips,
+    target_tip_variants,
 )
 from lightning_speedups.inspection import inspect_setup
 from lightning_speedups.presets import list_presets
 from lightning_speedups.session import UsageError, build
 
-__all__ = ["Bench"]
+__all__ = ["TARGET_PRESETS", "Bench"]
+
+#: the presets a time-to-target bench runs by default (those that exist)
+TARGET_PRESETS = ("fast", "converge", "fast+converge")
+#: presets a time-to-target bench never runs (several devices; deliberately slow)
+TARGET_PRESETS_NOT_RUN = {k: v for k, v in PRESETS_NOT_TIMED.items() if k in ("ddp", "debug")}
 
 
 class Bench:
@@ -116,8 +132,13 @@ class Bench:
         except KeyError as err:
             raise BenchError(str(err.args[0]) if err.args else str(err)) from None
         available = list(list_presets())
+        target = o.target_mode_on
+        self.target = o.parsed_target() if target else None
         if o.presets is None:
-            names = [p for p in available if p != "baseline"]
+            if target:
+                names = [p for p in TARGET_PRESETS if all(q in available for q in p.split("+"))]
+            else:
+                names = [p for p in available if p != "baseline"]
         else:
             names = []
             for p in o.presets:
@@ -125,12 +146,14 @@ class Bench:
                     name = name.strip()
                     if not name or name == "none":
                         continue
-                    if name not in available and not os.path.isfile(name):
-                        raise BenchError(f"unknown preset {name!r}; presets: {', '.join(available)}")
+                    for part in name.split("+"):
+                        if part not in available and not os.path.isfile(part):
+                            raise BenchError(f"unknown preset {part!r}; presets: {', '.join(available)} (compose with +, e.g. fast+converge)")
                     if name not in names and name != "baseline":
                         names.append(name)
-        self.skipped_presets = {p: PRESETS_NOT_TIMED[p] for p in names if p in PRESETS_NOT_TIMED}
-        self.presets = [p for p in names if p not in PRESETS_NOT_TIMED]
+        not_run = TARGET_PRESETS_NOT_RUN if target else PRESETS_NOT_TIMED
+        self.skipped_presets = {p: not_run[p] for p in names if p in not_run}
+        self.presets = [p for p in names if p not in not_run]
         self.device = resolve_device(o.device)
         self.root = o.log_dir or tempfile.mkdtemp(prefix="lightning_speedups_bench_")
         if o.log_dir is None:
@@ -141,14 +164,25 @@ class Bench:
         self.reset = reset_args(self.user_keys)
         model = self._build_once()
         self.info = inspect_setup(model, self.device)
-        self.timed_tips, self.skipped_tips = plan_tips(self.info, self.selected)
         for part, err in self.info.errors.items():
             self.notes.append(f"the {part} part could not inspect the model: {err}")
-        self.variants = build_variants(
-            self.info, self.timed_tips, self.skipped_tips, self.presets, extras=o.extras, yours=bool(self.user_keys)
-        )
+        if target:
+            tip_variants, self.skipped_tips = target_tip_variants(self.selected, self.batch_size, self.info)
+            self.timed_tips = [t for v in tip_variants for t in v.tips]
+            self.variants = [BASELINE, *tip_variants, *[preset_variant(p) for p in self.presets]]
+        else:
+            self.timed_tips, self.skipped_tips = plan_tips(self.info, self.selected)
+            self.variants = build_variants(
+                self.info, self.timed_tips, self.skipped_tips, self.presets, extras=o.extras, yours=bool(self.user_keys)
+            )
+            self.variants = [
+                preset_variant(v.presets[0]) if v.kind == "preset" and "+" in v.presets[0] else v for v in self.variants
+            ]
+        if o.noise_pair:
+            self.variants.append(NOISE_PAIR)
         if self._launcher is None:
-            self._launcher = Launcher(o.isolation, os.path.join(self.root, "runs"), o.timeout)
+            timeout = max(o.timeout, 3 * o.target_max_time + 300) if target else o.timeout
+            self._launcher = Launcher(o.isolation, os.path.join(self.root, "runs"), timeout)
 
     def _build_once(self) -> Any:
         args = list(self.options.args) + self.reset
@@ -170,6 +204,7 @@ class Bench:
         except Exception as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise BenchError(f"the config does not build: {type(err).__name__}: {first}") from None
+        self.batch_size = _batch_size_of(cli)
         return cli.model
 
     # --- time and budget
@@ -206,7 +241,7 @@ class Bench:
         return self.records + [b for p, b in self.baselines.items() if p != 1]
 
     # --- one run
-    def _spec(self, variant: Variant) -> dict[str, Any]:
+    def _spec(self, variant: Variant, repeat: int = 0) -> dict[str, Any]:
         o = self.options
         self._run_counter += 1
         env: dict[str, str] = {}
@@ -224,7 +259,10 @@ class Bench:
             },
             "warmup": o.warmup,
             "steps": o.steps,
-            "seed": o.seed,
+            # target mode: one seed per repeat (the spread over seeds), the same for every variant of it
+            "seed": o.seed + repeat if self.target is not None else o.seed,
+            "target": dataclasses.asdict(self.target) if self.target is not None else None,
+            "target_max_time": o.target_max_time,
             "memory_step": o.memory_step,
             "threads": o.threads,
             "sys_path": [p for p in sys.path if p],
@@ -238,7 +276,7 @@ class Bench:
             self._progress.update(self._task, description=f"{variant.name} (repeat {repeat + 1})")
         safe = "".join(ch if ch.isalnum() else "_" for ch in variant.name)
         timeout = None if self.options.budget is None else max(30.0, self._remaining() + 5.0)
-        result = self._launcher.run(self._spec(variant), f"p{record.phase}-{safe}-r{repeat}", timeout)  # type: ignore[union-attr]
+        result = self._launcher.run(self._spec(variant, repeat), f"p{record.phase}-{safe}-r{repeat}", timeout)  # type: ignore[union-attr]
         result["repeat"] = repeat
         result["phase"] = record.phase
         if self.options.compile_cache == "fresh":
@@ -271,6 +309,11 @@ class Bench:
             raise BenchError(
                 f"the baseline does not train: {first.get('reason')}\n{first.get('log_tail', '')}".rstrip()
             )
+        if self.target is not None and not first.get("reached"):
+            self.notes.append(
+                f"the baseline {first.get('miss') or 'missed the target'}: without a baseline that reaches it there is no"
+                " ratio; choose a target the baseline reaches (its best is in the JSON) or raise --target-max-time"
+            )
         repeats = o.repeats
         if o.budget is not None:
             if first["wall_s"] * 2 > o.budget:
@@ -280,7 +323,7 @@ class Bench:
                     f" {math.ceil(first['wall_s'] * 2 * 1.2)} s (or fewer --steps)."
                 )
             per_sweep = sum(self._estimate(r.variant) for r in self.records)
-            speed_tips = [t for t in self.timed_tips if TIP_VARIANTS[t].goal == "speed"]
+            speed_tips = [t for t in self.timed_tips if t in TIP_VARIANTS and TIP_VARIANTS[t].goal == "speed"]
             share = 0.7 if (o.search and len(speed_tips) >= 2) else 1.0  # keep time for the search
             fits = int((self._remaining() * share + first["wall_s"]) // max(per_sweep, 1e-9))
             if fits < repeats:
@@ -311,8 +354,17 @@ class Bench:
             record.summary = summarize(record.runs) if record.runs else None
         base.summary = summarize(base.runs)
         for record in self.records:
-            if record.summary is not None:
+            if record.summary is None:
+                continue
+            if self.target is not None:
+                compare_target(record.summary, record.runs, base.summary, base.runs)
+            else:
                 compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
+
+    def noise(self) -> float:
+        """The noise floor: how far from 1.0 the A/A pair of baselines landed (0 without the pair)."""
+        aa = next((r for r in self.records if r.variant.kind == "aa"), None)
+        return noise_floor(aa.summary if aa is not None else None)
 
     def _measure_combo(self, tips: tuple[str, ...]) -> Optional[float]:
         o = self.options
@@ -350,7 +402,7 @@ class Bench:
 
     def _phase_two(self) -> Optional[SearchResult]:
         o = self.options
-        if not o.search:
+        if not o.search or self.target is not None:
             return None
         singles: dict[str, Optional[float]] = {}
         for rec in self.records:
@@ -360,22 +412,26 @@ class Bench:
         return greedy_search(singles, self._measure_combo, o.min_gain)
 
     def pick(self) -> Optional[VariantRecord]:
-        """The fastest variant that completed and passed the sanity check, if it beats the baseline
-        by at least ``min_gain``; else the baseline."""
+        """The fastest variant that may be picked (:func:`~lightning_speedups.bench.measure.pick_verdict`:
+        every run completed and reached the target, sane, its 95% interval above 1.0, its gain clearing
+        ``--min-gain`` and the A/A noise floor); else the baseline. Each summary keeps the reason."""
         best: Optional[VariantRecord] = None
         dropped = set()
         search = getattr(self, "search_result", None)
         if search is not None:  # a combination the search dropped did not beat its subset by min_gain
             dropped = {s.tips for s in search.steps if not s.accepted}
+        noise = self.noise()
         for rec in self.records:
             s = rec.summary
-            if rec.variant.kind in ("idle", "baseline") or s is None or not s.runs_ok or not s.sane or s.speedup is None:
+            if rec.variant.kind in ("idle", "baseline", "aa") or s is None:
                 continue
-            if rec.variant.kind == "combo" and tuple(sorted(rec.variant.tips)) in dropped:
+            ok, why = pick_verdict(s, self.options.min_gain, noise)
+            if ok and rec.variant.kind == "combo" and tuple(sorted(rec.variant.tips)) in dropped:
+                ok, why = False, "the search dropped it (no gain over its subset)"
+            s.picked_why = why
+            if not ok:
                 continue
-            if s.speedup < 1.0 + self.options.min_gain:
-                continue
-            if best is None or s.speedup > best.summary.speedup:  # type: ignore[union-attr]
+            if best is None or s.speedup > best.summary.speedup:  # type: ignore[operator, union-attr]
                 best = rec
         return best or (self.records[0] if self.records else None)
 
@@ -423,6 +479,8 @@ class Bench:
             baselines=self.baselines,
             search=search,
             pick=self.pick(),
+            target=self.target,
+            noise=self.noise() if self.options.noise_pair else None,
             notes=self.notes,
             user_speedups_keys=self.user_keys,
         )
@@ -430,3 +488,15 @@ class Bench:
     def cleanup(self) -> None:
         if self._own_tmp:
             shutil.rmtree(self._own_tmp, ignore_errors=True)
+
+
+def _batch_size_of(cli: Any) -> Optional[int]:
+    """The configured batch size: ``batch_size`` of the datamodule, the model or its hparams."""
+    for obj in (getattr(cli, "datamodule", None), getattr(cli, "model", None)):
+        if obj is None:
+            continue
+        for holder in (obj, getattr(obj, "hparams", None)):
+            value = getattr(holder, "batch_size", None) if holder is not None else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None

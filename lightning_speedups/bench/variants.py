@@ -19,8 +19,9 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 from lightning_speedups.inspection import NEED_PARTS, SetupInfo
 from lightning_speedups.tips import BY_ID, TIPS, BenchVariant, get_tip
@@ -28,16 +29,27 @@ from lightning_speedups.tips import BY_ID, TIPS, BenchVariant, get_tip
 #: How bench turns one tip on: the record's :class:`~lightning_speedups.tips.record.BenchVariant`.
 TipVariant = BenchVariant
 
-#: tip id -> how bench turns it on, from the tip records. Every tip is either here or in NOT_TIMED.
-TIP_VARIANTS: dict[str, TipVariant] = {tip.id: tip.bench for tip in TIPS if tip.bench is not None}
+#: tip id -> how bench turns it on (timed by samples/s), from the tip records. Every tip is either
+#: here or in NOT_TIMED.
+TIP_VARIANTS: dict[str, TipVariant] = {
+    tip.id: v for tip in TIPS for v in [tip.bench_variant("throughput")] if v is not None
+}
 
-#: tip id -> why bench never times it on its own, from the tip records.
-NOT_TIMED: dict[str, str] = {tip.id: tip.not_timed for tip in TIPS if tip.bench is None}
+#: tip id -> why bench never times it by samples/s, from the tip records.
+NOT_TIMED: dict[str, str] = {tip.id: tip.not_timed for tip in TIPS if tip.bench_variant("throughput") is None}
+
+#: tip id -> its time-to-target variants (``bench --target``), from the tip records.
+TARGET_VARIANTS: dict[str, tuple[TipVariant, ...]] = {
+    tip.id: tuple(v for v in tip.bench_variants if v.mode == "target")
+    for tip in TIPS
+    if any(v.mode == "target" for v in tip.bench_variants)
+}
 
 #: packaged presets bench never runs, and why.
 PRESETS_NOT_TIMED: dict[str, str] = {
     "ddp": "needs several devices; bench times one device",
     "debug": "deliberately slow (anomaly detection, sync warnings): for finding bugs, not for speed",
+    "converge": "changes the optimisation (a range-tested one-cycle schedule), not the step time: judge it with --target",
 }
 
 _NEED_REASONS = {
@@ -61,7 +73,7 @@ def resolve_tips(keys: Optional[Iterable[str]]) -> Optional[list[str]]:
     for key in keys:
         for part in str(key).split(","):
             part = part.strip()
-            if part:
+            if part and part.lower() != "none":
                 tip = get_tip(part)
                 if tip.id not in out:
                     out.append(tip.id)
@@ -158,6 +170,47 @@ def combo_variant(tips: Sequence[str], kind: str = "combo", name: Optional[str] 
 
 
 BASELINE = Variant("baseline", "baseline", description="every speed-up off: plain Lightning")
+#: the baseline once more, interleaved like any variant: how far apart two identical setups land (the noise floor)
+NOISE_PAIR = Variant("baseline (A/A)", "aa", description="the baseline again: this run's noise floor")
+
+
+def preset_variant(name: str) -> Variant:
+    """A packaged preset, or several composed with ``+`` (``"fast+converge"``: ``--config fast --config converge``)."""
+    parts = tuple(p.strip() for p in name.split("+") if p.strip())
+    return Variant(f"preset:{'+'.join(parts)}", "preset", presets=parts, description="the packaged " + " + ".join(parts) + " preset" + ("s" if len(parts) > 1 else ""))
+
+
+def target_tip_variants(
+    selected: Optional[Sequence[str]], batch_size: Optional[int], info: Optional[SetupInfo] = None
+) -> tuple[list[Variant], dict[str, str]]:
+    """Time-to-target mode: a variant for each target-mode variant of the (selected) tips, and the
+    speed tips named in ``selected`` (their samples/s gain shortens the time too).
+
+    ``batch_scale`` variants need the configured batch size (``None``: skipped with the reason)."""
+    out: list[Variant] = []
+    skipped: dict[str, str] = {}
+    for tip_id, variants in TARGET_VARIANTS.items():
+        if selected is not None and tip_id not in selected:
+            continue
+        tip = BY_ID[tip_id]
+        for v in variants:
+            overrides = dict(v.overrides)
+            name = f"{tip_id} {tip.slug}" + (f" {v.name}" if v.name else "")
+            if v.batch_scale is not None:
+                if not batch_size:
+                    skipped[name] = "the batch size could not be read (no batch_size on the datamodule or model)"
+                    continue
+                overrides["largest_batch.batch_size"] = int(batch_size * v.batch_scale)
+            out.append(Variant(name, "tip", (tip_id,), overrides=overrides, description=tip.title))
+    for tip_id in selected or ():
+        if tip_id in TIP_VARIANTS and tip_id not in TARGET_VARIANTS:
+            if info is not None:
+                timed, why = plan_tips(info, [tip_id])
+                if not timed:
+                    skipped[tip_id] = why.get(tip_id, "does not apply")
+                    continue
+            out.append(tip_variant(tip_id))
+    return out, skipped
 
 
 def idle_overrides(info: SetupInfo, skipped: Mapping[str, str]) -> dict[str, Any]:

@@ -16,11 +16,13 @@ failed, and the figures of :meth:`~lightning_speedups.bench.measure.BenchProbe.r
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 import traceback
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from lightning_speedups.bench.args import override_args
 from lightning_speedups.callbacks import SpeedupCallback
@@ -79,7 +81,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         import lightning.pytorch as pl
         import torch
 
-        from lightning_speedups.bench.measure import BenchProbe
+        from lightning_speedups.bench.measure import BenchProbe, Target, TargetProbe
         from lightning_speedups.session import build
 
         if spec.get("threads"):
@@ -90,7 +92,13 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
             pl.seed_everything(int(spec.get("seed", 0)), workers=True, verbose=False)
         except TypeError:  # Lightning < 2.3 has no `verbose`
             pl.seed_everything(int(spec.get("seed", 0)), workers=True)
-        probe = BenchProbe(int(spec["warmup"]), int(spec["steps"]), memory_step=bool(spec.get("memory_step", True)))
+        target = Target(**spec["target"]) if spec.get("target") else None
+        probe: Any
+        if target is not None:
+            probe = TargetProbe(target, float(spec.get("target_max_time") or math.inf))
+        else:
+            probe = BenchProbe(int(spec["warmup"]), int(spec["steps"]), memory_step=bool(spec.get("memory_step", True)))
+        kind = type(probe)
         trainer_overrides = dict(spec.get("trainer_overrides") or {})
         speedups_args = override_args("speedups", spec.get("speedups_overrides") or {})
 
@@ -109,7 +117,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 raise
         trainer = cli.trainer
-        probe = next(cb for cb in trainer.callbacks if isinstance(cb, BenchProbe))
+        probe = next(cb for cb in trainer.callbacks if isinstance(cb, kind))
         result["build_s"] = time.perf_counter() - t0
         result["speedups"] = _speedups_dict(cli)
         result["precision"] = str(getattr(trainer, "precision", ""))
@@ -119,6 +127,8 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         trainer.fit(cli.model, datamodule=cli.datamodule)
         result["parts"] = _parts(trainer)
         result.update(probe.results())
+        if target is not None:
+            return _target_verdict(result, target, trainer)
         if not probe.done:
             result["reason"] = (
                 f"training stopped after {probe.batches} of {probe.total_batches} batches"
@@ -126,7 +136,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
             )
             return result
         result["status"] = "ok"
-    except BaseException as err:  # noqa: BLE001 - a variant that fails must not stop the bench
+    except BaseException as err:
         if isinstance(err, KeyboardInterrupt):
             raise
         why = _first_line(err)
@@ -138,6 +148,28 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
             pass
     finally:
         result["run_s"] = time.perf_counter() - t0
+    return result
+
+
+def _target_verdict(result: dict[str, Any], target: Any, trainer: Any) -> dict[str, Any]:
+    """A target run is ``ok`` when it trained and checked the metric; a miss is ``ok`` with ``reached`` false."""
+    if not result["checks"]:
+        result["reason"] = (
+            "no validation ran before the run ended: give the data a val_dataloader, or --target-every BATCHES"
+        )
+        return result
+    if not result["metric_seen"]:
+        logged = ", ".join(sorted(trainer.callback_metrics)) or "nothing"
+        result["reason"] = f"the model never logged {target.metric!r} in validation (it logged: {logged})"
+        return result
+    result["status"] = "ok"
+    if not result["reached"]:
+        why = "the --target-max-time cap" if result["timed_out"] else "the end of the configured training"
+        best = result["best_value"]
+        result["miss"] = (
+            f"missed: best {target.metric} {best:.4g} by {why} ({result['checks'][-1]['step']} steps,"
+            f" {result['train_s']:.0f} s)"
+        )
     return result
 
 

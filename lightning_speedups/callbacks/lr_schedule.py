@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.callbacks import LearningRateFinder
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, raw_losses, resmooth
+
+#: the learning rates a range test (``max_lr="auto"``) sweeps, exponentially
+RANGE_MIN_LR, RANGE_MAX_LR = 1e-6, 1.0
 
 
 class _OneCycleThenHold(torch.optim.lr_scheduler.OneCycleLR):
@@ -38,7 +43,11 @@ class LRSchedule(SpeedupCallback):
     The schedule is built when training starts, from ``trainer.estimated_stepping_batches`` (which
     counts accumulation, devices, ``max_steps`` and ``limit_train_batches``) and stepped once per
     optimizer step, never per epoch. The peak learning rate defaults to the one the optimizer was
-    built with. The schedule's position survives a resume through this callback's state.
+    built with; ``max_lr="auto"`` takes it from a learning-rate range test at the start of ``fit``
+    (Lightning's ``LearningRateFinder``, ``range_test_steps`` steps from 1e-6 to 1, undone afterwards:
+    weights, optimizer and step count are restored), picks the peak a decade below the lowest
+    loss (:func:`~lightning_speedups.functional.lr_range.pick_peak_lr`) and prints it. The schedule's
+    position survives a resume through this callback's state.
 
     Card:
         What: Smith's one-cycle ("super-convergence") and cyclical schedules. Seed tip: A#1.
@@ -56,10 +65,14 @@ class LRSchedule(SpeedupCallback):
         base_lr: cyclic: lowest lr; default max_lr / div_factor.
         cycles: cyclic: number of full cycles over the run (sets ``step_size_up``).
         mode: cyclic: ``"triangular"``, ``"triangular2"`` or ``"exp_range"``.
+        range_test_steps: ``max_lr="auto"``: optimizer steps of the range test.
+        horizon: share of the run's optimizer steps the schedule spans; after it, a one-cycle holds its
+            final learning rate (below 1: the annealed accuracy arrives sooner, for a time-to-target goal).
 
     Example::
 
         trainer = Trainer(max_epochs=10, callbacks=[LRSchedule("onecycle")])
+        trainer = Trainer(max_epochs=10, callbacks=[LRSchedule("onecycle", max_lr="auto")])  # range-tested peak
     """
 
     tip = "T01"
@@ -68,7 +81,7 @@ class LRSchedule(SpeedupCallback):
     def __init__(
         self,
         name: Literal["onecycle", "cyclic"] = "onecycle",
-        max_lr: Optional[float] = None,
+        max_lr: Union[float, Literal["auto"], None] = None,
         pct_start: float = 0.25,
         div_factor: float = 25.0,
         final_div_factor: float = 1e4,
@@ -76,12 +89,20 @@ class LRSchedule(SpeedupCallback):
         base_lr: Optional[float] = None,
         cycles: int = 2,
         mode: Literal["triangular", "triangular2", "exp_range"] = "triangular",
+        range_test_steps: int = 100,
+        horizon: float = 1.0,
     ) -> None:
         super().__init__()
         if name not in ("onecycle", "cyclic"):
             raise ValueError(f"`name` must be 'onecycle' or 'cyclic'; got {name!r}.")
-        if max_lr is not None and max_lr <= 0:
-            raise ValueError(f"`max_lr` must be positive or None (the optimizer's lr); got {max_lr!r}.")
+        if max_lr is not None and max_lr != "auto" and (isinstance(max_lr, str) or max_lr <= 0):
+            raise ValueError(
+                f"`max_lr` must be positive, None (the optimizer's lr) or 'auto' (an LR range test); got {max_lr!r}."
+            )
+        if isinstance(range_test_steps, bool) or not isinstance(range_test_steps, int) or range_test_steps < 5:
+            raise ValueError(f"`range_test_steps` must be an integer >= 5; got {range_test_steps!r}.")
+        if not 0.0 < horizon <= 1.0:
+            raise ValueError(f"`horizon` must be in (0, 1], the share of the run the schedule spans; got {horizon!r}.")
         if not 0.0 < pct_start < 1.0:
             raise ValueError(f"`pct_start` must be between 0 and 1; got {pct_start!r}.")
         if not isinstance(cycles, int) or cycles < 1:
@@ -99,18 +120,21 @@ class LRSchedule(SpeedupCallback):
         self.base_lr = base_lr
         self.cycles = cycles
         self.mode = mode
+        self.range_test_steps = range_test_steps
+        self.horizon = horizon
+        self.range_pick: Optional[RangePick] = None
         self.scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
         self._peaks: Optional[list[float]] = None
         self._total_steps: Optional[int] = None
         self._pending_state: Optional[dict[str, Any]] = None
 
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             self.report(True, f"{self.name} schedule, stepped per optimizer step (total steps from the trainer)")
 
     @override
-    def on_fit_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Trap T01: an existing one-cycle / cyclic scheduler stepped per epoch.
         for config in trainer.lr_scheduler_configs:
             sched = config.scheduler
@@ -120,9 +144,34 @@ class LRSchedule(SpeedupCallback):
                     " a one-cycle/cyclic schedule is meant to step per optimizer step. Return"
                     " {'scheduler': ..., 'interval': 'step'} from configure_optimizers, or use speedups.lr_schedule."
                 )
+        if self.max_lr == "auto" and self._pending_state is None and trainer.optimizers and self.range_pick is None:
+            self.range_pick = self._range_test(trainer, pl_module)
+
+    def _range_test(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Optional[RangePick]:
+        """Lightning's LR range test (weights, optimizer and steps restored afterwards); the chosen peak."""
+        finder = LearningRateFinder(
+            min_lr=RANGE_MIN_LR, max_lr=RANGE_MAX_LR, num_training_steps=self.range_test_steps, update_attr=False
+        )
+        finder.lr_find(trainer, pl_module)
+        found = finder.optimal_lr
+        if found is None:  # fast_dev_run: Lightning skips the test
+            return None
+        try:
+            # Lightning smooths with beta 0.98 (a ~50-step lag over a 100-step test): undo it, smooth over 5 steps
+            losses = resmooth(raw_losses(found.results.get("loss", []), beta=0.98, first_step=1))
+            pick = pick_peak_lr(found.results.get("lr", []), losses)
+        except ValueError as err:
+            rank_zero_warn(f"lr_schedule: {err} Keeping the optimizer's learning rate as the peak.")
+            return None
+        steep = "-" if pick.steepest_lr is None else f"{pick.steepest_lr:.3g}"
+        rank_zero_info(
+            f"lr_schedule: LR range test ({pick.points} steps, lr {RANGE_MIN_LR:g} to {RANGE_MAX_LR:g}) chose peak lr"
+            f" {pick.lr:.3g} ({pick.rule}; lowest loss at lr {pick.min_loss_lr:.3g}, steepest descent at {steep})"
+        )
+        return pick
 
     @override
-    def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.optimizers:
             self.report(False, "skipped, the model has no optimizer")
             return
@@ -138,15 +187,20 @@ class LRSchedule(SpeedupCallback):
                 " `trainer.max_epochs`, or use a loader with a length."
             )
         state = self._pending_state
-        self._total_steps = int(state["total_steps"]) if state else max(int(total), 1)
+        self._total_steps = int(state["total_steps"]) if state else max(int(total * self.horizon), 1)
         if state and int(total) != self._total_steps:
             rank_zero_warn(
                 f"lr_schedule: the resumed schedule was planned for {self._total_steps} optimizer steps but this run"
                 f" has {int(total)}; it keeps the original plan"
                 + (" and holds the final learning rate after it ends." if total > self._total_steps else ".")
             )
+        peak: Optional[float] = None
+        if self.range_pick is not None:
+            peak = self.range_pick.lr
+        elif isinstance(self.max_lr, (int, float)):
+            peak = float(self.max_lr)
         self._peaks = list(state["peaks"]) if state else [
-            self.max_lr if self.max_lr is not None else group["lr"] for group in optimizer.param_groups
+            peak if peak is not None else group["lr"] for group in optimizer.param_groups
         ]
         current = [group["lr"] for group in optimizer.param_groups]
         self.scheduler = self._build(optimizer)
@@ -158,9 +212,15 @@ class LRSchedule(SpeedupCallback):
         trainer.strategy.lr_scheduler_configs.append(
             LRSchedulerConfig(self.scheduler, name=f"speedups-{self.name}", interval="step", frequency=1)
         )
-        peak = ", ".join(f"{p:.3g}" for p in self._peaks)
+        peak_text = ", ".join(f"{p:.3g}" for p in self._peaks)
         kind = "OneCycleLR" if self.name == "onecycle" else "CyclicLR"
-        self.report(True, f"{kind} over {self._total_steps} optimizer steps, peak lr {peak}")
+        how = ""
+        if self.range_pick is not None:
+            how = f" (LR range test: lowest loss at {self.range_pick.min_loss_lr:.3g})"
+        elif self.max_lr == "auto":
+            how = " (the optimizer's lr: no range test result)"
+        span = "" if self.horizon == 1.0 else f" ({self.horizon:g} of the run)"
+        self.report(True, f"{kind} over {self._total_steps} optimizer steps{span}, peak lr {peak_text}{how}")
 
     def _build(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
         assert self._peaks is not None and self._total_steps is not None
@@ -198,7 +258,7 @@ class LRSchedule(SpeedupCallback):
         self._pending_state = dict(state_dict) if state_dict else None
 
     @override
-    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.scheduler is not None:
             configs = trainer.strategy.lr_scheduler_configs
             trainer.strategy.lr_scheduler_configs = [c for c in configs if c.scheduler is not self.scheduler]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from lightning.pytorch.callbacks import Callback
@@ -102,11 +102,19 @@ class BenchVariant:
         needs: what the setup must have for the tip to apply: ``"cuda"``, ``"convs"`` (4D/5D
             convolutions), ``"conv_bias"`` (a biased convolution feeding a BatchNorm),
             ``"blocks"`` (repeated blocks to checkpoint), ``"compile"`` (sub-modules with parameters).
+        mode: ``"throughput"`` (timed by samples/s, the default bench) or ``"target"`` (it changes the
+            optimisation, so it is judged only by time to a target metric: ``bench --target``).
+        name: a suffix that tells several variants of one tip apart in reports (``"onecycle"``).
+        batch_scale: bench sets ``largest_batch.batch_size`` to this multiple of the configured batch
+            (read from the built datamodule or model); ``None``: no batch change.
     """
 
     overrides: Mapping[str, Any]
     goal: str = "speed"
     needs: tuple[str, ...] = ()
+    mode: Literal["throughput", "target"] = "throughput"
+    name: str = ""
+    batch_scale: Optional[int] = None
 
 
 #: The model kinds of the shared property suite (``tests/suite``).
@@ -178,8 +186,9 @@ class Tip:
         parts: the classes and functions that implement it (objects, not names).
         lint_rules: codes of its lint rules (``"LS101"``).
         check: the doctor's check: ``check(facts) -> Finding``.
-        bench: how bench times it, or ``None`` with :attr:`not_timed` saying why not.
-        not_timed: why bench never times it on its own.
+        bench: how bench times it: one :class:`BenchVariant` or a tuple of them (several variants, e.g.
+            target-mode ones), or ``None`` with :attr:`not_timed` saying why not.
+        not_timed: why bench never times it by samples/s (it has no ``"throughput"`` variant).
         suite: its shared-suite cases.
     """
 
@@ -198,9 +207,20 @@ class Tip:
     callbacks: Callable[[Any, BuildContext], Iterable[Placed]] = _no_callbacks
     parts: tuple[Any, ...] = ()
     lint_rules: tuple[str, ...] = ()
-    bench: Optional[BenchVariant] = None
+    bench: Union[BenchVariant, tuple[BenchVariant, ...], None] = None
     not_timed: str = ""
     suite: tuple[SuiteCase, ...] = ()
+
+    @property
+    def bench_variants(self) -> tuple[BenchVariant, ...]:
+        """Every bench variant of the tip (``bench`` as a tuple)."""
+        if self.bench is None:
+            return ()
+        return self.bench if isinstance(self.bench, tuple) else (self.bench,)
+
+    def bench_variant(self, mode: str = "throughput") -> Optional[BenchVariant]:
+        """The tip's first variant of a mode (``None``: bench never times it that way)."""
+        return next((v for v in self.bench_variants if v.mode == mode), None)
 
     @property
     def status(self) -> str:

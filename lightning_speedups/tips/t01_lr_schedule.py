@@ -14,19 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from lightning_speedups.callbacks import LRSchedule
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+
 
 @dataclass
 class ScheduleSettings:
     """T01: a one-cycle or cyclic schedule stepped per optimizer step; total steps from the trainer."""
 
     name: Literal["off", "onecycle", "cyclic"] = "off"
-    max_lr: Optional[float] = None
+    #: peak learning rate: a number, ``None`` (the optimizer's lr) or ``"auto"`` (an LR range test at the
+    #: start of fit, Lightning's ``LearningRateFinder``, picks it; the chosen lr is printed)
+    max_lr: Union[float, Literal["auto"], None] = None
     pct_start: float = 0.25
     div_factor: float = 25.0
     final_div_factor: float = 1e4
@@ -34,6 +37,10 @@ class ScheduleSettings:
     base_lr: Optional[float] = None
     cycles: int = 2
     mode: Literal["triangular", "triangular2", "exp_range"] = "triangular"
+    #: ``max_lr: auto``: optimizer steps of the range test (undone afterwards; its time counts)
+    range_test_steps: int = 100
+    #: share of the run's optimizer steps the schedule spans (a one-cycle then holds its final lr)
+    horizon: float = 1.0
 
 
 def check(facts: Facts) -> Finding:
@@ -93,7 +100,11 @@ TIP = Tip(
     ),
     callbacks=callbacks,
     parts=(LRSchedule,),
-    not_timed='learning-rate schedule changes the optimisation, not the step time: compare accuracy, not samples/s',
+    bench=(
+        BenchVariant({"lr_schedule.name": "onecycle", "lr_schedule.max_lr": "auto"}, mode="target", name="onecycle"),
+        BenchVariant({"lr_schedule.name": "cyclic", "lr_schedule.max_lr": "auto"}, mode="target", name="cyclic"),
+    ),
+    not_timed='a learning-rate schedule changes the optimisation, not the step time: judged by time to a target (bench --target), not samples/s',
     suite=(
         SuiteCase("onecycle", settings={"lr_schedule.name": "onecycle"}, kinds=("cnn", "transformer", "configure_model")),
     ),

@@ -18,7 +18,8 @@ from lightning_speedups.callbacks import LargestBatch
 from lightning_speedups.functional import find_largest_batch_size
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+
 
 @dataclass
 class LargestBatchSettings:
@@ -98,7 +99,12 @@ TIP = Tip(
     ),
     callbacks=callbacks,
     parts=(LargestBatch, find_largest_batch_size,),
-    not_timed='changes the batch size and the learning rate, so samples/s are not like for like (use speedups.largest_batch)',
+    # target mode: the configured batch times 4 (bench sets largest_batch.batch_size), lr by each rule
+    bench=(
+        BenchVariant({"largest_batch.enabled": True, "largest_batch.lr_rule": "linear"}, mode="target", name="x4-linear", batch_scale=4),
+        BenchVariant({"largest_batch.enabled": True, "largest_batch.lr_rule": "sqrt"}, mode="target", name="x4-sqrt", batch_scale=4),
+    ),
+    not_timed='changes the batch size and the learning rate, so samples/s are not like for like: judged by time to a target (bench --target)',
     suite=(
         SuiteCase("search", settings={"largest_batch.enabled": True, "largest_batch.memory_budget": "1GiB", "largest_batch.max_batch_size": 64}, kinds=("cnn",), compose=False),
     ),

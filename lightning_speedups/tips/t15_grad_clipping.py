@@ -20,6 +20,7 @@ from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import plural
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
 
+
 @dataclass
 class ClipSettings:
     """T15: gradient clipping by norm, by value, or adaptive (AGC, unit-wise, Brock et al. 2021).

@@ -291,7 +291,7 @@ def test_json_and_table(tmp_path, capsys):
     from lightning_speedups.bench.report import markdown
 
     md = markdown(result)
-    assert md.splitlines()[0].startswith("| variant | speed-up |") and "| T24 channels-last (picked) | 1.25x" in md
+    assert md.splitlines()[0].startswith("| variant | speed-up [95% CI] |") and "| T24 channels-last (picked) | 1.25x" in md
 
 
 # ------------------------------------------------------------------------------------ presets and the reset

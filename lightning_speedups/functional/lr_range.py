@@ -1,0 +1,132 @@
+"""T01: read a learning-rate range test (Smith 2015/2017) and pick the peak of a one-cycle schedule.
+
+A range test trains a few steps while the learning rate grows exponentially and records the (smoothed)
+loss at each. The test itself is run by Lightning's ``LearningRateFinder`` (see
+:class:`lightning_speedups.callbacks.LRSchedule` with ``max_lr="auto"``); this module only reads its
+``lr`` / ``loss`` lists, so the choice is testable on made-up curves.
+
+Example:
+    >>> lrs = [10 ** (-5 + i / 10) for i in range(50)]            # 1e-5 .. ~8e-1
+    >>> losses = [2.3 - 1.5 * min(1.0, max(0.0, (i - 10) / 25)) + (0.5 * (i - 40) if i > 40 else 0) for i in range(50)]
+    >>> pick = pick_peak_lr(lrs, losses)
+    >>> round(pick.min_loss_lr, 4), round(pick.lr, 5)
+    (0.0316, 0.00316)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["PEAK_DIVISOR", "RangePick", "pick_peak_lr", "raw_losses", "resmooth", "steepest_lr"]
+
+#: the peak is the learning rate of the lowest loss divided by this (a decade below it: the classic "min/10")
+PEAK_DIVISOR = 10.0
+
+
+def raw_losses(smoothed: Sequence[float], beta: float = 0.98, first_step: int = 1) -> list[float]:
+    """Undo the exponential smoothing of a range test's losses (Lightning's ``_LRCallback``: an
+    average with ``beta``, divided by ``1 - beta ** (step + 1)``, ``step`` counting from ``first_step``).
+
+    Over a 100-step test, ``beta=0.98`` lags by ~50 steps, which moves the lowest loss far to the right;
+    the raw losses, smoothed again over a few steps (:func:`resmooth`), do not.
+
+    Example:
+        >>> sm, avg = [], 0.0
+        >>> for i, x in enumerate([3.0, 2.0, 1.0]):
+        ...     avg = 0.98 * avg + 0.02 * x; sm.append(avg / (1 - 0.98 ** (i + 2)))
+        >>> [round(v, 6) for v in raw_losses(sm)]
+        [3.0, 2.0, 1.0]
+    """
+    out: list[float] = []
+    prev = 0.0
+    for i, s in enumerate(smoothed):
+        if not math.isfinite(s):
+            out.append(float("nan"))
+            continue
+        avg = s * (1 - beta ** (first_step + i + 1))
+        out.append((avg - beta * prev) / (1 - beta))
+        prev = avg
+    return out
+
+
+def resmooth(losses: Sequence[float], window: int = 5) -> list[float]:
+    """A centred moving average over ``window`` points (fewer at the ends; non-finite points skipped)."""
+    half = window // 2
+    out = []
+    for i in range(len(losses)):
+        vals = [v for v in losses[max(0, i - half) : i + half + 1] if math.isfinite(v)]
+        out.append(sum(vals) / len(vals) if vals else float("nan"))
+    return out
+
+
+@dataclass(frozen=True)
+class RangePick:
+    """What a range test chose.
+
+    Attributes:
+        lr: the peak learning rate to use.
+        min_loss_lr: the learning rate at the lowest (smoothed) loss.
+        steepest_lr: the learning rate of the steepest descent (Lightning's ``suggestion()``), if any.
+        points: how many finite points the test had.
+        rule: how ``lr`` was chosen, in words.
+    """
+
+    lr: float
+    min_loss_lr: float
+    steepest_lr: Optional[float]
+    points: int
+    rule: str
+
+
+def _finite(lrs: Sequence[float], losses: Sequence[float]) -> list[tuple[float, float]]:
+    return [(float(a), float(b)) for a, b in zip(lrs, losses) if a > 0 and math.isfinite(a) and math.isfinite(b)]
+
+
+def steepest_lr(lrs: Sequence[float], losses: Sequence[float], skip_begin: int = 10, skip_end: int = 1) -> Optional[float]:
+    """The learning rate where the loss falls fastest per decade (``None`` with too few points).
+
+    Example:
+        >>> steepest_lr([1e-4, 1e-3, 1e-2, 1e-1], [2.0, 1.9, 1.0, 3.0], skip_begin=0, skip_end=0)
+        0.001
+    """
+    pts = _finite(lrs, losses)
+    pts = pts[skip_begin : len(pts) - skip_end if skip_end else None]
+    if len(pts) < 3:
+        return None
+    best, best_slope = None, math.inf
+    for (a, la), (b, lb) in zip(pts, pts[1:]):
+        if b <= a:
+            continue
+        slope = (lb - la) / (math.log10(b) - math.log10(a))
+        if slope < best_slope:
+            best, best_slope = a, slope
+    return best
+
+
+def pick_peak_lr(lrs: Sequence[float], losses: Sequence[float], divisor: float = PEAK_DIVISOR) -> RangePick:
+    """The peak learning rate of a one-cycle schedule from a range test.
+
+    The lowest loss marks the edge of stability; the peak is ``divisor`` below it (a decade by default,
+    the classic "min/10" rule), or the steepest-descent point when that lies between the two.
+
+    Raises:
+        ValueError: fewer than 3 finite points (the test diverged at once, or did not run).
+    """
+    pts = _finite(lrs, losses)
+    if len(pts) < 3:
+        raise ValueError(
+            f"the learning-rate range test has {len(pts)} finite point(s); it needs at least 3 (it diverged at"
+            " once: lower its start, or give lr_schedule.max_lr a number)."
+        )
+    low = min(range(len(pts)), key=lambda i: pts[i][1])
+    min_lr = pts[low][0]
+    before = pts[: low + 1]  # the steepest descent on the way down, not a noisy drop after the minimum
+    steep = steepest_lr([p[0] for p in before], [p[1] for p in before], skip_begin=min(10, len(before) // 5), skip_end=0)
+    lr = min_lr / divisor
+    rule = f"the lowest loss's lr / {divisor:.3g}"
+    if steep is not None and steep > lr and steep <= min_lr:
+        lr, rule = steep, "the steepest descent (above the lowest loss's lr / divisor)"
+    return RangePick(lr=lr, min_loss_lr=min_lr, steepest_lr=steep, points=len(pts), rule=rule)

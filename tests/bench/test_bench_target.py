@@ -1,0 +1,353 @@
+"""bench --target and the confidence intervals: injected figures and fake clocks, no wall-clock assertion."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import struct
+
+import numpy as np
+import pytest
+import yaml
+
+from lightning_speedups.bench import Bench, BenchError, BenchOptions
+from lightning_speedups.bench.args import speedups_defaults
+from lightning_speedups.bench.measure import (
+    Target,
+    TargetProbe,
+    VariantSummary,
+    parse_target,
+    pick_verdict,
+    ratio_interval,
+)
+from lightning_speedups.bench.report import markdown, summary_lines, write_preset
+from lightning_speedups.bench.variants import NOT_TIMED, TARGET_VARIANTS, target_tip_variants
+from lightning_speedups.functional.lr_range import pick_peak_lr, steepest_lr
+
+TINY_CNN = ["--model=helpers.TinyCNN"]
+
+
+@pytest.fixture(autouse=True)
+def _bench_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
+
+def _nested(overrides):
+    section = dict(speedups_defaults())
+    section.update(overrides)
+    out: dict = {}
+    for k, val in section.items():
+        node = out
+        *head, last = k.split(".")
+        for h in head:
+            node = node.setdefault(h, {})
+        node[last] = val
+    return out
+
+
+class FakeLauncher:
+    """Made-up results: ``figures[variant][repeat]`` is samples/s (throughput) or the time to target
+    (target mode; ``None`` = a miss). Each run advances the fake clock by one second."""
+
+    def __init__(self, figures, target=False):
+        self.figures = figures
+        self.target = target
+        self.calls: list[tuple[str, int]] = []
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def run(self, spec, name, timeout=None):
+        v = spec["variant"]
+        repeat = int(name.rsplit("-r", 1)[1])
+        self.calls.append((v, spec["seed"]))
+        self.now += 1.0
+        key = "baseline" if v.startswith("baseline") else v
+        value = self.figures.get(key, self.figures["baseline"])[repeat]
+        out = {"status": "ok", "speedups": _nested(spec["speedups_overrides"]), "wall_s": 1.0, "loss": 2.0}
+        if self.target:
+            out.update(reached=value is not None, time_to_target_s=value, steps_to_target=None if value is None else int(10 * value),
+                       best_value=0.9 if value is not None else 0.8, checks=[{"step": 1}])
+            if value is None:
+                out["miss"] = "missed: best val_acc 0.8 by the end of the configured training"
+        else:
+            out.update(samples_per_s=value, step_s=64 / value, step_times=[64 / value] * 3, train_mem_bytes=1000)
+        return out
+
+
+def _bench(launcher, **kw):
+    opts = dict(args=TINY_CNN, steps=2, warmup=1, repeats=4, presets=["none"], progress=False, search=False, extras=False)
+    opts.update(kw)
+    bench = Bench(BenchOptions(**opts), launcher=launcher, clock=launcher.clock)
+    bench.prepare()
+    return bench
+
+
+# --------------------------------------------------------------------------- intervals and the noise floor
+
+
+def test_ratio_interval_is_symmetric_in_log_and_needs_two_repeats():
+    g, lo, hi = ratio_interval([2.0, 0.5])
+    assert g == pytest.approx(1.0) and lo < 1.0 < hi and lo * hi == pytest.approx(1.0)
+    assert ratio_interval([1.3]) == (pytest.approx(1.3), None, None)
+    assert ratio_interval([]) == (None, None, None)
+
+
+def test_pick_verdict_reasons():
+    s = VariantSummary.empty()
+    s.speedup, s.speedup_ci = 1.10, (0.97, 1.25)
+    assert pick_verdict(s, 0.02) == (False, "95% CI 0.97-1.25 includes 1.0")
+    s.speedup_ci = (None, None)
+    assert "no confidence interval" in pick_verdict(s, 0.02)[1]
+    s.speedup_ci = (1.01, 1.02)
+    s.speedup = 1.015
+    assert "below --min-gain" in pick_verdict(s, 0.02)[1]
+    s.target_missed = 1
+    assert "missed the target" in pick_verdict(s, 0.0)[1]
+
+
+def test_a_gain_within_the_noise_is_not_picked():
+    """T24 is 4% faster in every pair, but the A/A pair of baselines differs by 6%: not picked."""
+    figures = {"baseline": [100.0, 100.0, 100.0, 100.0], "T24 channels-last": [104.0, 104.0, 104.0, 104.0]}
+    fake = FakeLauncher(figures)
+    bench = _bench(fake, tips=["T24"])
+    real_run = fake.run
+
+    def run(spec, name, timeout=None):  # the A/A copy of the baseline lands 6% higher
+        out = real_run(spec, name, timeout)
+        if spec["variant"] == "baseline (A/A)":
+            out["samples_per_s"] = 106.0
+        return out
+
+    fake.run = run  # type: ignore[method-assign]
+    result = bench.run()
+    t24 = result.record("T24 channels-last").summary
+    assert t24.speedup == pytest.approx(1.04) and t24.speedup_ci[0] > 1.0  # sure, but small
+    assert result.noise == pytest.approx(0.06)
+    assert result.pick.variant.name == "baseline"
+    assert "within the noise floor" in t24.picked_why
+    assert any(line.startswith("noise floor: the A/A pair") for line in summary_lines(result))
+
+
+def test_a_noisy_gain_whose_interval_includes_one_is_not_picked_and_a_clear_one_is():
+    figures = {
+        "baseline": [100.0, 100.0, 100.0, 100.0],
+        "T24 channels-last": [130.0, 80.0, 135.0, 85.0],  # 1.05x median, all over the place
+        "T16 conv-bias": [120.0, 118.0, 121.0, 119.0],
+    }
+    result = _bench(FakeLauncher(figures), tips=["T24", "T16"]).run()
+    assert "includes 1.0" in result.record("T24 channels-last").summary.picked_why
+    assert result.pick.variant.name == "T16 conv-bias"
+    lo, hi = result.pick.summary.speedup_ci
+    assert 1.0 < lo < 1.195 < hi
+    assert f"| T16 conv-bias (picked) | {result.pick.summary.speedup:.2f}x [{lo:.2f}-{hi:.2f}] |" in markdown(result)
+
+
+# --------------------------------------------------------------------------- target mode, injected figures
+
+
+def test_parse_target_directions_and_errors():
+    assert parse_target("val_acc=0.9") == Target("val_acc", 0.9, "max")
+    assert parse_target("val_loss=0.3").mode == "min"
+    assert parse_target("val_f1>=0.5").mode == "max" and parse_target("score<=3").mode == "min"
+    assert parse_target("val_error=0.1", "max").mode == "max"
+    for bad in ("val_acc", "val_acc=high", "=0.9"):
+        with pytest.raises(ValueError):
+            parse_target(bad)
+    with pytest.raises(BenchError, match="--target-max-time"):
+        BenchOptions(target="val_acc=0.9", target_max_time=0).validate()
+
+
+def test_target_variants_come_from_the_records():
+    assert {"T01", "T04", "T15"} <= set(TARGET_VARIANTS) and {"T01", "T04", "T15"} <= set(NOT_TIMED)
+    variants, skipped = target_tip_variants(None, batch_size=16)
+    names = {v.name: v for v in variants}
+    assert {"T01 lr-schedule onecycle", "T01 lr-schedule cyclic", "T04 max-batch x4-linear", "T04 max-batch x4-sqrt",
+            "T15 grad-clipping norm"} <= set(names)
+    assert names["T01 lr-schedule onecycle"].overrides["lr_schedule.max_lr"] == "auto"
+    assert names["T04 max-batch x4-sqrt"].overrides == {
+        "largest_batch.enabled": True, "largest_batch.lr_rule": "sqrt", "largest_batch.batch_size": 64}
+    _, skipped = target_tip_variants(["T04"], batch_size=None)
+    assert all("batch size" in why for why in skipped.values()) and len(skipped) == 2
+
+
+def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_path):
+    figures = {
+        "baseline": [100.0, 110.0, 90.0],
+        "T01 lr-schedule onecycle": [50.0, 56.0, 44.0],  # 2x, consistent
+        "T01 lr-schedule cyclic": [20.0, None, 20.0],  # fastest, but missed once
+        "T15 grad-clipping norm": [99.0, 111.0, 89.0],  # no gain
+    }
+    fake = FakeLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T01", "T15"], repeats=3, target="val_acc=0.9", seed=7)
+    assert [v.name for v in bench.variants] == [
+        "baseline", "T01 lr-schedule onecycle", "T01 lr-schedule cyclic", "T15 grad-clipping norm", "baseline (A/A)"]
+    result = bench.run()
+    seeds = {}
+    for variant, seed in fake.calls:
+        seeds.setdefault(variant, []).append(seed)
+    assert all(sorted(s) == [7, 8, 9] for s in seeds.values())  # one seed per repeat, the same for every variant
+    one = result.record("T01 lr-schedule onecycle").summary
+    assert one.speedup == pytest.approx(2.0) and one.speedup_ci[0] > 1.5
+    assert one.target_time.median == 50.0 and one.target_steps.median == 500
+    cyc = result.record("T01 lr-schedule cyclic").summary
+    assert cyc.target_missed == 1 and cyc.speedup is None and "missed the target in 1 of 3" in cyc.picked_why
+    assert result.pick.variant.name == "T01 lr-schedule onecycle"
+    md = markdown(result)
+    assert md.splitlines()[0].startswith("| variant | speed-up [95% CI] | time to target s | steps to target |")
+    assert "| 2/3 |" in md and "missed: best val_acc 0.8" in md
+    path = write_preset(result, str(tmp_path / "fastest.yaml"))
+    text = open(path).read()
+    assert "time to val_acc >= 0.9" in text
+    assert yaml.safe_load(text)["speedups"]["lr_schedule"] == {"name": "onecycle", "max_lr": "auto"}
+
+
+def test_target_mode_default_presets_and_composition():
+    bench = _bench(FakeLauncher({"baseline": [1.0]}, target=True), tips=["T15"], presets=None, repeats=1,
+                   target="val_loss=0.5")
+    names = [v.name for v in bench.variants]
+    assert "preset:fast+converge" in names and "preset:converge" in names and "preset:fast" in names
+    fc = next(v for v in bench.variants if v.name == "preset:fast+converge")
+    assert fc.presets == ("fast", "converge")
+    assert bench.target.mode == "min"
+
+
+def test_throughput_mode_leaves_converge_out():
+    bench = _bench(FakeLauncher({"baseline": [100.0]}), tips=["T24"], presets=None, repeats=1)
+    assert "converge" in bench.skipped_presets and "--target" in bench.skipped_presets["converge"]
+
+
+# --------------------------------------------------------------------------- the probe, on a fake clock
+
+
+class _Trainer:
+    def __init__(self):
+        self.sanity_checking = False
+        self.global_step = 0
+        self.should_stop = False
+        self.callback_metrics: dict = {}
+
+
+def test_target_probe_excludes_validation_time_and_stops_at_the_target():
+    now = [0.0]
+    probe = TargetProbe(Target("val_acc", 0.9, "max"), max_time=1000, clock=lambda: now[0])
+    tr = _Trainer()
+    probe.on_fit_start(tr, None)
+    for step, acc in ((10, 0.5), (20, 0.95)):
+        now[0] += 3.0  # training
+        tr.global_step = step
+        probe.on_train_batch_end(tr, None, None, (np.zeros((4, 2)), np.zeros(4)), 0)
+        probe.on_validation_start(tr, None)
+        now[0] += 100.0  # a slow validation, not counted
+        tr.callback_metrics = {"val_acc": acc}
+        probe.on_validation_end(tr, None)
+    r = probe.results()
+    assert r["reached"] and r["time_to_target_s"] == pytest.approx(6.0) and r["steps_to_target"] == 20
+    assert r["val_s"] == pytest.approx(200.0) and tr.should_stop and r["best_value"] == 0.95
+
+
+def test_target_probe_gives_up_at_the_cap():
+    now = [0.0]
+    probe = TargetProbe(Target("val_loss", 0.1, "min"), max_time=5.0, clock=lambda: now[0])
+    tr = _Trainer()
+    probe.on_fit_start(tr, None)
+    now[0] = 6.0
+    probe.on_train_batch_end(tr, None, None, None, 0)
+    assert tr.should_stop and probe.results()["timed_out"] and not probe.results()["reached"]
+
+
+# --------------------------------------------------------------------------- the range test
+
+
+def test_pick_peak_lr_on_made_up_curves():
+    lrs = [10 ** (-6 + 6 * i / 99) for i in range(100)]
+    losses = [2.3 - 2.0 / (1 + math.exp(-(math.log10(lr) + 3) * 3)) + (5 * (math.log10(lr) + 1.5) if lr > 10**-1.5 else 0) for lr in lrs]
+    pick = pick_peak_lr(lrs, losses)
+    assert 10**-1.7 < pick.min_loss_lr < 10**-1.3 and pick.lr < pick.min_loss_lr
+    assert steepest_lr(lrs, losses) is not None
+    with pytest.raises(ValueError, match="range test"):
+        pick_peak_lr([1e-3, 1e-2], [1.0, float("nan")])
+
+
+def test_lr_schedule_auto_runs_lightnings_range_test_and_reports_the_peak(tmp_path, caplog):
+    import logging
+
+    import lightning.pytorch as pl
+    from helpers import TinyCNN
+
+    from lightning_speedups.callbacks import LRSchedule
+
+    pl.seed_everything(0)
+    cb = LRSchedule("onecycle", max_lr="auto", range_test_steps=8, horizon=0.5)
+    model = TinyCNN(optimizer="adamw", lr=1e-3)
+    trainer = pl.Trainer(max_steps=6, callbacks=[cb], logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
+    with caplog.at_level(logging.INFO):
+        trainer.fit(model)
+    assert cb.range_pick is not None and cb.range_pick.points >= 3
+    assert trainer.global_step == 6  # the range test's steps were undone
+    assert cb._total_steps == 3 and cb._peaks == [pytest.approx(cb.range_pick.lr)]
+    assert "LR range test" in caplog.text and "chose peak lr" in caplog.text
+    assert "peak lr" in cb.status[1] and "LR range test" in cb.status[1]
+    with pytest.raises(ValueError, match="auto"):
+        LRSchedule(max_lr="high")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="horizon"):
+        LRSchedule(horizon=0)
+
+
+# --------------------------------------------------------------------------- Fashion-MNIST from IDX files
+
+
+def _write_idx(path, array, gz=True):
+    codes = {np.uint8: 0x08}
+    header = bytes([0, 0, codes[array.dtype.type], array.ndim]) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    data = header + array.tobytes()
+    (gzip.open if gz else open)(path, "wb").write(data)
+
+
+def test_fashion_mnist_reads_idx_files_and_says_how_to_install(tmp_path, monkeypatch):
+    from lightning_speedups.data.fashion_mnist import FashionMNISTDataModule, find_fashion_mnist, read_idx
+
+    rng = np.random.RandomState(0)
+    for split, n, gz in (("train", 40, True), ("t10k", 20, False)):
+        _write_idx(tmp_path / (f"{split}-images-idx3-ubyte" + (".gz" if gz else "")), rng.randint(0, 256, (n, 28, 28)).astype(np.uint8), gz)
+        _write_idx(tmp_path / (f"{split}-labels-idx1-ubyte" + (".gz" if gz else "")), rng.randint(0, 10, n).astype(np.uint8), gz)
+    assert read_idx(tmp_path / "t10k-images-idx3-ubyte").shape == (20, 28, 28)
+    dm = FashionMNISTDataModule(root=str(tmp_path), batch_size=8, eval_batch_size=10, train_subset=32)
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (8, 1, 28, 28) and x.dtype.is_floating_point and y.dtype.is_signed
+    assert len(dm.train_dataloader()) == 4 and len(dm.val_dataloader()) == 2
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(tmp_path))
+    assert find_fashion_mnist() == tmp_path
+    with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist"):
+        FashionMNISTDataModule(root=str(tmp_path / "nowhere")).setup("fit")
+    (tmp_path / "bad-idx").write_bytes(b"\x01\x02\x03\x04")
+    with pytest.raises(ValueError, match="not an IDX file"):
+        read_idx(tmp_path / "bad-idx")
+
+
+# --------------------------------------------------------------------------- end to end, one tiny run
+
+
+def test_bench_target_end_to_end(tmp_path, capsys):
+    from lightning_speedups.bench import main
+
+    out_yaml = tmp_path / "fastest.yaml"
+    argv = TINY_CNN + [
+        "--target", "val_loss=100", "--target-every", "2", "--trainer.max_steps=4",
+        "--tips", "T15", "--presets", "none", "--repeats", "1", "--threads", "1",
+        "--isolation", "subprocess", "--no-progress", "--write-preset", str(out_yaml),
+        "--json", str(tmp_path / "b.json"),
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "time to target" in printed and "T15 grad-clipping norm" in printed and "pick:" in printed
+    import json
+
+    data = json.loads((tmp_path / "b.json").read_text())
+    base = data["variants"][0]["runs"][0]
+    assert base["status"] == "ok" and base["reached"] and base["steps_to_target"] == 2
+    assert base["checks"][0]["value"] is not None and data["target"]["mode"] == "min"
+    assert out_yaml.exists()
