@@ -12,10 +12,12 @@ Card:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from lightning_speedups.inspection import Facts, Finding, Item
-from lightning_speedups.inspection.words import names_text
+from lightning_speedups.functional.memory import total_memory_bytes
+from lightning_speedups.inspection.memory import FIT_SHARE, estimate_fit
+from lightning_speedups.inspection.words import fmt_bytes, names_text
 from lightning_speedups.strategies import ddp_strategy, fsdp_strategy
 from lightning_speedups.tips.record import BuildContext, Setting, SuiteCase, Tip
 
@@ -41,12 +43,54 @@ class FSDPSettings:
     state_dict_type: Literal["sharded", "full"] = "sharded"
 
 
+def fit_item(facts: Facts) -> tuple[Optional[Item], str]:
+    """Does the model fit one device? ``(item, note)``: an item recommending fsdp (or memory) with the
+    figures when it does not, else a note with the figures (empty when there is no model)."""
+    if facts.model is None:
+        return None, ""
+    device = "cuda" if facts.on_cuda else "cpu"
+    total = facts.total_memory or total_memory_bytes(device)
+    est = estimate_fit(
+        facts.model, optimizers=facts.optimizers, loaders=facts.train_loaders, device_total=total,
+        peak_memory=facts.peak_memory,
+    )
+    acts = fmt_bytes(est.activations) if est.activations is not None else "?"
+    where = "one GPU" if facts.on_cuda else "this machine's memory (training on the CPU)"
+    sharded = "FSDP" in facts.strategy and facts.world_size > 1
+    need = est.sharded_total(facts.world_size) if sharded else est.total
+    figures = (
+        f"parameters {fmt_bytes(est.params)} + gradients {fmt_bytes(est.grads)} + optimizer state"
+        f" {fmt_bytes(est.optimizer_state)} ({est.optimizer_note}) + activations {acts} ({est.activations_note})"
+        f" = {fmt_bytes(est.total)}"
+        + (f", {fmt_bytes(need)} per device under FSDP over {facts.world_size}" if sharded else "")
+        + f", against {fmt_bytes(total)} of {where} ({need / total:.0%})"
+    )
+    if need <= FIT_SHARE * total:
+        return None, f"fits: {figures}"
+    n = est.devices_needed()
+    memory_fix = (
+        "--config memory.yaml (speedups.checkpointing.targets: [auto] recomputes the activations of the"
+        " repeated blocks, speedups.precision: half halves them), or a smaller batch with"
+        " speedups.effective_batch_size to keep the effective batch"
+    )
+    if n is None:
+        return Item("high", f"{figures}: the activations alone do not fit, sharding the model cannot help", memory_fix), ""
+    fsdp_fix = f"--config fsdp.yaml with trainer.devices: {n} or more (FSDP over {n}: {fmt_bytes(est.sharded_total(n))} per device)"
+    if est.static <= FIT_SHARE * total:  # the model fits; its activations make it too big
+        return Item("high", f"{figures}: the activations make it too big for one device", f"{memory_fix}; or {fsdp_fix}"), ""
+    return Item("high", f"{figures}: the model does not fit one device", f"{fsdp_fix}; with {memory_fix}"), ""
+
+
 def check(facts: Facts) -> Finding:
-    """T11 ddp: DataParallel in the model, unused GPUs, DDP without its fast settings."""
+    """T11 ddp: DataParallel in the model, unused GPUs, DDP without its fast settings, and whether the
+    model fits one device (parameters, gradients, optimizer state and measured activations)."""
     tip = "T11"
     if not facts.collected:
         return Finding.not_checked(tip, facts.run_note() or "the trainer was not set up")
     items: list[Item] = []
+    fit, fit_note = fit_item(facts)
+    if fit is not None:
+        items.append(fit)
     if facts.data_parallel_modules:
         items.append(Item(
             "high",
@@ -75,11 +119,13 @@ def check(facts: Facts) -> Finding:
                 " communication buckets every step",
                 "speedups.ddp.enabled: true (bucket views, static graph, compression hooks on CUDA)",
             ))
+    notes = [fit_note] if fit_note else []
+    fits = f"; {fit_note}" if fit_note else ""
     if items:
-        return Finding.from_items(tip, items)
+        return Finding.from_items(tip, items, notes)
     if used > 1 or facts.configured_devices is not None:
-        return Finding.ok(tip, f"{facts.strategy} over {facts.configured_devices or used} device(s){used_note}")
-    return Finding.ok(tip, f"one process on one {facts.device_type} device ({facts.strategy}): nothing to distribute")
+        return Finding.ok(tip, f"{facts.strategy} over {facts.configured_devices or used} device(s){used_note}{fits}")
+    return Finding.ok(tip, f"one process on one {facts.device_type} device ({facts.strategy}): nothing to distribute{fits}")
 
 
 def fsdp_conflicts(s: Any) -> list[str]:
