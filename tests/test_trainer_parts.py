@@ -284,6 +284,7 @@ def test_ddp_strategy_picks_a_compression_hook_on_cuda(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     strategy, reason = ddp_strategy(accelerator="gpu")
     assert strategy._ddp_comm_hook is default_hooks.bf16_compress_hook and "bf16" in reason
