@@ -43,6 +43,8 @@ __all__ = [
     "auto_num_workers",
     "available_cpus",
     "cgroup_cpu_quota",
+    "launcher_processes_per_node",
+    "slurm_cpus_per_task",
     "unpinned_tensors",
     "worker_pickle_problem",
     "worker_start_method",
@@ -172,6 +174,31 @@ def available_cpus() -> CpuCount:
     return CpuCount(count=count, affinity=affinity, quota=quota, reason=reason)
 
 
+def _env_int(env: Any, name: str) -> int | None:
+    value = str(env.get(name, "")).split("(")[0].split(",")[0].strip()  # SLURM writes "4(x2)" for repeats
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def launcher_processes_per_node(env: Any = None) -> int | None:
+    """Training processes on this node as the launcher says: torchrun's ``LOCAL_WORLD_SIZE``, else
+    SLURM's ``SLURM_NTASKS_PER_NODE`` (srun starts one task per rank), else ``None``.
+
+    Example:
+        >>> launcher_processes_per_node({"LOCAL_WORLD_SIZE": "4"}), launcher_processes_per_node({})
+        (4, None)
+    """
+    env = os.environ if env is None else env
+    return _env_int(env, "LOCAL_WORLD_SIZE") or (
+        _env_int(env, "SLURM_NTASKS_PER_NODE") if "SLURM_PROCID" in env else None
+    )
+
+
+def slurm_cpus_per_task(env: Any = None) -> int | None:
+    """CPUs SLURM gave each task (``SLURM_CPUS_PER_TASK``) inside an srun step, else ``None``."""
+    env = os.environ if env is None else env
+    return _env_int(env, "SLURM_CPUS_PER_TASK") if "SLURM_PROCID" in env else None
+
+
 def _is_in_memory(dataset: Any) -> bool:
     """Datasets whose ``__getitem__`` only indexes tensors: workers would only add IPC."""
     from torch.utils.data import Subset
@@ -202,12 +229,20 @@ def auto_num_workers(
        fewer per process (measured 10-55% slower with workers on 2 cores), else one worker per 4
        CPUs, at most 4.
 
+    The CPUs of one rank: the node's CPUs divided by the processes on the node (``processes_per_node``,
+    by default what the launcher says: torchrun's ``LOCAL_WORLD_SIZE``, SLURM's
+    ``SLURM_NTASKS_PER_NODE``). When ``cpus`` is measured here and SLURM bound this task to its own
+    ``SLURM_CPUS_PER_TASK`` CPUs (this process may use no more than that), the measured CPUs are
+    already this rank's share and are not divided again.
+
     Args:
         accelerator: where the batches are computed (``"cpu"``, ``"cuda"``, ``"mps"``, ...).
         devices: devices this node trains on (all processes together).
-        processes_per_node: training processes on this node; defaults to ``devices`` for a device
-            accelerator (one process per device) and 1 on the CPU.
-        cpus: CPUs available to the whole node's training; defaults to :func:`available_cpus`.
+        processes_per_node: training processes on this node; defaults to the launcher's count
+            (:func:`launcher_processes_per_node`), else ``devices`` for a device accelerator (one
+            process per device) and 1 on the CPU.
+        cpus: CPUs available to the whole node's training; defaults to :func:`available_cpus`
+            (this process's CPUs; a SLURM task bound to its own CPUs counts as its rank's share).
         dataset: the loader's dataset, for rules 1 and 2.
 
     Returns:
@@ -220,19 +255,27 @@ def auto_num_workers(
     if devices < 1:
         raise ValueError(f"`devices` must be >= 1, got {devices}.")
     cpu_info = None
+    bound = None
     if cpus is None:
         cpu_info = available_cpus()
         cpus = cpu_info.count
+        per_task = slurm_cpus_per_task()
+        if per_task is not None and cpus <= per_task:
+            bound = per_task
     if cpus < 1:
         raise ValueError(f"`cpus` must be >= 1, got {cpus}.")
     cpu_text = cpu_info.reason if cpu_info is not None else f"{cpus} CPUs"
     accelerator = str(accelerator).lower()
     on_device = accelerator in _DEVICE_ACCELERATORS
     if processes_per_node is None:
-        processes_per_node = devices if on_device else 1
+        processes_per_node = launcher_processes_per_node() or (devices if on_device else 1)
     processes_per_node = max(1, int(processes_per_node))
-    per_process = cpus // processes_per_node
-    share = f"{cpu_text}, {processes_per_node} process(es) per node -> {per_process} per process"
+    if bound is not None:
+        per_process = cpus
+        share = f"{cpu_text}: this rank's own (SLURM_CPUS_PER_TASK={bound}, {processes_per_node} process(es) per node)"
+    else:
+        per_process = cpus // processes_per_node
+        share = f"{cpu_text}, {processes_per_node} process(es) per node -> {per_process} per process"
 
     if isinstance(dataset, IterableDataset):
         return WorkersChoice(
