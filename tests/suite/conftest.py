@@ -1,8 +1,22 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import torch
 
 from suite.runs import Runs
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread: the suite's models are tiny (threads only add overhead), and CI's two
+    cores are shared. The flags snapshots are taken inside this setting, so they still see a part
+    that changes the thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

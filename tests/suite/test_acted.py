@@ -29,10 +29,14 @@ def test_part_acts_where_it_applies(entry: Entry, kind: str, runs: Runs) -> None
             if run.before == run.after:
                 problems.append("the function returned but the model is unchanged (modules, parameters, buffers)")
         elif not (run.parts.pack_callbacks or run.parts.notes or case.acted is not None):
-            problems.append("the case builds no pack callback, no note and has no `acted` check: nothing shows it acted")
+            problems.append(
+                "the case builds no pack callback, no note and has no `acted` check: nothing shows it acted"
+            )
         if case.acted is not None and not problems:
             try:
                 case.acted(run.trainer, run.model, run.parts.callbacks)
             except AssertionError as err:
                 problems.append(f"acted() failed: {err}")
-    assert not problems, f"{entry.id} on {kind}" + ("" if applies else " (not one of its kinds)") + ":\n  " + "\n  ".join(problems)
+    assert not problems, (
+        f"{entry.id} on {kind}" + ("" if applies else " (not one of its kinds)") + ":\n  " + "\n  ".join(problems)
+    )

@@ -13,13 +13,22 @@ from suite.kinds import SuiteBoom, make
 from suite.known_gaps import param
 from suite.runs import Runs
 
-CASES = [param(entry, entry.id, kind, "flags") for entry in ENTRIES for kind in KINDS]
+# the fits of every kind are checked; the fit that raises runs on the kinds where the part acts
+# (where it sets its flags), or on the CNN for a case that acts nowhere on CPU
+CASES = [param(entry, entry.id, kind, "flags") for entry in ENTRIES for kind in (entry.case.kinds or ("cnn",))]
+
+
+@pytest.mark.parametrize(("entry", "kind"), [param(e, e.id, k, "flags") for e in ENTRIES for k in KINDS])
+def test_flags_restored_after_a_fit(entry: Entry, kind: str, runs: Runs) -> None:
+    run = runs.two_steps(entry, kind)
+    assert not run.flag_changes, (
+        f"{entry.id} on {kind}: global state not restored after a 2-step fit: {run.flag_changes}"
+    )
 
 
 @pytest.mark.parametrize(("entry", "kind"), CASES)
-def test_flags_restored_after_a_fit_and_after_a_fit_that_raised(entry: Entry, kind: str, runs: Runs, tmp_path) -> None:
+def test_flags_restored_after_a_fit_that_raised(entry: Entry, kind: str, runs: Runs, tmp_path) -> None:
     run = runs.two_steps(entry, kind)
-    assert not run.flag_changes, f"{entry.id} on {kind}: global state not restored after a 2-step fit: {run.flag_changes}"
 
     saved = flags.snapshot()
     model = make(kind, raise_at=1)  # the second training batch raises

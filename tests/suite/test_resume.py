@@ -44,7 +44,9 @@ def test_save_and_resume_continues_exactly(entry: Entry, kind: str, runs: Runs, 
     if straight_trainer.global_step != trainer.global_step:
         problems.append(f"global_step {trainer.global_step} resumed, {straight_trainer.global_step} uninterrupted")
     if resumed.batches_seen != straight.batches_seen:
-        problems.append(f"{resumed.batches_seen} training batches resumed (2 + the rest), {straight.batches_seen} uninterrupted")
+        problems.append(
+            f"{resumed.batches_seen} training batches resumed (2 + the rest), {straight.batches_seen} uninterrupted"
+        )
     bad = params_finite(resumed)
     if bad:
         problems.append(f"non-finite parameters after the resume: {bad[:4]}")
