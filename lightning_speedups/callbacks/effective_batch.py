@@ -52,8 +52,12 @@ class EffectiveBatchSize(SpeedupCallback):
         batch within the memory of a small one. When it hurts: BatchNorm still sees the micro-batch;
         per-step overhead is paid for every micro-batch.
 
+    The processes are every rank of every node: ``trainer.world_size`` (``devices x num_nodes``, as
+    Lightning's launchers, torchrun and SLURM set it), so the same setting gives the same effective
+    batch on one machine and across nodes; the summary says how many nodes it counted.
+
     Args:
-        effective_batch_size: samples per optimizer step across all processes.
+        effective_batch_size: samples per optimizer step across all processes of all nodes.
 
     Example::
 
@@ -79,7 +83,8 @@ class EffectiveBatchSize(SpeedupCallback):
                 "`speedups.effective_batch_size` needs the train loader's batch size, but the loader has none"
                 " (an iterable dataset batching by itself?). Set `trainer.accumulate_grad_batches` instead."
             )
-        accumulate = accumulation_for(self.effective_batch_size, batch_size, trainer.world_size)
+        world = trainer.world_size  # every rank of every node: devices x num_nodes
+        accumulate = accumulation_for(self.effective_batch_size, batch_size, world)
         if trainer.accumulate_grad_batches not in (1, accumulate):
             raise ValueError(
                 f"Both `trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}` and"
@@ -87,8 +92,10 @@ class EffectiveBatchSize(SpeedupCallback):
                 f" (the latter needs {accumulate}). Remove one of them."
             )
         trainer.accumulate_grad_batches = accumulate
+        nodes = getattr(trainer, "num_nodes", 1) or 1
+        where = f" on {nodes} nodes" if nodes > 1 else ""
         self.report(
             True,
-            f"accumulate_grad_batches={accumulate}: {batch_size} per batch x {trainer.world_size} process(es)"
-            f" x {accumulate} = {self.effective_batch_size}",
+            f"accumulate_grad_batches={accumulate}: {batch_size} per batch x {world} process(es)"
+            f" x {accumulate} = {self.effective_batch_size}{where}",
         )

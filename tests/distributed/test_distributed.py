@@ -119,7 +119,7 @@ def test_two_nodes_train_with_the_effective_batch_over_every_rank(multinode):
         run = r["straight"]
         assert run["num_nodes"] == 2 and run["world_size"] == 2 and run["global_step"] == 4
         assert run["accumulate"] == 2 and run["static_graph"] is False
-        assert any("4 per batch x 2 process(es) x 2 = 16" in line for line in run["summary"])
+        assert any("4 per batch x 2 process(es) x 2 = 16 on 2 nodes" in line for line in run["summary"])
         assert len(run["losses"]) == 8  # both ranks trained every micro-batch
         _same_params(run["params"], ref_params)
         assert r["resumed"]["losses"] == run["losses"][4:] and r["resumed"]["params"] == run["params"]
