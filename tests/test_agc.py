@@ -205,6 +205,7 @@ class SmallLoss(LitNet):
         return self.net(x).pow(2).mean() * 1e-3  # small: no fp16 overflow at the GradScaler's first scale
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="16-mixed with a GradScaler needs CUDA")
 def test_callback_sees_unscaled_gradients_under_fp16_mixed() -> None:
     before, after = Capture(), Capture()

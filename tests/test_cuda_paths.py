@@ -36,8 +36,14 @@ from lightning_speedups.functional.memory import MemoryBudgetExceeded, release_d
 
 def _trainer(**kwargs: Any) -> Trainer:
     defaults: dict[str, Any] = dict(
-        accelerator="cpu", devices=1, max_steps=2, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+        accelerator="cpu",
+        devices=1,
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
     )
     defaults.update(kwargs)
     return Trainer(**defaults)
@@ -263,7 +269,9 @@ class Drain(Callback):
 
 
 @pytest.mark.parametrize(("timer", "fraction"), [("host", 1.0), ("auto", 0.0)])
-def test_data_wait_on_cuda_times_the_device_not_the_host(monkeypatch: pytest.MonkeyPatch, timer: str, fraction: float) -> None:
+def test_data_wait_on_cuda_times_the_device_not_the_host(
+    monkeypatch: pytest.MonkeyPatch, timer: str, fraction: float
+) -> None:
     """Defect: host-only timing counted a GPU-bound step drained by `.item()` as data wait."""
     monkeypatch.setattr(DataWaitMonitor, "_device_type", staticmethod(lambda pl_module: "cuda"))
     tl = FakeTimeline()
@@ -531,7 +539,9 @@ def test_float8_skip_reason_with_faked_device_facts(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(float8_mod, "on_cuda", lambda trainer: True)
     monkeypatch.setattr(float8_mod, "cuda_device_facts", lambda index=None: ("NVIDIA H200", (9, 0)))
     monkeypatch.setattr(float8_mod, "torchao_float8_available", lambda: True)
-    trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0)), precision="bf16-mixed")
+    trainer = types.SimpleNamespace(
+        strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0)), precision="bf16-mixed"
+    )
     assert float8_skip_reason(trainer) is None  # type: ignore[arg-type]
     trainer.precision = "32-true"
     assert "bf16" in (float8_skip_reason(trainer) or "")  # type: ignore[arg-type]

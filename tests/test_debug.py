@@ -403,6 +403,7 @@ def test_watcher_validates_mode():
         SyncWatcher("loud")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_watch_syncs_real_cuda():
     prev = torch.cuda.get_sync_debug_mode()

@@ -240,6 +240,7 @@ class ItemModel(Model):
         return loss
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_sync_guard_real_cuda(global_state):
     prev = torch.cuda.get_sync_debug_mode()

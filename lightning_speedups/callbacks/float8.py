@@ -20,7 +20,7 @@ def float8_eligible(module: nn.Module, fqn: str) -> bool:
     return isinstance(module, nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
-def float8_skip_reason(trainer: "pl.Trainer") -> Optional[str]:
+def float8_skip_reason(trainer: pl.Trainer) -> Optional[str]:
     """Why float8 training cannot run on this trainer (one line), or ``None`` when it can."""
     if not on_cuda(trainer):
         return "float8 needs a CUDA GPU of compute capability 8.9+"
@@ -83,7 +83,7 @@ class Float8Training(SpeedupCallback):
         return ok
 
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
         reason = float8_skip_reason(trainer)

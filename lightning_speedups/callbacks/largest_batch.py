@@ -440,7 +440,7 @@ class LargestBatch(SpeedupCallback):
                     out_of_memory = False
                     try:
                         peak = self.measure_peak(trainer, pl_module, batch, accumulate, limit)
-                    except Exception as ex:  # noqa: BLE001 - only out-of-memory errors are swallowed
+                    except Exception as ex:  # only out-of-memory errors are swallowed
                         if not is_out_of_memory(ex):
                             raise
                         out_of_memory = True

@@ -103,7 +103,7 @@ def _nvml_facts() -> Optional[tuple[str, tuple[int, int]]]:
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no pynvml, no driver, or an old NVML: try the next way
+    except Exception:  # no pynvml, no driver, or an old NVML: try the next way
         return None
     return (name.decode() if isinstance(name, bytes) else str(name)), (int(major), int(minor))
 
@@ -117,7 +117,7 @@ def _uninitialised_facts() -> tuple[str, tuple[int, int]]:
         out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=True)
         name, cap = json.loads(out.stdout.strip().splitlines()[-1])
         return str(name), (int(cap[0]), int(cap[1]))
-    except Exception:  # noqa: BLE001 - cannot tell: assume no bf16 / fp8 (the safe answers)
+    except Exception:  # cannot tell: assume no bf16 / fp8 (the safe answers)
         return "CUDA device", (0, 0)
 
 

@@ -176,6 +176,7 @@ def test_non_blocking_check_skips_on_cpu_and_names_unpinned_tensors():
         ) == ["batch[0]", "batch[1]"]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_non_blocking_check_on_cuda():  # pragma: no cover - GPU only
     from lightning_speedups.callbacks.loader_tuning import LoaderTuning

@@ -86,6 +86,7 @@ def test_advisor_validates_flags():
         SpeedAdvisor(print_report="yes")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_advisor_counts_syncs_on_cuda():
     class SyncingCNN(TinyCNN):
