@@ -1,0 +1,42 @@
+"""The fsdp preset composes with every packaged preset: both keep their parts, and the pair builds its
+Trainer arguments or stops with the reason (one strategy; no norm / AGC clipping of shards)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_speedups.presets import list_presets, preset
+from lightning_speedups.strategies import SpeedupsDDPStrategy, SpeedupsFSDPStrategy
+
+OTHERS = sorted(set(list_presets()) - {"fsdp"})
+REFUSED = {
+    "ddp": "a run has one strategy",
+    "transformer": "grad_clip.algorithm: norm` does not work under FSDP",
+}
+
+
+@pytest.mark.parametrize("other", OTHERS)
+@pytest.mark.parametrize("fsdp_first", [True, False])
+def test_fsdp_pairs_keep_both_parts_and_build_or_refuse_with_the_reason(other, fsdp_first):
+    names = ("fsdp", other) if fsdp_first else (other, "fsdp")
+    p = preset(*names)
+    assert preset("fsdp").parts() | preset(other).parts() <= p.parts()
+    if other in REFUSED:
+        with pytest.raises(ValueError, match=REFUSED[other]):
+            p.trainer_kwargs(accelerator="cpu")
+        return
+    kwargs = p.trainer_kwargs(accelerator="cpu")
+    assert isinstance(kwargs["strategy"], SpeedupsFSDPStrategy)
+    names_of = [type(cb).__name__ for cb in p.callbacks()]
+    assert "ActivationCheckpointing" in names_of
+
+
+def test_value_clipping_is_fine_under_fsdp(tmp_path):
+    mine = tmp_path / "clip.yaml"
+    mine.write_text("speedups:\n  grad_clip:\n    algorithm: value\n    value: 0.5\n")
+    kwargs = preset("fsdp", str(mine)).trainer_kwargs(accelerator="cpu")
+    assert kwargs["gradient_clip_algorithm"] == "value"
+
+
+def test_the_ddp_preset_builds_the_strategy_that_keeps_static_graph_from_accumulation():
+    assert isinstance(preset("ddp").trainer_kwargs(accelerator="cpu")["strategy"], SpeedupsDDPStrategy)
