@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -23,7 +23,6 @@ from lightning.pytorch.callbacks import Callback
 from lightning_speedups.callbacks import SpeedupCallback, SpeedupsSummary
 from lightning_speedups.presets import parse_speedups
 from lightning_speedups.tips.record import SuiteCase
-
 from suite.kinds import SuiteModel, seeded
 
 ACCELERATOR = "cpu"

@@ -3,8 +3,8 @@
 One table. Each entry is expected to fail (``xfail(strict=True)``): when a fix lands the test passes,
 the strict xfail fails, and the entry must be removed here. Keys:
 
-- ``(case id, kind, check)`` with ``check`` one of ``"acted"``, ``"maths"``, ``"flags"``,
-  ``"resume"``;
+- ``(case id, kind, check)`` with ``check`` one of ``"acted"``, ``"maths"``, ``"flags"``
+  (after a fit), ``"flags_raised"`` (after a fit that raised), ``"resume"``;
 - ``(case id, case id, kind)`` in :data:`PAIR_GAPS` for the pairwise composition runs.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-CHECKS = ("acted", "maths", "flags", "resume")
+CHECKS = ("acted", "maths", "flags", "flags_raised", "resume")
 
 _ALL = ("cnn", "transformer", "manual", "configure_model", "scheduler")
 
@@ -44,6 +44,14 @@ GAPS: dict[tuple[str, str, str], str] = {
     ("T11-one_process", "cnn", "resume"): (
         "a resumed 1-process DDP run differs from the uninterrupted one by ~1e-2; plain Lightning"
         " DDPStrategy() (no pack settings) differs the same, so the cause is Lightning/torch DDP resume"
+    ),
+    # T11: Lightning's DDPStrategy sets the intra-op thread count (to CPUs / local processes, when
+    # OMP_NUM_THREADS is unset) and never puts it back; it does so once per process, so only the
+    # first DDP fit leaks (the cnn one, in the suite's order: a `-k` run of another kind alone fails)
+    ("T11-one_process", "cnn", "flags"): (
+        "after a fit with the ddp preset torch.get_num_threads() is the CPU count, not what it was (the"
+        " suite runs with 1 thread): Lightning's DDPStrategy sets it in setup_environment; the preset"
+        " (strategies/ddp.py) should restore it in teardown, as the callbacks restore their flags"
     ),
     # T15: Lightning refuses Trainer(gradient_clip_val) under manual optimization
     ("T15-norm", "manual", "acted"): (

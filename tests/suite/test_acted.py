@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from lightning_speedups.tips.record import KINDS
-
 from suite.cases import ENTRIES
 from suite.harness import Entry, status_problems
 from suite.known_gaps import param

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from lightning_speedups.tips.record import KINDS
-
 from suite import flags
 from suite.cases import ENTRIES
 from suite.harness import Entry, apply_functions, build_parts, fit
@@ -15,7 +14,7 @@ from suite.runs import Runs
 
 # the fits of every kind are checked; the fit that raises runs on the kinds where the part acts
 # (where it sets its flags), or on the CNN for a case that acts nowhere on CPU
-CASES = [param(entry, entry.id, kind, "flags") for entry in ENTRIES for kind in (entry.case.kinds or ("cnn",))]
+CASES = [param(entry, entry.id, kind, "flags_raised") for entry in ENTRIES for kind in (entry.case.kinds or ("cnn",))]
 
 
 @pytest.mark.parametrize(("entry", "kind"), [param(e, e.id, k, "flags") for e in ENTRIES for k in KINDS])

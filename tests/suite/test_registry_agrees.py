@@ -7,7 +7,6 @@ from typing import Any
 from lightning_speedups.presets import parse_speedups
 from lightning_speedups.tips import TIPS
 from lightning_speedups.tips.record import KINDS
-
 from suite.cases import BY_ID, ENTRIES
 from suite.harness import nest
 from suite.known_gaps import CHECKS, GAPS, PAIR_GAPS
