@@ -69,12 +69,26 @@ class EffectiveBatchSize(SpeedupCallback):
 
     def __init__(self, effective_batch_size: int) -> None:
         super().__init__()
-        if not isinstance(effective_batch_size, int) or isinstance(effective_batch_size, bool) or effective_batch_size < 1:
+        if (
+            not isinstance(effective_batch_size, int)
+            or isinstance(effective_batch_size, bool)
+            or effective_batch_size < 1
+        ):
             raise ValueError(f"`effective_batch_size` must be a positive integer; got {effective_batch_size!r}.")
         self.effective_batch_size = effective_batch_size
 
     @override
-    def on_fit_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not pl_module.automatic_optimization:
+            # Lightning refuses Trainer(accumulate_grad_batches != 1) under manual optimization
+            self.report(
+                False,
+                f"skipped: the model uses manual optimization, where Lightning does not accumulate; reach"
+                f" {self.effective_batch_size} samples per step by hand in training_step (call opt.step() and"
+                " opt.zero_grad() every N batches, dividing the loss by N)",
+                echo=True,
+            )
+            return
         if trainer.train_dataloader is None:
             trainer.fit_loop.setup_data()
         batch_size = loader_batch_size(trainer.train_dataloader)

@@ -157,7 +157,7 @@ def _step_activations(model: Any, loaders: Sequence[Any]) -> tuple[Optional[int]
                     model.__dict__.pop(name, None)
                 else:
                     model.__dict__[name] = value
-    except Exception as err:  # noqa: BLE001 - the estimate says it could not measure, and why
+    except Exception as err:
         return None, f"activations not measured ({type(err).__name__}: {str(err)[:80]})"
     size = getattr(loaders[0], "batch_size", None)
     return nbytes, f"saved for backward in one step{f' on a batch of {size}' if size else ''}"

@@ -86,7 +86,7 @@ class SpeedupsDDPStrategy(DDPStrategy):
         self.static_graph_note: Optional[str] = None
 
     @override
-    def setup(self, trainer: "pl.Trainer") -> None:
+    def setup(self, trainer: pl.Trainer) -> None:
         # private: DDPStrategy keeps the DistributedDataParallel kwargs in `_ddp_kwargs` and reads them in
         # `setup`; there is no public way to change one after construction, and static graph can only be
         # decided once the Trainer (its accumulation and callbacks) exists.
@@ -95,7 +95,7 @@ class SpeedupsDDPStrategy(DDPStrategy):
         if kwargs.get("static_graph") and source is not None:
             kwargs["static_graph"] = False
             self.static_graph_note = f"{STATIC_GRAPH_ACCUMULATION} (accumulation from {source})"
-            summary = next((cb for cb in trainer.callbacks if isinstance(cb, SpeedupsSummary)), None)
+            summary = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, SpeedupsSummary)), None)
             if summary is not None:
                 summary.notes.append(("ddp static_graph (T11)", False, self.static_graph_note))
             else:

@@ -112,21 +112,22 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
         self.setup_notes: list[str] = []
 
     @override
-    def setup(self, trainer: "pl.Trainer") -> None:
+    def setup(self, trainer: pl.Trainer) -> None:
         notes = []
         if isinstance(self.block_policy, BlockWrapPolicy):
             assert self.lightning_module is not None
             names = self.block_policy.resolve(self.lightning_module)
             shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
             notes.append(
-                f"{len(names)} blocks in their own FSDP units ({shown})" if names
+                f"{len(names)} blocks in their own FSDP units ({shown})"
+                if names
                 else "no repeated blocks found: the whole model is one FSDP unit"
             )
         if self.mixed_precision is None:
             self.mixed_precision, why = fsdp_mixed_precision(self.precision_plugin.precision)
             notes.append(why)
         self.setup_notes = notes
-        summary = next((cb for cb in trainer.callbacks if isinstance(cb, SpeedupsSummary)), None)
+        summary = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, SpeedupsSummary)), None)
         if summary is not None and notes:
             summary.notes.append(("fsdp units (T11)", True, "; ".join(notes)))
         super().setup(trainer)

@@ -10,6 +10,7 @@ Card:
     When it hurts: it changes the optimisation (fewer optimizer steps); BatchNorm still sees the
     small batch.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -32,13 +33,18 @@ def check(facts: Facts) -> Finding:
     ev = f"{facts.batch_size} per batch x {facts.world_size} process(es) x {acc} accumulated = {eff:,} samples per optimizer step"
     bns = sum(n for t, n in facts.module_counts.items() if t in _BATCHNORMS)
     if acc > 1 and bns and facts.batch_size < 16:
-        return Finding.from_items(tip, [Item(
-            "low",
-            f"{ev}, but {plural(bns, 'BatchNorm layer')} normalise each micro-batch of {facts.batch_size}: their"
-            " statistics stay those of the small batch",
-            "a larger micro-batch (speedups.largest_batch.enabled: true) with speedups.effective_batch_size, or"
-            " GroupNorm / LayerNorm instead of BatchNorm",
-        )])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "low",
+                    f"{ev}, but {plural(bns, 'BatchNorm layer')} normalise each micro-batch of {facts.batch_size}: their"
+                    " statistics stay those of the small batch",
+                    "a larger micro-batch (speedups.largest_batch.enabled: true) with speedups.effective_batch_size, or"
+                    " GroupNorm / LayerNorm instead of BatchNorm",
+                )
+            ],
+        )
     cb = facts.callback_of("EffectiveBatchSize")
     if cb is not None and cb.status is not None:
         return Finding.ok(tip, "EffectiveBatchSize: " + cb.status[1])
@@ -61,20 +67,30 @@ def _accumulates(trainer: Any, model: Any, callbacks: Any) -> None:
 TIP = Tip(
     id="T10",
     slug="grad-accumulation",
-    title='Gradient accumulation to reach an effective batch',
-    seeds=('A#9', 'B#13'),
-    claim='simulates a big batch',
-    does='EffectiveBatchSize sets accumulate_grad_batches so that batch size x devices x nodes x accumulation reaches the effective batch asked for, counting every rank of every node.',
-    gain='the optimisation of a big batch on a device that only fits a small one',
-    hurts='it changes the optimisation (fewer optimizer steps); BatchNorm still sees the small batch',
+    title="Gradient accumulation to reach an effective batch",
+    seeds=("A#9", "B#13"),
+    claim="simulates a big batch",
+    does="EffectiveBatchSize sets accumulate_grad_batches so that batch size x devices x nodes x accumulation reaches the effective batch asked for, counting every rank of every node.",
+    gain="the optimisation of a big batch on a device that only fits a small one",
+    hurts="it changes the optimisation (fewer optimizer steps); BatchNorm still sees the small batch",
     check=check,
     settings=(
-        Setting("effective_batch_size", Optional[int], None, doc="T10. Sets ``accumulate_grad_batches`` to reach this many samples per optimizer step."),
+        Setting(
+            "effective_batch_size",
+            Optional[int],
+            None,
+            doc="T10. Sets ``accumulate_grad_batches`` to reach this many samples per optimizer step.",
+        ),
     ),
     callbacks=callbacks,
     parts=(EffectiveBatchSize,),
-    not_timed='gradient accumulation changes the optimisation, not the step time: compare accuracy, not samples/s',
+    not_timed="gradient accumulation changes the optimisation, not the step time: compare accuracy, not samples/s",
     suite=(
-        SuiteCase("accumulate", settings={"effective_batch_size": 16}, kinds=("cnn", "transformer", "configure_model", "scheduler"), acted=_accumulates),
+        SuiteCase(
+            "accumulate",
+            settings={"effective_batch_size": 16},
+            kinds=("cnn", "transformer", "configure_model", "scheduler"),
+            acted=_accumulates,
+        ),
     ),
 )

@@ -9,17 +9,19 @@ Card:
     When it hurts: static_graph is wrong when the set of used parameters changes between steps;
     compression hooks run on CUDA only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.functional.memory import total_memory_bytes
+from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.memory import FIT_SHARE, estimate_fit
 from lightning_speedups.inspection.words import fmt_bytes, names_text
 from lightning_speedups.strategies import ddp_strategy, fsdp_strategy
 from lightning_speedups.tips.record import BuildContext, Setting, SuiteCase, Tip
+
 
 @dataclass
 class DDPSettings:
@@ -51,7 +53,10 @@ def fit_item(facts: Facts) -> tuple[Optional[Item], str]:
     device = "cuda" if facts.on_cuda else "cpu"
     total = facts.total_memory or total_memory_bytes(device)
     est = estimate_fit(
-        facts.model, optimizers=facts.optimizers, loaders=facts.train_loaders, device_total=total,
+        facts.model,
+        optimizers=facts.optimizers,
+        loaders=facts.train_loaders,
+        device_total=total,
         peak_memory=facts.peak_memory,
     )
     acts = fmt_bytes(est.activations) if est.activations is not None else "?"
@@ -74,10 +79,14 @@ def fit_item(facts: Facts) -> tuple[Optional[Item], str]:
         " speedups.effective_batch_size to keep the effective batch"
     )
     if n is None:
-        return Item("high", f"{figures}: the activations alone do not fit, sharding the model cannot help", memory_fix), ""
+        return Item(
+            "high", f"{figures}: the activations alone do not fit, sharding the model cannot help", memory_fix
+        ), ""
     fsdp_fix = f"--config fsdp.yaml with trainer.devices: {n} or more (FSDP over {n}: {fmt_bytes(est.sharded_total(n))} per device)"
     if est.static <= FIT_SHARE * total:  # the model fits; its activations make it too big
-        return Item("high", f"{figures}: the activations make it too big for one device", f"{memory_fix}; or {fsdp_fix}"), ""
+        return Item(
+            "high", f"{figures}: the activations make it too big for one device", f"{memory_fix}; or {fsdp_fix}"
+        ), ""
     return Item("high", f"{figures}: the model does not fit one device", f"{fsdp_fix}; with {memory_fix}"), ""
 
 
@@ -92,40 +101,48 @@ def check(facts: Facts) -> Finding:
     if fit is not None:
         items.append(fit)
     if facts.data_parallel_modules:
-        items.append(Item(
-            "high",
-            f"the model wraps {names_text(facts.data_parallel_modules)} in nn.DataParallel: one process drives every GPU"
-            " through the GIL and copies the model each step",
-            "remove nn.DataParallel and train with DDP: trainer.devices: N with --config ddp.yaml (speedups.ddp.enabled: true)",
-        ))
+        items.append(
+            Item(
+                "high",
+                f"the model wraps {names_text(facts.data_parallel_modules)} in nn.DataParallel: one process drives every GPU"
+                " through the GIL and copies the model each step",
+                "remove nn.DataParallel and train with DDP: trainer.devices: N with --config ddp.yaml (speedups.ddp.enabled: true)",
+            )
+        )
     used = facts.num_devices * facts.num_nodes
     if facts.configured_devices is not None:
         used_note = f" (the config asks for devices={facts.configured_devices}; the doctor ran one)"
     else:
         used_note = ""
     if facts.on_cuda and facts.cuda_count > facts.num_devices and facts.configured_devices is None:
-        items.append(Item(
-            "medium",
-            f"{facts.cuda_count} CUDA devices visible, training uses {facts.num_devices}",
-            f"trainer.devices: {facts.cuda_count} with --config ddp.yaml (speedups.ddp.enabled: true)",
-        ))
+        items.append(
+            Item(
+                "medium",
+                f"{facts.cuda_count} CUDA devices visible, training uses {facts.num_devices}",
+                f"trainer.devices: {facts.cuda_count} with --config ddp.yaml (speedups.ddp.enabled: true)",
+            )
+        )
     strategy = facts.strategy_obj
     if strategy is not None and "DDP" in facts.strategy and (used > 1 or facts.configured_devices is not None):
         kwargs = getattr(strategy, "_ddp_kwargs", {}) or {}
         if not kwargs.get("gradient_as_bucket_view"):
-            items.append(Item(
-                "low",
-                f"{facts.strategy} without gradient_as_bucket_view{used_note}: gradients are copied into the"
-                " communication buckets every step",
-                "speedups.ddp.enabled: true (bucket views, static graph, compression hooks on CUDA)",
-            ))
+            items.append(
+                Item(
+                    "low",
+                    f"{facts.strategy} without gradient_as_bucket_view{used_note}: gradients are copied into the"
+                    " communication buckets every step",
+                    "speedups.ddp.enabled: true (bucket views, static graph, compression hooks on CUDA)",
+                )
+            )
     notes = [fit_note] if fit_note else []
     fits = f"; {fit_note}" if fit_note else ""
     if items:
         return Finding.from_items(tip, items, notes)
     if used > 1 or facts.configured_devices is not None:
         return Finding.ok(tip, f"{facts.strategy} over {facts.configured_devices or used} device(s){used_note}{fits}")
-    return Finding.ok(tip, f"one process on one {facts.device_type} device ({facts.strategy}): nothing to distribute{fits}")
+    return Finding.ok(
+        tip, f"one process on one {facts.device_type} device ({facts.strategy}): nothing to distribute{fits}"
+    )
 
 
 def fsdp_conflicts(s: Any) -> list[str]:
@@ -154,13 +171,13 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
         problems = fsdp_conflicts(s)
         if problems:
             raise ValueError("; ".join(problems) + ".")
-        strategy, reason = fsdp_strategy(
+        sharded, reason = fsdp_strategy(
             accelerator=ctx.accelerator,
             cpu_offload=f.cpu_offload,
             sharding_strategy=f.sharding_strategy,
             state_dict_type=f.state_dict_type,
         )
-        ctx.trainer_kwargs["strategy"] = strategy
+        ctx.trainer_kwargs["strategy"] = sharded
         ctx.note("fsdp (T11)", True, reason)
         return
     d = s.ddp
@@ -186,22 +203,38 @@ def _ddp(trainer: Any, model: Any, callbacks: Any) -> None:
 TIP = Tip(
     id="T11",
     slug="ddp",
-    title='DistributedDataParallel, never DataParallel',
-    seeds=('A#10', 'B#18'),
-    claim='one process per GPU, no GIL',
+    title="DistributedDataParallel, never DataParallel",
+    seeds=("A#10", "B#18"),
+    claim="one process per GPU, no GIL",
     does="ddp_strategy builds Lightning's DDPStrategy with gradient bucket views, a static graph and a bf16/fp16 gradient-compression hook on CUDA (said so, and skipped, on gloo); lint flags nn.DataParallel.",
-    gain='near-linear scaling across devices',
-    hurts='static_graph is wrong when the set of used parameters changes between steps; compression hooks run on CUDA only',
+    gain="near-linear scaling across devices",
+    hurts="static_graph is wrong when the set of used parameters changes between steps; compression hooks run on CUDA only",
     check=check,
     settings=(
         Setting("ddp", DDPSettings, factory=DDPSettings, doc="T11. DDP strategy settings.", on=lambda v: v.enabled),
-        Setting("fsdp", FSDPSettings, factory=FSDPSettings, doc="T11. FSDP strategy settings (models that do not fit one device).", on=lambda v: v.enabled),
+        Setting(
+            "fsdp",
+            FSDPSettings,
+            factory=FSDPSettings,
+            doc="T11. FSDP strategy settings (models that do not fit one device).",
+            on=lambda v: v.enabled,
+        ),
     ),
     trainer_kwargs=trainer_kwargs,
-    parts=(ddp_strategy, fsdp_strategy,),
-    lint_rules=('LS301',),
-    not_timed='needs several devices; bench times one device (use the ddp preset on the real machine)',
+    parts=(
+        ddp_strategy,
+        fsdp_strategy,
+    ),
+    lint_rules=("LS301",),
+    not_timed="needs several devices; bench times one device (use the ddp preset on the real machine)",
     suite=(
-        SuiteCase("one_process", settings={"ddp.enabled": True}, kinds=("cnn",), trainer={"devices": 1}, acted=_ddp, compose=False),
+        SuiteCase(
+            "one_process",
+            settings={"ddp.enabled": True},
+            kinds=("cnn",),
+            trainer={"devices": 1},
+            acted=_ddp,
+            compose=False,
+        ),
     ),
 )

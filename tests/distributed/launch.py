@@ -44,8 +44,16 @@ def _tail(path: Path, n: int = 4000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
-def run_workers(scenario: str, out: Path, *, nnodes: int = 1, nproc: int = 2, timeout: float = 120.0,
-                args: tuple[str, ...] = (), script: Path = WORKER) -> list[dict]:
+def run_workers(
+    scenario: str,
+    out: Path,
+    *,
+    nnodes: int = 1,
+    nproc: int = 2,
+    timeout: float = 120.0,
+    args: tuple[str, ...] = (),
+    script: Path = WORKER,
+) -> list[dict]:
     """Run ``script SCENARIO OUT`` on ``nnodes`` x ``nproc`` processes; return each rank's JSON result.
 
     Raises:
@@ -63,11 +71,29 @@ def run_workers(scenario: str, out: Path, *, nnodes: int = 1, nproc: int = 2, ti
     for node in range(nnodes):
         log = out / f"node{node}.log"
         cmd = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node_rank", str(node),
-            "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(port),
-            "--max_restarts", "0", "--monitor_interval", "0.5", str(script), scenario, str(out), *args,
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(nnodes),
+            "--node_rank",
+            str(node),
+            "--nproc_per_node",
+            str(nproc),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            "--max_restarts",
+            "0",
+            "--monitor_interval",
+            "0.5",
+            str(script),
+            scenario,
+            str(out),
+            *args,
         ]
-        fh = open(log, "w")  # noqa: SIM115 - closed below, after the process ends
+        fh = open(log, "w")
         procs.append((subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True), log))
         fh.close()
     deadline = time.monotonic() + timeout

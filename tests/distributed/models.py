@@ -95,8 +95,14 @@ def reference_run(batch_size: int, epochs: int, accumulate: int = 1, n: int = 16
     """One process, the global batch: the losses per micro-batch and the final parameters."""
     model = TinyBlocks(batch_size=batch_size, n=n, reference=True)
     trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_epochs=epochs, accumulate_grad_batches=accumulate, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=epochs,
+        accumulate_grad_batches=accumulate,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(model)
     return model.losses, named_params(model)

@@ -99,7 +99,9 @@ def test_static_graph_and_accumulation_never_meet(ddp):
     for r in ddp:
         raw = r["raw_static_accumulate"]
         if raw["error"] is None:
-            pytest.fail("torch's static-graph DDP now survives accumulation: revisit SpeedupsDDPStrategy (and check its gradients)")
+            pytest.fail(
+                "torch's static-graph DDP now survives accumulation: revisit SpeedupsDDPStrategy (and check its gradients)"
+            )
         assert "expect_autograd_hooks_" in raw["error"], raw["error"]
     ref_losses, ref_params = reference_run(batch_size=8, epochs=1, accumulate=2, n=32)
     _close(_mean_curve(ddp, "accumulate"), ref_losses)

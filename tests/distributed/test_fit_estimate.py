@@ -15,7 +15,9 @@ from lightning_speedups.tips.t11_ddp import check
 def _facts(total: int) -> Facts:
     model = TinyBlocks()
     opt = model.configure_optimizers()
-    return Facts(collected=True, model=model, optimizers=[opt], train_loaders=[model.train_dataloader()], total_memory=total)
+    return Facts(
+        collected=True, model=model, optimizers=[opt], train_loaders=[model.train_dataloader()], total_memory=total
+    )
 
 
 def _estimate():

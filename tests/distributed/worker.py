@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 import torch.distributed as dist
 from models import TinyBlocks, named_params
 
@@ -29,9 +28,16 @@ NODES = WORLD // LOCAL
 
 def trainer(kwargs: dict[str, Any], callbacks: list, epochs: int, **extra: Any) -> pl.Trainer:
     return pl.Trainer(
-        accelerator="cpu", devices=LOCAL, num_nodes=NODES, max_epochs=epochs, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        **{**kwargs, **extra}, callbacks=callbacks,
+        accelerator="cpu",
+        devices=LOCAL,
+        num_nodes=NODES,
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **{**kwargs, **extra},
+        callbacks=callbacks,
     )
 
 
@@ -60,8 +66,15 @@ class StaticGraphProbe(pl.Callback):
         self.static_graph = bool(wrapped.static_graph) if hasattr(wrapped, "static_graph") else None
 
 
-def fit(names: tuple[str, ...], epochs: int, n: int = 16, ckpt_in: str | None = None, ckpt_out: str | None = None,
-        set_speedups: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def fit(
+    names: tuple[str, ...],
+    epochs: int,
+    n: int = 16,
+    ckpt_in: str | None = None,
+    ckpt_out: str | None = None,
+    set_speedups: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """Train with the presets ``names`` and return what the test compares."""
     p = preset(*names)
     for key, value in (set_speedups or {}).items():
@@ -73,9 +86,14 @@ def fit(names: tuple[str, ...], epochs: int, n: int = 16, ckpt_in: str | None = 
     if ckpt_out:
         t.save_checkpoint(ckpt_out)
     out: dict[str, Any] = {
-        "losses": model.losses, "params": params(t, model), "global_step": t.global_step,
-        "strategy": type(t.strategy).__name__, "summary": summary_lines(t),
-        "accumulate": t.accumulate_grad_batches, "world_size": t.world_size, "num_nodes": t.num_nodes,
+        "losses": model.losses,
+        "params": params(t, model),
+        "global_step": t.global_step,
+        "strategy": type(t.strategy).__name__,
+        "summary": summary_lines(t),
+        "accumulate": t.accumulate_grad_batches,
+        "world_size": t.world_size,
+        "num_nodes": t.num_nodes,
     }
     out["static_graph"] = probe.static_graph
     wrapped = getattr(t.strategy, "model", None)
@@ -108,7 +126,7 @@ def scenario_ddp(out: Path) -> dict[str, Any]:
     try:
         t.fit(model)
         res["raw_static_accumulate"] = {"error": None, "params": named_params(model)}
-    except Exception as err:  # noqa: BLE001 - the finding is the error itself
+    except Exception as err:
         res["raw_static_accumulate"] = {"error": f"{type(err).__name__}: {err}"[:500]}
     dist.barrier()
     ckpt = str(out / "ddp.ckpt")
