@@ -34,6 +34,7 @@ from typing_extensions import override
 from lightning_speedups.callbacks.effective_batch import EffectiveBatchSize
 from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.functional.precision import cuda_supports_bf16
+from lightning_speedups.strategies.threads import ThreadsRestore
 
 Compression = Literal["auto", "off", "bf16", "fp16"]
 
@@ -84,6 +85,7 @@ class SpeedupsDDPStrategy(DDPStrategy):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.static_graph_note: Optional[str] = None
+        self.threads = ThreadsRestore()
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
@@ -101,6 +103,11 @@ class SpeedupsDDPStrategy(DDPStrategy):
             else:
                 rank_zero_warn(f"ddp: {self.static_graph_note}.")
         super().setup(trainer)
+
+    @override
+    def teardown(self) -> None:
+        super().teardown()
+        self.threads.restore()  # Lightning's launcher set the thread count; put it back
 
 
 def ddp_strategy(

@@ -33,6 +33,7 @@ from typing_extensions import override
 
 from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.functional.checkpointing import auto_checkpoint_targets
+from lightning_speedups.strategies.threads import ThreadsRestore
 
 Sharding = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
 StateDictType = Literal["sharded", "full"]
@@ -110,6 +111,7 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
         self.block_policy = kwargs.pop("auto_wrap_policy", None) or BlockWrapPolicy()
         super().__init__(auto_wrap_policy=self.block_policy, **kwargs)
         self.setup_notes: list[str] = []
+        self.threads = ThreadsRestore()
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
@@ -152,6 +154,11 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
             )
             self.kwargs.pop("auto_wrap_policy", None)  # applied above; Lightning would warn it is ignored
         return super()._setup_model(model)
+
+    @override
+    def teardown(self) -> None:
+        super().teardown()
+        self.threads.restore()  # Lightning's launcher set the thread count; put it back
 
 
 def fsdp_strategy(
