@@ -85,7 +85,7 @@ class DebugToolsCheck(SpeedupCallback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         found = self.check(trainer)
         if not found:
-            self.report(False, "skipped, no debugging tools left on")
+            self.report(True, "checked: no debugging tools left on")
             return
         lines = "\n".join(f"  - {t}" for t in found)
         rank_zero_warn(

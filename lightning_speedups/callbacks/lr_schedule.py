@@ -202,12 +202,14 @@ class LRSchedule(SpeedupCallback):
         self._peaks = list(state["peaks"]) if state else [
             peak if peak is not None else group["lr"] for group in optimizer.param_groups
         ]
-        current = [group["lr"] for group in optimizer.param_groups]
+        # the schedulers' constructors reset lr (and a cycled momentum / Adam beta1) to the schedule's start
+        scheduled = ("lr", "momentum", "betas")
+        current = [{k: group[k] for k in scheduled if k in group} for group in optimizer.param_groups]
         self.scheduler = self._build(optimizer)
         if state:
             self.scheduler.load_state_dict(state["scheduler"])
-            for group, lr in zip(optimizer.param_groups, current):
-                group["lr"] = lr  # the constructor reset them to the schedule's start
+            for group, values in zip(optimizer.param_groups, current):
+                group.update(values)  # a resume continues from where the schedule was
             self._pending_state = None
         trainer.strategy.lr_scheduler_configs.append(
             LRSchedulerConfig(self.scheduler, name=f"speedups-{self.name}", interval="step", frequency=1)
@@ -226,11 +228,16 @@ class LRSchedule(SpeedupCallback):
         assert self._peaks is not None and self._total_steps is not None
         momentum = _has_momentum(optimizer)
         if self.name == "onecycle":
+            pct_start = self.pct_start
+            if abs(pct_start * self._total_steps - 1.0) < 1e-9:
+                # torch's OneCycleLR divides by (pct_start * total_steps - 1): a warm-up of exactly one
+                # step would raise ZeroDivisionError; a hair more keeps the same schedule
+                pct_start = (1.0 + 1e-6) / self._total_steps
             return _OneCycleThenHold(
                 optimizer,
                 max_lr=self._peaks,
                 total_steps=self._total_steps,
-                pct_start=self.pct_start,
+                pct_start=pct_start,
                 anneal_strategy=self.anneal_strategy,
                 div_factor=self.div_factor,
                 final_div_factor=self.final_div_factor,

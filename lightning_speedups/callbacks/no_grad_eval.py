@@ -203,4 +203,6 @@ class NoGradEvalCheck(SpeedupCallback):
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self.status is None:
+            self.report(False, "skipped, no evaluation ran (no validation, test or predict loop to watch)")
         self._stop()

@@ -88,7 +88,7 @@ TIP = Tip(
     suite=(
         SuiteCase(
             "accumulate",
-            settings={"effective_batch_size": 16},
+            settings={"effective_batch_size": 8},
             kinds=("cnn", "transformer", "configure_model", "scheduler"),
             acted=_accumulates,
         ),

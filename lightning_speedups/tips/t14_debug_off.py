@@ -68,6 +68,6 @@ TIP = Tip(
     not_timed='the baseline already runs with the debugging tools off (doctor checks for them)',
     suite=(
         SuiteCase("debug_mode", settings={"debug": True}, compose=False),
-        SuiteCase("checks", settings={"monitors.checks": True}),
+        SuiteCase("checks", settings={"monitors.checks": True}, trainer={"limit_val_batches": 1, "val_check_interval": 1}),
     ),
 )

@@ -42,6 +42,10 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     return [(251, NoGradEvalCheck())] if s.monitors.checks else []
 
 
+#: the check watches evaluation: the suite runs one validation batch after every training step
+_WITH_VALIDATION = {"limit_val_batches": 1, "val_check_interval": 1}
+
+
 TIP = Tip(
     id="T17",
     slug="no-grad-eval",
@@ -57,6 +61,6 @@ TIP = Tip(
     parts=(NoGradEvalCheck, EvalGradWatch,),
     not_timed='a check or lint rule (doctor / lint), nothing to time',
     suite=(
-        SuiteCase("check", callback=NoGradEvalCheck),
+        SuiteCase("check", callback=NoGradEvalCheck, trainer=_WITH_VALIDATION),
     ),
 )

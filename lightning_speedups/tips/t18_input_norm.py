@@ -105,6 +105,6 @@ TIP = Tip(
     not_timed='a check or lint rule (doctor / lint), nothing to time',
     suite=(
         SuiteCase("device_normalize", settings={"device_normalize.mean": [0.5], "device_normalize.std": [0.25]}, kinds=()),
-        SuiteCase("input_stats", settings={"monitors.input_stats": True}),
+        SuiteCase("input_stats", settings={"monitors.input_stats": True}, kinds=("cnn", "manual", "configure_model", "scheduler")),
     ),
 )

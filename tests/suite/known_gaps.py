@@ -18,22 +18,8 @@ CHECKS = ("acted", "maths", "flags", "flags_raised", "resume")
 
 _ALL = ("cnn", "transformer", "manual", "configure_model", "scheduler")
 
-_ONECYCLE_4 = (
-    "LRSchedule crashes (ZeroDivisionError in torch's OneCycleLR) when pct_start * total_steps == 1, here"
-    " 0.25 x 4 optimizer steps; fix in lightning_speedups/callbacks/lr_schedule.py `_build`"
-)
-_CHECKS_NO_EVAL = (
-    "NoGradEvalCheck reports no status when no evaluation runs (the suite's fits run none); it should"
-    " report skipped with a reason (callbacks/guards NoGradEvalCheck), and the record's case should set"
-    " trainer={'limit_val_batches': 1, 'val_check_interval': 1} so it acts"
-)
 
 GAPS: dict[tuple[str, str, str], str] = {
-    # T01: OneCycleLR's division by zero at 4 optimizer steps (manual: 2 batches = 4 steps)
-    ("T01-onecycle", "manual", "acted"): _ONECYCLE_4,
-    ("T01-onecycle", "cnn", "resume"): _ONECYCLE_4 + " (the uninterrupted 4-step run)",
-    ("T01-onecycle", "transformer", "resume"): _ONECYCLE_4 + " (the uninterrupted 4-step run)",
-    ("T01-onecycle", "configure_model", "resume"): _ONECYCLE_4 + " (the uninterrupted 4-step run)",
     # T11: the DDP preset's static_graph=True under manual optimization with two optimizers
     ("T11-one_process", "manual", "acted"): (
         "ddp preset crashes on a GAN (manual optimization, two optimizers): static_graph=True but the"
@@ -59,19 +45,6 @@ GAPS: dict[tuple[str, str, str], str] = {
         " optimization (MisconfigurationException); clip in a callback (on_before_optimizer_step) that"
         " reports skipped or clips there, instead of the Trainer flag (config / t15 record trainer_kwargs)"
     ),
-    # T18: the record lists the transformer, whose inputs are integer tokens
-    ("T18-input_stats", "transformer", "acted"): (
-        "InputStatsCheck rightly skips integer token inputs ('no floating-point inputs to check'): the"
-        " t18 record's input_stats case should not list the transformer kind"
-    ),
-    **{("T17-check", kind, "acted"): _CHECKS_NO_EVAL for kind in _ALL},
-    **{
-        ("T14-checks", kind, "acted"): (
-            "DebugToolsCheck reports 'skipped' after checking and finding nothing (it acted: it should say"
-            " active, 'no debugging tools left on'; callbacks/guards DebugToolsCheck); and " + _CHECKS_NO_EVAL
-        )
-        for kind in _ALL
-    },
 }
 
 PAIR_GAPS: dict[tuple[str, str, str], str] = {}
