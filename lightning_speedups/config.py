@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.advisor import SpeedAdvisor
-from lightning_speedups.callbacks import SpeedupsSummary
+from lightning_speedups.callbacks import AutomaticOptimizationFlags, SpeedupsSummary
 from lightning_speedups.tips import TIPS
 from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting
 from lightning_speedups.tips.t01_lr_schedule import ScheduleSettings
@@ -48,6 +48,7 @@ PACK_SETTINGS: tuple[Setting, ...] = (
     Setting("monitors.advisor", bool, False, doc="Run the doctor's checks inside the fit (SpeedAdvisor)."),
     Setting("summary", bool, True, doc="Print which speed-ups are active and which were skipped, and why."),
 )
+DEFERRED_ORDER = 0
 ADVISOR_ORDER = 900
 SUMMARY_ORDER = 1000
 
@@ -123,27 +124,42 @@ class SpeedupsBase:
         """Names of the parts this section turns on (the setting paths that are on)."""
         return {s.path for _, s in all_settings() if s.path != "summary" and s.is_on(self.setting_value(s.path))}
 
-    def trainer_kwargs(self, accelerator: Optional[str] = "auto", devices: Any = "auto") -> tuple[dict[str, Any], list[Note]]:
+    def trainer_kwargs(
+        self, accelerator: Optional[str] = "auto", devices: Any = "auto", model: Any = None
+    ) -> tuple[dict[str, Any], list[Note]]:
         """The Trainer arguments this section sets, and one ``(name, active, reason)`` note per decision.
 
         Args:
             accelerator: the accelerator the Trainer will use (decides ``auto`` settings).
             devices: the Trainer's ``devices``.
+            model: the LightningModule to fit, when known: a setting Lightning refuses for it (gradient
+                clipping under manual optimization) is skipped here with the reason and the fix. Without
+                it such settings are left out and :meth:`callbacks` adds a part that decides in ``setup``.
         """
-        ctx = BuildContext(accelerator=accelerator, devices=devices)
-        for tip in TIPS:
-            tip.trainer_kwargs(self, ctx)
+        ctx = self._build_context(accelerator, devices, model)
         return ctx.trainer_kwargs, ctx.notes
 
-    def callbacks(self, notes: Optional[list[Note]] = None, accelerator: Optional[str] = "auto") -> list[Callback]:
+    def _build_context(self, accelerator: Optional[str], devices: Any, model: Any) -> BuildContext:
+        ctx = BuildContext(accelerator=accelerator, devices=devices, model=model)
+        for tip in TIPS:
+            tip.trainer_kwargs(self, ctx)
+        return ctx
+
+    def callbacks(
+        self, notes: Optional[list[Note]] = None, accelerator: Optional[str] = "auto", model: Any = None
+    ) -> list[Callback]:
         """The callbacks this section turns on, in the order the records place them, the summary last.
 
         Args:
             notes: decisions made before the Trainer existed, shown in the start-up summary.
             accelerator: the Trainer's accelerator (decides ``compile.enabled: auto``).
+            model: the LightningModule to fit, when known (as for :meth:`trainer_kwargs`).
         """
-        ctx = BuildContext(accelerator=accelerator, notes=list(notes or []))
+        ctx = BuildContext(accelerator=accelerator, notes=list(notes or []), model=model)
         placed: list[Placed] = []
+        # Trainer arguments that waited for the model: set (or skipped with the fix) in setup, first
+        for d in self._build_context(accelerator, "auto", model).deferred:
+            placed.append((DEFERRED_ORDER, AutomaticOptimizationFlags(d.name, d.tip, d.kwargs, d.what, d.fix)))
         for tip in TIPS:
             placed.extend(tip.callbacks(self, ctx))
         if self.monitors.advisor:

@@ -131,25 +131,43 @@ class Preset:
     trainer: dict[str, Any] = field(default_factory=dict)
     speedups: Speedups = field(default_factory=Speedups)
 
-    def trainer_kwargs(self, accelerator: Optional[str] = None, **overrides: Any) -> dict[str, Any]:
+    def trainer_kwargs(self, accelerator: Optional[str] = None, model: Any = None, **overrides: Any) -> dict[str, Any]:
         """Arguments for ``Trainer(...)``: the presets' flags and what the ``speedups:`` section resolves to.
+
+        A flag set under a YAML ``trainer:`` section or in ``overrides`` wins over what the
+        ``speedups:`` section would pick, and the start-up summary says so (as in the CLI).
 
         Args:
             accelerator: the accelerator the Trainer will use (default: the preset's, else ``"auto"``).
+            model: the LightningModule to fit, when known: a setting Lightning refuses for it (gradient
+                clipping under manual optimization) is skipped here, with the fix in the summary.
+                Without it, such settings are applied (or skipped) by a callback in ``setup``.
             overrides: Trainer arguments that win over the preset's.
         """
         accel = overrides.get("accelerator", accelerator or self.trainer.get("accelerator", "auto"))
-        kwargs, self._notes = self.speedups.trainer_kwargs(accelerator=accel)
-        merged = {**{k: v for k, v in self.trainer.items() if k != "callbacks"}, **kwargs, **overrides}
-        return merged
+        kwargs, notes = self.speedups.trainer_kwargs(accelerator=accel, model=model)
+        user = {**{k: v for k, v in self.trainer.items() if k != "callbacks"}, **overrides}
+        for key, value in kwargs.items():
+            if key in user and user[key] != value:
+                source = "the call" if key in overrides else "the preset's trainer: section"
+                notes.append((key, False, f"kept trainer.{key}={user[key]!r} from {source} (speedups wanted {value!r})"))
+        self._notes = notes
+        self._model = model
+        return {**kwargs, **user}
 
-    def callbacks(self) -> list[Callback]:
-        """Fresh callback instances for the ``speedups:`` section (call once per Trainer)."""
+    def callbacks(self, model: Any = None) -> list[Callback]:
+        """Fresh callback instances for the ``speedups:`` section (call once per Trainer).
+
+        Args:
+            model: the LightningModule to fit, when known (default: the one given to
+                :meth:`trainer_kwargs`, if any).
+        """
         accelerator = self.trainer.get("accelerator", "auto")
+        model = model if model is not None else getattr(self, "_model", None)
         notes = getattr(self, "_notes", None)
         if notes is None:
-            _, notes = self.speedups.trainer_kwargs(accelerator=accelerator)
-        return self.speedups.callbacks(notes, accelerator=accelerator)
+            _, notes = self.speedups.trainer_kwargs(accelerator=accelerator, model=model)
+        return self.speedups.callbacks(notes, accelerator=accelerator, model=model)
 
     def parts(self) -> set[str]:
         """The parts turned on (see :meth:`Speedups.active_parts`)."""

@@ -17,7 +17,8 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback
@@ -210,7 +211,10 @@ class SpeedupsCLI(LightningCLI):
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
         speedups: Speedups = self._get(self.config_init, "speedups") or Speedups()
         accelerator = config.get("accelerator", "auto")
-        kwargs, notes = speedups.trainer_kwargs(accelerator=accelerator)
+        # the model exists already (LightningCLI instantiates it first): what Lightning would refuse
+        # for it (clipping under manual optimization) is skipped here, before the Trainer is built
+        model = getattr(self, "model", None)
+        kwargs, notes = speedups.trainer_kwargs(accelerator=accelerator, model=model)
         defaults = _trainer_defaults()
         for key, value in kwargs.items():
             current = config.get(key, defaults.get(key))
@@ -218,7 +222,7 @@ class SpeedupsCLI(LightningCLI):
                 notes.append((f"{key}", False, f"kept trainer.{key}={current!r} from the config (speedups wanted {value!r})"))
                 continue
             config[key] = value
-        callbacks = list(callbacks) + speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"))
+        callbacks = list(callbacks) + speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"), model=model)
         return super()._instantiate_trainer(config, callbacks)
 
     @staticmethod

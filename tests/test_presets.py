@@ -68,12 +68,55 @@ def test_a_user_yaml_overrides_one_setting_and_keeps_the_rest(tmp_path):
 def test_python_api_gives_trainer_kwargs_and_callbacks():
     from lightning.pytorch import Trainer
 
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
     p = preset("transformer")
-    kwargs = p.trainer_kwargs(accelerator="cpu")
+    # the model known: clipping is a Trainer argument (it would be skipped for manual optimization)
+    kwargs = p.trainer_kwargs(accelerator="cpu", model=BoringModel())
     assert kwargs["gradient_clip_val"] == 1.0 and kwargs["gradient_clip_algorithm"] == "norm"
     names = [type(cb).__name__ for cb in p.callbacks()]
     assert "FusedOptimizer" in names and names[-1] == "SpeedupsSummary"
+    assert "AutomaticOptimizationFlags" not in names
     Trainer(**kwargs, callbacks=p.callbacks(), logger=False, max_steps=1)  # the kwargs are valid Trainer arguments
+    # no model: clipping waits for setup, where the model says whether Lightning accepts it
+    q = preset("transformer")
+    kwargs = q.trainer_kwargs(accelerator="cpu")
+    assert "gradient_clip_val" not in kwargs
+    cbs = q.callbacks()
+    flags = next(cb for cb in cbs if type(cb).__name__ == "AutomaticOptimizationFlags")
+    trainer = Trainer(**kwargs, callbacks=cbs, logger=False, max_steps=1, enable_checkpointing=False)
+    trainer.fit(BoringModel())
+    assert flags.active and trainer.gradient_clip_val == 1.0 and trainer.gradient_clip_algorithm == "norm"
+
+
+def test_a_yaml_trainer_flag_wins_over_the_speedups_section_and_is_noted(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"trainer": {"gradient_clip_val": 0.5}}))
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    p = preset("transformer", str(mine))
+    kwargs = p.trainer_kwargs(accelerator="cpu", model=BoringModel())
+    assert kwargs["gradient_clip_val"] == 0.5
+    assert any(name == "gradient_clip_val" and not active and "kept" in why for name, active, why in p._notes)
+
+
+def test_clipping_is_skipped_with_the_fix_for_manual_optimization():
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.demos.boring_classes import ManualOptimBoringModel
+
+    model = ManualOptimBoringModel()
+    p = preset("transformer")
+    kwargs = p.trainer_kwargs(accelerator="cpu", model=model)
+    assert "gradient_clip_val" not in kwargs
+    skipped = [why for name, active, why in p._notes if name.startswith("grad_clip") and not active]
+    assert skipped and "self.clip_gradients(opt" in skipped[0] and "gradient_clip_val=1.0" in skipped[0]
+    # and without the model: the part decides in setup and says the same
+    q = preset("transformer")
+    cbs = q.callbacks()
+    Trainer(**q.trainer_kwargs(accelerator="cpu"), callbacks=cbs, logger=False, max_steps=2,
+            enable_checkpointing=False).fit(ManualOptimBoringModel())
+    flags = next(cb for cb in cbs if type(cb).__name__ == "AutomaticOptimizationFlags")
+    assert flags.status[0] == "skipped" and "self.clip_gradients(opt" in flags.status[1]
 
 
 def test_preset_api_errors_are_clear(tmp_path):

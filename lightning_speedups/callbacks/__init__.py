@@ -1,6 +1,7 @@
 """Lightning callbacks, one per tip and file, their shared base class and hook helpers."""
 
 from lightning_speedups.callbacks.agc import AdaptiveGradientClipping
+from lightning_speedups.callbacks.automatic_flags import AutomaticOptimizationFlags
 from lightning_speedups.callbacks.base import (
     SpeedupCallback,
     on_cuda,
@@ -41,6 +42,7 @@ from lightning_speedups.callbacks.sync_guard import SyncGuard
 __all__ = [
     "ActivationCheckpointing",
     "AdaptiveGradientClipping",
+    "AutomaticOptimizationFlags",
     "ChannelsLast",
     "CompileModules",
     "ConvBiasRemoval",

@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.functional.channels_last import (
     DEFAULT_EXCLUDE_KEYS,
     batch_to_channels_last,
@@ -83,6 +84,11 @@ class ChannelsLast(SpeedupCallback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # layers built in the model's configure_model exist only after it: the surgery runs right then
+        if not run_after_configure_model(pl_module, self, lambda: self._apply(trainer, pl_module, stage)):
+            self._apply(trainer, pl_module, stage)
+
+    def _apply(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not channels_last_candidates(pl_module):
             self.report(False, "skipped, model has no 4D/5D convolutions", echo=True)
             return
@@ -96,6 +102,7 @@ class ChannelsLast(SpeedupCallback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        forget_after_configure_model(pl_module, self)
         for owner in self._wrapped:
             hook = owner.__dict__.get(_HOOK)
             if hook is not None and getattr(hook, _MARK, False):

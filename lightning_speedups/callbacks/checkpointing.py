@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.functional.checkpointing import (
     Target,
     auto_checkpoint_targets,
@@ -54,6 +55,11 @@ class ActivationCheckpointing(SpeedupCallback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # layers built in the model's configure_model exist only after it: the surgery runs right then
+        if not run_after_configure_model(pl_module, self, lambda: self._apply(trainer, pl_module, stage)):
+            self._apply(trainer, pl_module, stage)
+
+    def _apply(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.targets == ["auto"] and not auto_checkpoint_targets(pl_module):
             self.report(
                 False,
@@ -64,3 +70,7 @@ class ActivationCheckpointing(SpeedupCallback):
         names = checkpoint_modules(pl_module, self.targets)
         shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         self.report(True, f"{len(names)} modules checkpointed ({shown})")
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        forget_after_configure_model(pl_module, self)

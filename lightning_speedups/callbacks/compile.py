@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.functional.checkpointing import Target, normalize_targets
 from lightning_speedups.functional.compile import (
     compile_modules,
@@ -72,6 +73,11 @@ class CompileModules(SpeedupCallback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # layers built in the model's configure_model exist only after it: the surgery runs right then
+        if not run_after_configure_model(pl_module, self, lambda: self._apply(trainer, pl_module, stage)):
+            self._apply(trainer, pl_module, stage)
+
+    def _apply(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.modules is None and not default_compile_targets(pl_module):
             self.report(False, "skipped, the model has no sub-module with parameters to compile", echo=True)
             return
@@ -111,3 +117,7 @@ class CompileModules(SpeedupCallback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any, **kwargs: Any
     ) -> None:
         self._check(pl_module)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        forget_after_configure_model(pl_module, self)

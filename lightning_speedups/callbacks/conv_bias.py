@@ -31,6 +31,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.functional.conv_bias import apply_conv_bias_plan, remap_optimizer_state_without
 from lightning_speedups.functional.conv_bias_plan import ConvBiasPlan, forward_args, plan_conv_bias_removal
 
@@ -75,6 +76,11 @@ class ConvBiasRemoval(SpeedupCallback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # layers built in the model's configure_model exist only after it: the surgery runs right then
+        if not run_after_configure_model(pl_module, self, lambda: self._apply(trainer, pl_module, stage)):
+            self._apply(trainer, pl_module, stage)
+
+    def _apply(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         example = self.example_input
         if example is None:
             example = getattr(pl_module, "example_input_array", None)
@@ -154,3 +160,7 @@ class ConvBiasRemoval(SpeedupCallback):
                 f"({sorted(set(loaded) ^ set(self._pairs))[:3]} differ) than this run; the weights "
                 "loaded fine, but check that the model code is the same."
             )
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        forget_after_configure_model(pl_module, self)

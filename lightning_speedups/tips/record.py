@@ -72,6 +72,30 @@ class Setting:
         return field(default=self.default)
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """Trainer arguments that wait for the model (see :meth:`BuildContext.automatic_only`).
+
+    Attributes:
+        name: the start-up summary's name for them (``"grad_clip (T15)"``).
+        tip: the tip that wants them.
+        kwargs: the Trainer arguments.
+        what: the summary's line when they apply.
+        fix: what a manual-optimization ``training_step`` calls instead.
+    """
+
+    name: str
+    tip: str
+    kwargs: Mapping[str, Any]
+    what: str
+    fix: str
+
+
+#: The Trainer arguments Lightning refuses under manual optimization (``automatic_optimization = False``),
+#: with their default (the value it accepts).
+AUTOMATIC_ONLY: dict[str, Any] = {"gradient_clip_val": None, "gradient_clip_algorithm": None, "accumulate_grad_batches": 1}
+
+
 @dataclass
 class BuildContext:
     """What a tip's build functions see and add to while a section becomes Trainer arguments and callbacks.
@@ -81,15 +105,51 @@ class BuildContext:
         devices: the Trainer's ``devices``.
         trainer_kwargs: Trainer arguments set so far.
         notes: decisions made so far, for the start-up summary.
+        model: the LightningModule the Trainer will fit, when the caller knows it (the CLI always
+            does; ``preset(...).trainer_kwargs(model=...)`` from Python): settings Lightning would
+            refuse for it are skipped with a reason before the Trainer is built.
+        deferred: Trainer arguments that need the model and did not have it (``model`` is ``None``):
+            a callback applies them in ``setup``, or skips them with the reason.
     """
 
     accelerator: Optional[str] = "auto"
     devices: Any = "auto"
     trainer_kwargs: dict[str, Any] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
+    model: Any = None
+    deferred: list[Deferred] = field(default_factory=list)
 
     def note(self, name: str, active: bool, reason: str) -> None:
         self.notes.append((name, active, reason))
+
+    @property
+    def manual_optimization(self) -> Optional[bool]:
+        """Whether the model steps its optimizers itself; ``None`` while the model is unknown."""
+        if self.model is None:
+            return None
+        return not bool(getattr(self.model, "automatic_optimization", True))
+
+    def automatic_only(self, name: str, tip: str, kwargs: Mapping[str, Any], what: str, fix: str) -> None:
+        """Set Trainer arguments that Lightning refuses under manual optimization.
+
+        With an automatic-optimization model they are set (and noted ``what``); with a manual one they
+        are skipped with a note naming the setting and ``fix`` (what ``training_step`` calls instead);
+        with no model yet they are :attr:`deferred` to a callback that decides in ``setup``.
+        """
+        manual = self.manual_optimization
+        if manual is None:
+            self.deferred.append(Deferred(name, tip, dict(kwargs), what, fix))
+        elif manual:
+            self.note(name, False, manual_refusal(kwargs, fix))
+        else:
+            self.trainer_kwargs.update(kwargs)
+            self.note(name, True, what)
+
+
+def manual_refusal(kwargs: Mapping[str, Any], fix: str) -> str:
+    """The one-line reason a setting is skipped under manual optimization."""
+    flags = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v != AUTOMATIC_ONLY.get(k, object()))
+    return f"skipped: the model uses manual optimization, where Lightning refuses Trainer({flags}); {fix}"
 
 
 @dataclass(frozen=True)
@@ -251,4 +311,16 @@ class Tip:
         )
 
 
-__all__ = ["KINDS", "BenchVariant", "BuildContext", "Note", "Placed", "Setting", "SuiteCase", "Tip"]
+__all__ = [
+    "AUTOMATIC_ONLY",
+    "KINDS",
+    "BenchVariant",
+    "BuildContext",
+    "Deferred",
+    "Note",
+    "Placed",
+    "Setting",
+    "SuiteCase",
+    "Tip",
+    "manual_refusal",
+]

@@ -76,9 +76,16 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     clip = s.grad_clip
     if clip.algorithm not in ("norm", "value"):
         return
-    ctx.trainer_kwargs["gradient_clip_val"] = clip.value if clip.value is not None else 1.0
-    ctx.trainer_kwargs["gradient_clip_algorithm"] = clip.algorithm
-    ctx.note("grad_clip (T15)", True, f"clip gradients by {clip.algorithm} at {ctx.trainer_kwargs['gradient_clip_val']}")
+    value = clip.value if clip.value is not None else 1.0
+    # Lightning refuses Trainer(gradient_clip_val) under manual optimization: skipped there, with the call to make
+    ctx.automatic_only(
+        "grad_clip (T15)",
+        "T15",
+        {"gradient_clip_val": value, "gradient_clip_algorithm": clip.algorithm},
+        f"clip gradients by {clip.algorithm} at {value}",
+        f"clip in training_step: self.clip_gradients(opt, gradient_clip_val={value}, gradient_clip_algorithm={clip.algorithm!r})"
+        " between self.manual_backward(loss) and opt.step(), or use speedups.grad_clip.algorithm: agc",
+    )
 
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
