@@ -11,11 +11,14 @@ import yaml
 from lightning_speedups.session import SpeedupsCLI, resolve_config_args
 from lightning_speedups.presets import PresetError, list_presets, preset, preset_dir
 
-EXPECTED = {"baseline", "fast", "memory", "cnn", "transformer", "ddp", "debug"}
+REQUIRED = {"baseline", "fast", "memory", "cnn", "transformer", "ddp", "fsdp", "converge", "debug"}
+EXPECTED = set(list_presets())
+#: presets for several processes: trained across gloo processes in tests/distributed
+MULTI_PROCESS = {"ddp", "fsdp"}
 
 
 def test_all_presets_are_packaged_with_a_header_comment():
-    assert EXPECTED <= set(list_presets())
+    assert REQUIRED <= EXPECTED
     for name, description in list_presets().items():
         text = (preset_dir() / f"{name}.yaml").read_text()
         assert text.startswith("# "), f"{name}.yaml needs a header comment saying what it turns on and why"
@@ -128,7 +131,7 @@ def test_preset_api_errors_are_clear(tmp_path):
         preset(str(bad))
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED - {"ddp"}))
+@pytest.mark.parametrize("name", sorted(EXPECTED - MULTI_PROCESS))
 @pytest.mark.parametrize("kind", ["cnn", "transformer"])
 def test_every_preset_trains_both_kinds_of_model(name, kind):
     """Each preset's parts together, on hardware-resolved settings, on a CNN and a transformer."""

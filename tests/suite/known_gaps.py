@@ -31,14 +31,6 @@ GAPS: dict[tuple[str, str, str], str] = {
         "a resumed 1-process DDP run differs from the uninterrupted one by ~1e-2; plain Lightning"
         " DDPStrategy() (no pack settings) differs the same, so the cause is Lightning/torch DDP resume"
     ),
-    # T11: Lightning's DDPStrategy sets the intra-op thread count (to CPUs / local processes, when
-    # OMP_NUM_THREADS is unset) and never puts it back; it does so once per process, so only the
-    # first DDP fit leaks (the cnn one, in the suite's order: a `-k` run of another kind alone fails)
-    ("T11-one_process", "cnn", "flags"): (
-        "after a fit with the ddp preset torch.get_num_threads() is the CPU count, not what it was (the"
-        " suite runs with 1 thread): Lightning's DDPStrategy sets it in setup_environment; the preset"
-        " (strategies/ddp.py) should restore it in teardown, as the callbacks restore their flags"
-    ),
     # T15: Lightning refuses Trainer(gradient_clip_val) under manual optimization
     ("T15-norm", "manual", "acted"): (
         "grad_clip norm/value set Trainer(gradient_clip_val), which Lightning refuses under manual"
