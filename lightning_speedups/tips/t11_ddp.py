@@ -200,6 +200,12 @@ def _ddp(trainer: Any, model: Any, callbacks: Any) -> None:
     assert isinstance(trainer.strategy, DDPStrategy), type(trainer.strategy).__name__
 
 
+def _fsdp(trainer: Any, model: Any, callbacks: Any) -> None:
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    assert isinstance(trainer.strategy, FSDPStrategy), type(trainer.strategy).__name__
+
+
 TIP = Tip(
     id="T11",
     slug="ddp",
@@ -234,6 +240,14 @@ TIP = Tip(
             kinds=("cnn",),
             trainer={"devices": 1},
             acted=_ddp,
+            compose=False,
+        ),
+        SuiteCase(
+            "fsdp_one_process",
+            settings={"fsdp.enabled": True},
+            kinds=("cnn", "transformer"),
+            trainer={"devices": 1},
+            acted=_fsdp,
             compose=False,
         ),
     ),

@@ -31,6 +31,21 @@ GAPS: dict[tuple[str, str, str], str] = {
         "a resumed 1-process DDP run differs from the uninterrupted one by ~1e-2; plain Lightning"
         " DDPStrategy() (no pack settings) differs the same, so the cause is Lightning/torch DDP resume"
     ),
+    # T11: FSDP (Lightning's FSDPStrategy, FSDP1) on a GAN with two optimizers in manual optimization
+    ("T11-fsdp_one_process", "manual", "acted"): (
+        "fsdp preset on a GAN (manual optimization, two optimizers, two backward passes per batch): FSDP1's"
+        " root unit asserts 'Expects BACKWARD_PRE or BACKWARD_POST state but got FORWARD'; the preset should"
+        " refuse manual optimization with two backward passes, or wrap the generator and discriminator apart"
+    ),
+    # T11: exact in-process resume with a one-process FSDP strategy (the 2-process run in tests/distributed
+    # resumes bit-identically from its sharded checkpoint)
+    **{
+        ("T11-fsdp_one_process", kind, "resume"): (
+            "a resumed 1-process FSDP run differs from the uninterrupted one by ~1e-2, like the 1-process DDP"
+            " case above; across 2 gloo processes (tests/distributed) the resume is exact"
+        )
+        for kind in ("cnn", "transformer")
+    },
     # T15: Lightning refuses Trainer(gradient_clip_val) under manual optimization
     ("T15-norm", "manual", "acted"): (
         "grad_clip norm/value set Trainer(gradient_clip_val), which Lightning refuses under manual"
