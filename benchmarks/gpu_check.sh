@@ -9,15 +9,15 @@
 #
 # What it runs, in four phases (each under its own `timeout`, so the whole stays under 9 minutes):
 #   1. tests: `pytest -m gpu` over tests/ -- every CUDA test (tests/gpu/test_cuda_only.py and the CUDA
-#      tests of the other files), each skipping cleanly without CUDA;            <= GPU_CHECK_T_TESTS (150 s)
+#      tests of the other files), each skipping cleanly without CUDA;            <= GPU_CHECK_T_TESTS (120 s)
 #   2. bench's pick: `python -m lightning_speedups bench --write-preset` on ResNet-50 and GPT-2 small
-#      (benchmarks/gpu/{resnet50,gpt2}.yaml; tips T02 T03 T05 T06 T07 T16 T24 and the fast preset)
-#                                                                                <= GPU_CHECK_T_BENCH (95 s) each
+#      (benchmarks/gpu/{resnet50,gpt2}.yaml; tips T05 T06 T07 T24 and the fast preset, 2 repeats)
+#                                                                                <= GPU_CHECK_T_BENCH (115 s) each
 #   3. workloads: benchmarks/gpu/workloads.py -- ResNet-50 at 224x224 with uint8 images normalised on
 #      the device, GPT-2 small (124M parameters, sequence 1024): baseline (fp32) vs fast vs bench's pick
 #      (+ speedups.precision: fp8 on GPT-2): samples/s and its ratio, CUDA peak memory, data-wait share,
 #      MFU from Lightning's measure_flops + ThroughputMonitor against the dense bf16 peak, passed
-#      explicitly (PEAK_FLOPS overrides; a variant without an MFU fails the run)  <= GPU_CHECK_T_WORK (190 s)
+#      explicitly (PEAK_FLOPS overrides; a variant without an MFU fails the run)  <= GPU_CHECK_T_WORK (180 s)
 #   4. summary: benchmarks/gpu/summary.py -- JSON, PNG, the table; exit 1 when anything failed.
 #
 # On this workplace's device machine (tool `run`; it has PyTorch 2.11 and Lightning but not
@@ -36,9 +36,9 @@ DEVICE=${DEVICE:-cuda}
 OUT=${OUT:-benchmarks/results/gpu_check}
 PY=${PYTHON:-python3}
 QUICK=${GPU_CHECK_QUICK:-0}
-T_TESTS=${GPU_CHECK_T_TESTS:-150}
-T_BENCH=${GPU_CHECK_T_BENCH:-95}
-T_WORK=${GPU_CHECK_T_WORK:-190}
+T_TESTS=${GPU_CHECK_T_TESTS:-120}
+T_BENCH=${GPU_CHECK_T_BENCH:-115}
+T_WORK=${GPU_CHECK_T_WORK:-180}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
@@ -54,7 +54,8 @@ if [ "$DEVICE" = cpu ]; then
   TEST_PATHS=(tests/gpu)  # on a CPU every gpu test skips: collect them only where they live
 else
   SIZE=full; STEPS=${STEPS:-20}; WARMUP=${WARMUP:-5}; SUFFIX=
-  BENCH_SIZE=(--steps 12 --warmup 3 --repeats 1 --budget $((T_BENCH - 20)) --tips T02 T03 T05 T06 T07 T16 T24 --presets fast)
+  # two repeats: with one, bench has no confidence interval and always keeps the baseline
+  BENCH_SIZE=(--steps 12 --warmup 3 --repeats 2 --budget $((T_BENCH - 15)) --tips T05 T06 T07 T24 --presets fast)
   TEST_PATHS=(tests)
 fi
 [ "$QUICK" = 1 ] && TEST_PATHS=(tests/gpu)
