@@ -135,6 +135,16 @@ class LRSchedule(SpeedupCallback):
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._manual = not pl_module.automatic_optimization
+        if self._manual:  # Lightning steps no scheduler there, and its LR range test needs automatic optimization
+            self.report(
+                False,
+                "skipped: the model uses manual optimization, where Lightning steps no scheduler; return the"
+                " OneCycleLR / CyclicLR from configure_optimizers and call self.lr_schedulers().step() after each"
+                " opt.step() in training_step",
+                echo=True,
+            )
+            return
         # Trap T01: an existing one-cycle / cyclic scheduler stepped per epoch.
         for config in trainer.lr_scheduler_configs:
             sched = config.scheduler
@@ -172,6 +182,8 @@ class LRSchedule(SpeedupCallback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if getattr(self, "_manual", False):
+            return
         if not trainer.optimizers:
             self.report(False, "skipped, the model has no optimizer")
             return
