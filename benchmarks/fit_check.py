@@ -17,6 +17,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 from lightning_speedups.bench.measure import ratio_interval
@@ -28,7 +29,9 @@ COMMON = ["--trainer.logger=false", "--trainer.enable_checkpointing=false", "--t
 
 def timed_fit(args: list[str], steps: int, threads: int) -> float:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.getcwd())
-    cmd = [sys.executable, "-m", "lightning_speedups", "fit", *args, *COMMON, f"--trainer.max_steps={steps}"]
+    root = tempfile.mkdtemp(prefix="fit_check_")  # fit's SaveConfigCallback refuses an existing config.yaml
+    cmd = [sys.executable, "-m", "lightning_speedups", "fit", *args, *COMMON, f"--trainer.max_steps={steps}",
+           f"--trainer.default_root_dir={root}"]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0

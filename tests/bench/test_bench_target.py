@@ -338,7 +338,7 @@ def test_bench_target_end_to_end(tmp_path, capsys):
     argv = TINY_CNN + [
         "--target", "val_loss=100", "--target-every", "2", "--trainer.max_steps=4",
         "--tips", "T15", "--presets", "none", "--repeats", "1", "--threads", "1",
-        "--isolation", "subprocess", "--no-progress", "--write-preset", str(out_yaml),
+        "--isolation", "forkserver", "--no-noise-pair", "--no-progress", "--write-preset", str(out_yaml),
         "--json", str(tmp_path / "b.json"),
     ]
     assert main(argv) == 0
