@@ -6,6 +6,7 @@ from lightning_speedups.data.collate import (
     zero_copy_convert,
 )
 from lightning_speedups.data.datamodule import SpeedDataModule
+from lightning_speedups.data.fashion_mnist import FashionMNISTDataModule, find_fashion_mnist, read_idx
 from lightning_speedups.data.loaders import (
     LoaderSettings,
     rebuild_dataloader,
@@ -18,6 +19,9 @@ from lightning_speedups.data.normalize import (
 )
 
 __all__ = [
+    "FashionMNISTDataModule",
+    "find_fashion_mnist",
+    "read_idx",
     "DeviceNormalizer",
     "LoaderSettings",
     "SpeedDataModule",

@@ -99,6 +99,7 @@ from lightning_speedups.functional.memory import (
     parse_memory_budget,
     total_memory_bytes,
 )
+from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, raw_losses, resmooth, steepest_lr
 from lightning_speedups.functional.precision import (
     accelerator_is_cuda,
     cpu_fast_bf16,
@@ -133,6 +134,11 @@ from lightning_speedups.functional.syncs import (
 from lightning_speedups.functional.tree import walk_tensors
 
 __all__ = [
+    "RangePick",
+    "pick_peak_lr",
+    "raw_losses",
+    "resmooth",
+    "steepest_lr",
     "COMPILE_MODES",
     "CompileFallbackWarning",
     "ConvBiasPlan",

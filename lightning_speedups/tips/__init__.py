@@ -118,7 +118,10 @@ def print_tips(console: Optional[Any] = None) -> None:
     for col in ("id", "slug", "title", "turned on by", "bench"):
         table.add_column(col, overflow="fold")
     for tip in TIPS:
-        bench = "timed" if tip.bench is not None else f"not timed: {tip.not_timed}"
+        modes = sorted({v.mode for v in tip.bench_variants})
+        bench = ", ".join(f"{m}: {sum(v.mode == m for v in tip.bench_variants)}" for m in modes) or "-"
+        if tip.not_timed:
+            bench += f"; not timed by samples/s: {tip.not_timed}"
         table.add_row(tip.id, tip.slug, tip.title, "\n".join(tip.preset_keys) or "lint / doctor", bench)
     (console or Console()).print(table)
 
