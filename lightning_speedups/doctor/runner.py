@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning.pytorch.callbacks import Callback
+
 from lightning_speedups.advisor import LINT_SEVERITY, SpeedAdvisor, run_checks
 from lightning_speedups.inspection import Facts, Finding, print_report, to_json
 from lightning_speedups.session import UsageError, build, resolve_config_args
@@ -113,13 +115,35 @@ def _build(args: Sequence[str], advisor: Any, overrides: dict[str, Any]) -> Any:
     return build(list(args), callbacks=[advisor], trainer_overrides=overrides)
 
 
-def _prepare_trainer(trainer: Any, advisor: Any) -> None:
-    """No checkpoint files, no saved config; the advisor last, so it sees every other part's changes."""
+class _StopAfterBatches(Callback):
+    """Ends the doctor's run after ``batches`` training batches.
+
+    ``max_steps`` counts optimizer steps: two a batch for a GAN that steps two optimizers in manual
+    optimization, fewer than the batches under accumulation. The doctor watches batches.
+    """
+
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+        self.seen = 0
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.seen += 1
+        if self.seen >= self.batches:
+            trainer.should_stop = True
+
+
+def _prepare_trainer(trainer: Any, advisor: Any, batches: int | None = None) -> None:
+    """No checkpoint files, no saved config; the advisor last, so it sees every other part's changes.
+
+    With ``batches``, the run ends after that many training batches (not optimizer steps)."""
     from lightning.pytorch.callbacks import Checkpoint
     from lightning.pytorch.cli import SaveConfigCallback
 
     kept = [cb for cb in trainer.callbacks if not isinstance(cb, (Checkpoint, SaveConfigCallback)) and cb is not advisor]
     trainer.callbacks = kept + [advisor]
+    if batches is not None:
+        trainer.callbacks.append(_StopAfterBatches(batches))
+        trainer.fit_loop.epoch_loop.max_steps = -1
 
 
 def diagnose(
@@ -173,7 +197,7 @@ def diagnose(
             result.seconds = clock() - t0
             return result
         advisor.speedups = getattr(getattr(cli, "config_init", None), "speedups", None)
-        _prepare_trainer(trainer, advisor)
+        _prepare_trainer(trainer, advisor, batches=steps)
         try:
             trainer.fit(cli.model, datamodule=cli.datamodule)
         except (SystemExit, KeyboardInterrupt):
