@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -54,6 +55,55 @@ def _data_sources(trainer: Trainer) -> list[tuple[str, Any]]:
         if source is not None and hasattr(source, "instance"):
             out.append((stage, source))
     return out
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, type)
+
+
+def _reachable(root: Any, depth: int) -> dict[int, tuple[str, Any]]:
+    """``{id: (path, object)}`` of the mutable objects held in attributes of ``root``, ``depth`` levels down.
+
+    Sub-modules, parameters, buffers, the Trainer and Lightning's own bookkeeping are left out: what is
+    looked for is the state a user's code keeps beside them (a replay buffer, a list, a tensor).
+    """
+    from torch import nn
+
+    out: dict[int, tuple[str, Any]] = {}
+    todo: list[tuple[str, Any, int]] = [("", root, 0)]
+    while todo:
+        path, obj, level = todo.pop()
+        attrs = getattr(obj, "__dict__", None)
+        if not isinstance(attrs, dict):
+            continue
+        for name, value in attrs.items():
+            if name.startswith("_") or isinstance(value, (_PLAIN, nn.Module, Trainer, LightningDataModule)):
+                continue
+            if callable(value) and not hasattr(value, "__len__"):
+                continue
+            key = f"{path}.{name}" if path else name
+            out.setdefault(id(value), (key, value))
+            if level + 1 < depth:
+                todo.append((key, value, level + 1))
+    return out
+
+
+def live_state_shared(dataset: Any, pl_module: Any, depth: int = 3) -> str | None:
+    """Where an ``IterableDataset`` reads an object the LightningModule also holds (``None``: nowhere).
+
+    A dataset sampling a replay buffer that ``training_step`` fills (a DQN's) must stay in the main
+    process: a worker process gets a copy of the buffer as it was when the worker started.
+    """
+    from torch.utils.data import IterableDataset
+
+    # a map-style dataset is indexed by the sampler: one that shares state with the model is static data
+    # far more often than a live buffer; a stream sampling the model's state is the DQN shape
+    if not isinstance(dataset, IterableDataset) or pl_module is None:
+        return None
+    held = _reachable(pl_module, depth)
+    for key, (path, _value) in _reachable(dataset, depth).items():
+        if key in held:
+            return f"the dataset's `{path}` is the LightningModule's `{held[key][0]}`"
+    return None
 
 
 def _warn_once(
@@ -133,13 +183,24 @@ class LoaderTuning(SpeedupCallback):
         self._batch_checked = False
         self._short: dict[str, str] = {}
         self._changed_any = False
+        self._module: Any = None
 
     # -- the tuning itself -------------------------------------------------------------------
     def tune(self, loader: Any, stage: str) -> Any:
         """Return ``loader`` re-created with the settings (or unchanged when not a DataLoader)."""
         if not isinstance(loader, DataLoader):
             return loader
-        resolved = resolve_loader_settings(self.settings, loader, **self._machine)
+        settings = self.settings
+        shared = live_state_shared(loader.dataset, self._module)
+        if shared is not None and settings.num_workers is not None:
+            # workers would sample a copy frozen when they start: never add them here
+            settings = dataclasses.replace(settings, num_workers=None)
+        resolved = resolve_loader_settings(settings, loader, **self._machine)
+        if shared is not None and resolved.reasons:
+            resolved.reasons[0] = (
+                f"num_workers={loader.num_workers} (kept: {shared}, which training fills; worker processes"
+                " would sample a stale copy)"
+            )
         for w in resolved.warnings:
             _warn_once(
                 self._said, f"LoaderTuning: {w}"
@@ -165,6 +226,8 @@ class LoaderTuning(SpeedupCallback):
         if stage not in self.choices:
             self.choices[stage] = line
             self._short[stage] = text if new is not loader else f"{text} (as they were)"
+            if shared is not None:
+                self._short[stage] += f", no workers added: {shared}, which training fills (a worker would sample a stale copy)"
             self._changed_any = self._changed_any or new is not loader
             rank_zero_info(f"LoaderTuning: {line}")
             grouped: dict[str, list[str]] = {}
@@ -186,6 +249,7 @@ class LoaderTuning(SpeedupCallback):
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._machine = machine_from_trainer(trainer)
+        self._module = pl_module
         wrapped: set[tuple[int, str]] = set()
         for stage_name, source in _data_sources(trainer):
             if stage_name not in self.stages:
