@@ -45,6 +45,7 @@ class DebugMode(SpeedupCallback):
 
     Example:
         >>> from lightning.pytorch import Trainer
+        >>> from lightning_speedups.callbacks import DebugToolsCheck
         >>> trainer = Trainer(callbacks=[DebugMode(anomaly=True, sync_guard="warn"), DebugToolsCheck()])
     """
 
