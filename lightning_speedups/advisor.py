@@ -452,7 +452,7 @@ class SpeedAdvisor(SpeedupCallback):
             objects.append(dataset)
         try:
             files = user_source_files(objects)
-            result = lint_paths(files) if files else None
+            result = lint_paths(files, include_tests=True) if files else None
         except Exception as err:  # noqa: BLE001 - the user's source files may not parse
             f.lint_error = f"{type(err).__name__}: {err}"
             return

@@ -134,14 +134,16 @@ def lint_tree(
     rules: Optional[Sequence[Rule]] = None,
     *,
     noqa: bool = True,
+    include_tests: bool = False,
 ) -> list[Finding]:
     """Run ``rules`` (default: all) on a parsed file.
 
     Test files (``test_*.py``, ``*_test.py``, ``conftest.py``, under ``tests/``) are not training
-    runs: they get no findings.
+    runs: they get no findings, unless ``include_tests`` (the doctor lints the files that define the
+    user's model and data, wherever they live).
     """
     ctx = FileContext(tree, path, source)
-    if ctx.is_test_file:
+    if ctx.is_test_file and not include_tests:
         return []
     display = str(path)
     found: set[Finding] = set()
@@ -240,8 +242,9 @@ def lint_paths(
     *,
     select: Optional[Iterable[str]] = None,
     ignore: Optional[Iterable[str]] = None,
+    include_tests: bool = False,
 ) -> LintResult:
-    """Lint files and directories (recursively over ``*.py``).
+    """Lint files and directories (recursively over ``*.py``); test files only with ``include_tests``.
 
     A path that does not exist or a file that cannot be read or parsed is reported as one error line
     and the other files are still linted; :attr:`LintResult.exit_code` is then 2.
@@ -280,7 +283,7 @@ def lint_paths(
                 errors.append(f"{path}: cannot read: {exc}")
                 continue
             linted += 1
-            findings.extend(lint_tree(tree, text, path, chosen))
+            findings.extend(lint_tree(tree, text, path, chosen, include_tests=include_tests))
     finally:
         if gc_was_enabled:
             gc.enable()
