@@ -566,3 +566,18 @@ def test_lightning_flops_table_has_no_plain_h200(monkeypatch: pytest.MonkeyPatch
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert get_available_flops(torch.device("cuda"), torch.bfloat16) is None
+
+
+def test_doctor_t06_says_lightning_refuses_to_clip_fused_under_bf16_mixed():
+    """Lightning issue 21435: bf16-mixed + a fused optimizer + clipping fails; the doctor says so with the fix."""
+    from lightning_speedups.inspection import Facts
+    from lightning_speedups.tips import get_tip
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    facts = Facts(collected=True, optimizers=[opt], precision="bf16-mixed", gradient_clip_val=1.0)
+    finding = get_tip("T06").check(facts)
+    assert finding.status == "finding" and finding.severity == "high", finding.evidence
+    assert "21435" in finding.evidence
+    plain = get_tip("T06").check(Facts(collected=True, optimizers=[opt], precision="32-true", gradient_clip_val=1.0))
+    assert plain.status == "ok", plain.evidence

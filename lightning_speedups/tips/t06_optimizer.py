@@ -30,7 +30,7 @@ def check(facts: Facts) -> Finding:
         return Finding.ok(tip, "the model has no optimizer")
     items: list[Item] = []
     oks: list[str] = []
-    scaler = "16-mixed" in facts.precision or facts.precision in ("16", "16-true")
+    scaler = facts.precision in ("16-mixed", "16")  # only fp16 mixed precision runs a GradScaler
     for opt in facts.optimizers:
         name = type(opt).__name__
         params = [p for g in opt.param_groups for p in g["params"]]
@@ -53,6 +53,16 @@ def check(facts: Facts) -> Finding:
                     f"{name}(fused=True) under {facts.precision} with gradient clipping: a fused optimizer unscales"
                     " inside its step, so Lightning cannot clip (it raises, or AGC sees scaled gradients)",
                     "speedups.optimizer: auto (picks foreach here), or foreach=True instead of fused=True",
+                ))
+            elif "bf16-mixed" in facts.precision and facts.gradient_clip_val and not has_callback(facts, "FusedOptimizer"):
+                # Lightning issue 21435: its bf16-mixed plugin refuses to clip any optimizer that says it
+                # unscales internally, although bf16 needs no unscaling
+                items.append(Item(
+                    "high",
+                    f"{name}(fused=True) under bf16-mixed with gradient clipping: Lightning refuses to clip it"
+                    " ('does not allow for gradient clipping because it performs unscaling', Lightning issue 21435)",
+                    "speedups.optimizer: auto (FusedOptimizer keeps fused and clears the flag under bf16-mixed),"
+                    " or foreach=True instead of fused=True",
                 ))
             else:
                 oks.append(f"{name} is fused")
