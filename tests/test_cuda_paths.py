@@ -581,3 +581,45 @@ def test_doctor_t06_says_lightning_refuses_to_clip_fused_under_bf16_mixed():
     assert "21435" in finding.evidence
     plain = get_tip("T06").check(Facts(collected=True, optimizers=[opt], precision="32-true", gradient_clip_val=1.0))
     assert plain.status == "ok", plain.evidence
+
+
+def test_bench_probe_times_cuda_windows_with_events_and_one_sync(monkeypatch):
+    """bench's probe must not synchronise at every batch boundary on CUDA (that hides the overlap
+    pinned memory and non_blocking copies buy): it records events and synchronises once per window."""
+    from lightning_speedups.bench.measure import BenchProbe
+
+    clock = {"t": 0.0}
+    syncs: list[str] = []
+
+    class FakeEvent:
+        def __init__(self) -> None:
+            self.t = clock["t"]
+
+        def elapsed_time(self, other: "FakeEvent") -> float:
+            assert syncs, "an event was read before the window's synchronisation"
+            return (other.t - self.t) * 1000.0
+
+    probe = BenchProbe(warmup=1, steps=3, memory_step=False)
+    probe._cuda = True
+    monkeypatch.setattr(probe, "_mark", lambda: FakeEvent())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 0)
+
+    class T:
+        should_stop = False
+
+    trainer = T()
+    probe.on_train_start(trainer, None)
+    for n in range(4):
+        clock["t"] += 0.5  # waiting for the batch
+        probe.on_train_batch_start(trainer, None, torch.zeros(2, 1), n)
+        clock["t"] += 1.0  # the step
+        probe.on_train_batch_end(trainer, None, None, torch.zeros(2, 1), n)
+        if n == 0:
+            assert syncs == ["sync"]  # the peak-memory reset, before the timed window
+    assert syncs == ["sync", "sync"]  # one more for the whole window, none per batch
+    assert probe.step_times == pytest.approx([1.5, 1.5, 1.5])
+    assert probe.wait_times == pytest.approx([0.5, 0.5, 0.5])
+    assert probe.done and trainer.should_stop

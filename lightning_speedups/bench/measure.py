@@ -163,13 +163,14 @@ class BenchProbe(Callback):
         self.t_fit: Optional[float] = None
         self.t_train_start: Optional[float] = None
         self.t_warm_end: Optional[float] = None
-        self.t_last_end: Optional[float] = None
         self.batches = 0
         self.step_times: list[float] = []
         self.wait_times: list[float] = []
         self.samples: list[Optional[int]] = []
         self._losses: list[Any] = []
-        self._t_batch_start: Optional[float] = None
+        self._prev_end: Any = None  # the mark at the end of the previous batch
+        self._start: Any = None  # the mark at the start of the current timed batch
+        self._window: list[tuple[Any, Any, Any]] = []  # (previous end, start, end) of each timed batch
         self._cuda = False
         self._device: Any = None
         self.rss_before: Optional[int] = None
@@ -183,12 +184,42 @@ class BenchProbe(Callback):
         self.done = False
 
     # --- time
-    def _now(self) -> float:
+    def _mark(self) -> Any:
+        """A point on the run's timeline: on CUDA an event recorded on the current stream (no sync, so the
+        overlap that pinned memory, ``non_blocking`` copies and asynchronous launches buy stays visible);
+        elsewhere the host clock."""
+        if self._cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    @staticmethod
+    def _seconds(a: Any, b: Any) -> float:
+        """Seconds from mark ``a`` to mark ``b`` (CUDA events: once both have completed)."""
+        if isinstance(a, float):
+            return b - a
+        return float(a.elapsed_time(b)) / 1000.0
+
+    def _reset_cuda_peak(self) -> None:
+        import torch
+
+        torch.cuda.synchronize(self._device)  # once, outside the timed window
+        torch.cuda.reset_peak_memory_stats(self._device)
+        self.cuda_base = torch.cuda.memory_allocated(self._device)
+
+    def _close_window(self) -> None:
+        """Turn the timed window's marks into step and wait times (on CUDA: one sync for the whole window)."""
         if self._cuda:
             import torch
 
             torch.cuda.synchronize(self._device)
-        return time.perf_counter()
+        for prev_end, start, end in self._window:
+            self.wait_times.append(self._seconds(prev_end, start))
+            self.step_times.append(self._seconds(prev_end, end))
+        self._window = []
 
     @property
     def total_batches(self) -> int:
@@ -205,40 +236,36 @@ class BenchProbe(Callback):
         self._device = pl_module.device
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.t_train_start = self._now()
-        self.t_last_end = self.t_train_start
+        self.t_train_start = time.perf_counter()
+        if self.warmup == 0 and self._cuda:
+            self._reset_cuda_peak()
+        self._prev_end = self._mark()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         n = self.batches
         if n == 0:
             self.rss_before = rss_bytes()
             self.hwm_reset = reset_peak_rss()
-        if n == self.warmup and self._cuda:
-            import torch
-
-            torch.cuda.synchronize(self._device)
-            torch.cuda.reset_peak_memory_stats(self._device)
-            self.cuda_base = torch.cuda.memory_allocated(self._device)
-        now = self._now()
         if self.warmup <= n < self.warmup + self.steps:
-            assert self.t_last_end is not None
-            self.wait_times.append(now - self.t_last_end)
+            self._start = self._mark()
             self.samples.append(_batch_size(batch))
         if n == self.warmup + self.steps and self._memory_batch:
             self._alloc = CpuAllocationPeak()
             self._alloc.start()
-        self._t_batch_start = now
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         n = self.batches
-        now = self._now()
         if self.warmup <= n < self.warmup + self.steps:
-            assert self.t_last_end is not None
-            self.step_times.append(now - self.t_last_end)
+            end = self._mark()
+            self._window.append((self._prev_end, self._start, end))
             self._losses.append(_loss_of(outputs))
+            self._prev_end = end
         if n == self.warmup - 1:
-            self.t_warm_end = now
+            self.t_warm_end = time.perf_counter()
+            if self._cuda:
+                self._reset_cuda_peak()
         if n == self.warmup + self.steps - 1:
+            self._close_window()
             self.peak_rss = peak_rss_bytes()
             if self._cuda:
                 import torch
@@ -249,7 +276,8 @@ class BenchProbe(Callback):
             self.mem_error = self._alloc.error
             self._alloc = None
         self.batches += 1
-        self.t_last_end = self._now() if self._cuda else time.perf_counter()
+        if not self.warmup <= n < self.warmup + self.steps:
+            self._prev_end = self._mark()
         if self.batches >= self.total_batches:
             self.done = True
             trainer.should_stop = True
