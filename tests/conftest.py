@@ -31,3 +31,14 @@ def _restore_global_torch_state():
     torch.use_deterministic_algorithms(before[3])
     torch.set_grad_enabled(before[4])
     assert after == before, f"global torch state leaked: {before} -> {after}"
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_left():
+    """A one-process DDP / FSDP fit in a test leaves torch.distributed's default group initialised
+    (Lightning keeps it for the process's life); the next test must start without it."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
