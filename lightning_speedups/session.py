@@ -160,6 +160,27 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
     return "\n".join(lines)
 
 
+def _sets_model(argv: Sequence[str]) -> bool:
+    if any(a == "--model" or a.startswith(("--model=", "--model.")) for a in argv):
+        return True
+    return _find_key(_config_files(argv), "model") is not None
+
+
+def with_default_model(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--model=<the embedded default>`` added when nothing sets a model.
+
+    Not a parser default: jsonargparse carries a default class's ``init_args`` over to a user's class
+    that takes arguments of the same names, so a user's ``UNet(channels=3, lr=1e-3)`` would silently
+    train with the demo's ``channels=32, lr=0.003``.
+    """
+    out = list(argv)
+    if _sets_model(out) or any(a in ("-h", "--help") for a in out):
+        return out
+    at = 1 if out and out[0] in TRAINER_COMMANDS else 0
+    out.insert(at, f"--model={DEFAULT_MODEL}")
+    return out
+
+
 class SpeedupsArgumentParser(LightningArgumentParser):
     """LightningArgumentParser whose errors are a few lines naming the key, its file and the fix."""
 
@@ -189,11 +210,16 @@ class SpeedupsCLI(LightningCLI):
 
     def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
         kwargs.setdefault("parser_class", SpeedupsArgumentParser)
-        super().__init__(model_class=None, datamodule_class=None, args=None if args is None else list(args), **kwargs)
+        if args is None:
+            # LightningCLI reads sys.argv (and its DDP launcher re-runs it): the default model goes there
+            sys.argv[1:] = with_default_model(sys.argv[1:])
+            argv = None
+        else:
+            argv = with_default_model(list(args))
+        super().__init__(model_class=None, datamodule_class=None, args=argv, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_class_arguments(Speedups, "speedups", fail_untyped=True)
-        parser.set_defaults({"model": {"class_path": DEFAULT_MODEL}})
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
