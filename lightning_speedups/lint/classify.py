@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 from functools import cached_property
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from lightning_speedups.lint.astutil import (
     _CUDA_STR,
@@ -27,6 +27,9 @@ from lightning_speedups.lint.astutil import (
     keyword,
 )
 
+if TYPE_CHECKING:
+    from lightning_speedups.lint.astutil import Binding
+
 #: Lightning / Fabric entry points that pick the GPU themselves (``accelerator="auto"`` by default).
 _AUTO_ACCELERATOR = frozenset({TRAINER, "lightning.fabric.Fabric", "lightning.Fabric", "lightning_fabric.Fabric"})
 _GPU_ACCELERATORS = frozenset({"gpu", "cuda", "auto"})
@@ -36,6 +39,23 @@ _GRAD_INPLACE = frozenset({"add_", "copy_", "sub_", "mul_", "div_", "addcmul_", 
 
 class Classifiers:
     """The classifier methods of :class:`FileContext` (they use its names, bindings and node lists)."""
+
+    if TYPE_CHECKING:  # provided by the host class, FileContext (declared here for the type checker only)
+        tree: ast.Module
+        source: str
+        parents: dict[ast.AST, ast.AST]
+        calls: list[ast.Call]
+        assigns: list[ast.Assign]
+        classes: list[ast.ClassDef]
+        strings: list[str]
+
+        def qualname(self, node: Optional[ast.AST]) -> Optional[str]: ...
+        def call_name(self, call: ast.Call) -> Optional[str]: ...
+        def scope_of(self, node: ast.AST) -> ast.AST: ...
+        def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]: ...
+        def bindings(self, scope: ast.AST) -> dict[str, list[Binding]]: ...
+        def bindings_before(self, name: ast.Name) -> Optional[list[Binding]]: ...
+        def self_attrs(self, cls: ast.ClassDef) -> tuple[dict[str, list[ast.AST]], set[str]]: ...
 
     # ------------------------------------------------------------------ classifiers
     def is_numpy_annotation(self, ann: Optional[ast.AST]) -> bool:

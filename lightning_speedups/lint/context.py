@@ -9,6 +9,7 @@ tell: a lint rule built on them reports nothing rather than guess.
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterator
 from pathlib import PurePath
 from typing import Optional, Union
@@ -66,13 +67,11 @@ _Call, _Assign, _ClassDef, _Import, _ImportFrom, _Constant = (
 )
 
 
-def _child_fields(cls: type) -> tuple[str, ...]:
+def _child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
     fields = _CHILD_FIELDS.get(cls)
     if fields is None:
         fields = _CHILD_FIELDS[cls] = tuple(
-            f
-            for f in cls._fields
-            if f not in _LEAF_FIELDS and not (cls is ast.Constant and f == "value")  # type: ignore[attr-defined]
+            f for f in cls._fields if f not in _LEAF_FIELDS and not (cls is ast.Constant and f == "value")
         )
     return fields
 
@@ -80,7 +79,7 @@ def _child_fields(cls: type) -> tuple[str, ...]:
 class FileContext(Classifiers, Where):
     """One parsed file and the facts rules share about it (computed once, lazily)."""
 
-    def __init__(self, tree: ast.Module, path: Union[str, PurePath] = "<string>", source: str = "") -> None:
+    def __init__(self, tree: ast.Module, path: Union[str, os.PathLike[str]] = "<string>", source: str = "") -> None:
         self.tree = tree
         self.path = PurePath(path)
         self.source = source
@@ -239,7 +238,8 @@ class FileContext(Classifiers, Where):
                 add(arg.arg, Binding(0, kind, arg.annotation))
             body = [scope.body] if isinstance(scope, ast.Lambda) else list(scope.body)
         else:
-            body = list(scope.body)  # Module / ClassDef
+            assert isinstance(scope, (ast.Module, ast.ClassDef))  # scope_of() returns only SCOPE_TYPES
+            body = list(scope.body)
 
         stack = body[::-1]
         while stack:

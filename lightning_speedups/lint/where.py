@@ -212,7 +212,7 @@ class Where:
         return cached
 
     def _find_nested_loops(self, loop: ast.AST) -> list[ast.AST]:
-        out = []
+        out: list[ast.AST] = []
         stack = list(loop.body)  # type: ignore[attr-defined]
         while stack:
             node = stack.pop()
@@ -315,12 +315,12 @@ class Where:
                 return Runs(ONCE, "the script's main block")
         return Runs(ONCE, "module level")
 
-    def function_runs(self, fn: ast.AST, depth: int = 0) -> Runs:
+    def function_runs(self, fn: Union[ast.FunctionDef, ast.AsyncFunctionDef], depth: int = 0) -> Runs:
         """How often the body of the function or method ``fn`` runs."""
         memo: dict = self._runs  # type: ignore[attr-defined]
         if fn in memo:
             return memo[fn]  # type: ignore[return-value]
-        memo[fn] = Runs(UNKNOWN, f"{fn.name}()")  # type: ignore[attr-defined]  # recursion guard
+        memo[fn] = Runs(UNKNOWN, f"{fn.name}()")  # recursion guard
         result = self._function_runs(fn, depth)
         memo[fn] = result
         return result

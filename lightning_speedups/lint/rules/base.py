@@ -77,12 +77,15 @@ class Rule:
         return all(_matcher(t)(source) for t in self.triggers)
 
 
-_MATCHERS: dict = {}
+_MATCHERS: dict[str, Callable[[str], object]] = {}
 _PLAIN = re.compile(r"[\w|]+")
 
 
-def _matcher(trigger: Union[str, Callable[[str], bool]]) -> Callable[[str], bool]:
-    """A trigger is a callable, ``"a|b"`` (plain words: substring tests, the fastest) or a regex."""
+def _matcher(trigger: Union[str, Callable[[str], bool]]) -> Callable[[str], object]:
+    """A trigger is a callable, ``"a|b"`` (plain words: substring tests, the fastest) or a regex.
+
+    The matcher's result is used for its truth (a regex's ``search`` returns a match or ``None``).
+    """
     if callable(trigger):
         return trigger
     m = _MATCHERS.get(trigger)

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 
 from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet
-from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
+from lightning_speedups.lint.rules.base import AnyHit, Hit, Rule, hit_at
 
 _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.data_parallel")
 _DEBUG_WORDS = ("debug",)
@@ -14,7 +14,7 @@ _PROFILE_WORDS = ("debug", "profil", "bench")
 _LIGHTNING_PROFILERS = ("simple", "advanced", "pytorch", "xla")
 
 
-def _data_parallel(ctx: FileContext) -> Iterator[Hit]:
+def _data_parallel(ctx: FileContext) -> Iterator[AnyHit]:
     for call in ctx.calls:
         if ctx.call_name(call) in _DATA_PARALLEL:
             cls = ctx.enclosing_class(call)
@@ -89,7 +89,7 @@ def _grad_zeroed_in_place(ctx: FileContext) -> Iterator[Hit]:
             yield Hit(call, f"{snippet(call)} writes zeros into the gradient instead of dropping it")
 
 
-def _benchmark_off(ctx: FileContext) -> Iterator[Hit]:
+def _benchmark_off(ctx: FileContext) -> Iterator[AnyHit]:
     if ctx.deterministic:
         return
     for node in ctx.assigns:
@@ -107,7 +107,7 @@ def _benchmark_off(ctx: FileContext) -> Iterator[Hit]:
                 yield call, "Trainer(benchmark=False) turns off the cuDNN autotuner (without deterministic=True)"
 
 
-def _anomaly_on(ctx: FileContext) -> Iterator[Hit]:
+def _anomaly_on(ctx: FileContext) -> Iterator[AnyHit]:
     for call in ctx.calls:
         name = ctx.call_name(call)
         hit = None
@@ -126,7 +126,7 @@ def _anomaly_on(ctx: FileContext) -> Iterator[Hit]:
             yield call, hit + " (outside debugging code)"
 
 
-def _profiler_on(ctx: FileContext) -> Iterator[Hit]:
+def _profiler_on(ctx: FileContext) -> Iterator[AnyHit]:
     for call in ctx.calls:
         name = ctx.call_name(call)
         hit = None
