@@ -46,12 +46,6 @@ GAPS: dict[tuple[str, str, str], str] = {
         )
         for kind in ("cnn", "transformer")
     },
-    # T15: Lightning refuses Trainer(gradient_clip_val) under manual optimization
-    ("T15-norm", "manual", "acted"): (
-        "grad_clip norm/value set Trainer(gradient_clip_val), which Lightning refuses under manual"
-        " optimization (MisconfigurationException); clip in a callback (on_before_optimizer_step) that"
-        " reports skipped or clips there, instead of the Trainer flag (config / t15 record trainer_kwargs)"
-    ),
 }
 
 PAIR_GAPS: dict[tuple[str, str, str], str] = {}
