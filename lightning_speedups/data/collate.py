@@ -26,7 +26,8 @@ Example:
 from __future__ import annotations
 
 import collections.abc
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -83,30 +84,22 @@ def _empty_batch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         for s in shape:
             numel *= s
         # private: the shared-memory allocation torch's default_collate makes in workers; no public API
-        storage = torch.UntypedStorage._new_shared(
-            numel * torch.empty((), dtype=dtype).element_size()
-        )
-        return torch.empty(0, dtype=dtype).set_(storage, 0, shape)  # type: ignore[arg-type]
+        storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
+        return torch.empty(0, dtype=dtype).set_(storage, 0, shape)  # type: ignore[call-overload]  # stubs lack set_(storage, offset, size) (stride defaults)
     return torch.empty(shape, dtype=dtype)
 
 
 def _stack_numpy(arrays: list[np.ndarray]) -> torch.Tensor:
     first = arrays[0]
     for a in arrays:
-        if (
-            not isinstance(a, np.ndarray)
-            or a.shape != first.shape
-            or a.dtype != first.dtype
-        ):
+        if not isinstance(a, np.ndarray) or a.shape != first.shape or a.dtype != first.dtype:
             raise CollateTypeError(
                 "zero_copy_collate needs numpy samples of one shape and dtype to batch them; got "
                 f"{first.shape}/{first.dtype} and "
                 f"{getattr(a, 'shape', type(a).__name__)}/{getattr(a, 'dtype', '')}. Resize or pad in the dataset."
             )
     if first.dtype == object or first.dtype.kind in "USV":
-        raise CollateTypeError(
-            f"numpy arrays of dtype {first.dtype} cannot become a tensor batch."
-        )
+        raise CollateTypeError(f"numpy arrays of dtype {first.dtype} cannot become a tensor batch.")
     dtype = torch.from_numpy(np.empty(0, dtype=first.dtype.newbyteorder("="))).dtype
     out = _empty_batch((len(arrays), *first.shape), dtype)
     np.stack(arrays, out=out.numpy())  # the one copy
@@ -145,9 +138,7 @@ def zero_copy_collate(batch: list[Any]) -> Any:
         torch.uint8
     """
     if not isinstance(batch, (list, tuple)) or len(batch) == 0:
-        raise CollateTypeError(
-            f"collate_fn expects a non-empty list of samples, got {type(batch).__name__}."
-        )
+        raise CollateTypeError(f"collate_fn expects a non-empty list of samples, got {type(batch).__name__}.")
     elem = batch[0]
     if isinstance(elem, np.ndarray) and elem.dtype != object:
         return _stack_numpy(list(batch))
@@ -155,20 +146,14 @@ def zero_copy_collate(batch: list[Any]) -> Any:
         return _stack_tensors(list(batch))
     if isinstance(elem, collections.abc.Mapping):
         try:
-            return type(elem)(
-                {k: zero_copy_collate([d[k] for d in batch]) for k in elem}
-            )
+            return cast("Callable[[Any], Any]", type(elem))({k: zero_copy_collate([d[k] for d in batch]) for k in elem})
         except TypeError:
             return {k: zero_copy_collate([d[k] for d in batch]) for k in elem}
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # namedtuple
         return type(elem)(*(zero_copy_collate(list(s)) for s in zip(*batch)))
-    if isinstance(elem, collections.abc.Sequence) and not isinstance(
-        elem, (str, bytes)
-    ):
+    if isinstance(elem, collections.abc.Sequence) and not isinstance(elem, (str, bytes)):
         if any(len(s) != len(elem) for s in batch):
-            raise CollateTypeError(
-                "each sample in the batch must have the same number of fields."
-            )
+            raise CollateTypeError("each sample in the batch must have the same number of fields.")
         return [zero_copy_collate(list(s)) for s in zip(*batch)]
     try:
         return default_collate(list(batch))
@@ -188,17 +173,13 @@ def zero_copy_convert(data: Any) -> Any:
         >>> zero_copy_convert({"x": a})["x"].data_ptr() == a.ctypes.data
         True
     """
-    if (
-        isinstance(data, np.ndarray)
-        and data.dtype != object
-        and data.dtype.kind not in "USV"
-    ):
+    if isinstance(data, np.ndarray) and data.dtype != object and data.dtype.kind not in "USV":
         return as_tensor_no_copy(data)
     if isinstance(data, torch.Tensor):
         return data
     if isinstance(data, collections.abc.Mapping):
         try:
-            return type(data)({k: zero_copy_convert(v) for k, v in data.items()})
+            return cast("Callable[[Any], Any]", type(data))({k: zero_copy_convert(v) for k, v in data.items()})
         except TypeError:
             return {k: zero_copy_convert(v) for k, v in data.items()}
     if isinstance(data, tuple) and hasattr(data, "_fields"):

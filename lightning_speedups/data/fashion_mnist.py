@@ -131,7 +131,9 @@ class FashionMNISTDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         if batch_size < 1 or eval_batch_size < 1:
-            raise ValueError(f"`batch_size` and `eval_batch_size` must be positive; got {batch_size}, {eval_batch_size}.")
+            raise ValueError(
+                f"`batch_size` and `eval_batch_size` must be positive; got {batch_size}, {eval_batch_size}."
+            )
         self.root = root
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
@@ -155,7 +157,13 @@ class FashionMNISTDataModule(pl.LightningDataModule):
         self._test = TensorDataset(xt, yt)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self._train, batch_size=self.batch_size, shuffle=True, drop_last=True, num_workers=self.num_workers)  # type: ignore[arg-type]
+        return DataLoader(
+            self._train,  # type: ignore[arg-type]  # None only before setup(), which Lightning runs first
+            batch_size=self.batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=self.num_workers,
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self._test, batch_size=self.eval_batch_size, num_workers=self.num_workers)  # type: ignore[arg-type]

@@ -62,15 +62,11 @@ def _check_choice(name: str, value: Any, kind: type, allow_auto: bool = True) ->
         return
     if kind is bool:
         if not isinstance(value, bool):
-            raise TypeError(
-                f"`{name}` must be True, False, 'auto' or None (keep the loader's), got {value!r}."
-            )
+            raise TypeError(f"`{name}` must be True, False, 'auto' or None (keep the loader's), got {value!r}.")
         return
     if isinstance(value, bool) or not isinstance(value, int):
         extra = ", 'auto'" if allow_auto else ""
-        raise TypeError(
-            f"`{name}` must be an int{extra} or None (keep the loader's), got {value!r}."
-        )
+        raise TypeError(f"`{name}` must be an int{extra} or None (keep the loader's), got {value!r}.")
     if value < 0:
         raise ValueError(f"`{name}` must be >= 0, got {value}.")
 
@@ -106,9 +102,7 @@ class LoaderSettings:
         _check_choice("persistent_workers", self.persistent_workers, bool)
         _check_choice("prefetch_factor", self.prefetch_factor, int, allow_auto=False)
         if self.prefetch_factor == 0:
-            raise ValueError(
-                "`prefetch_factor` must be >= 1 (or None for PyTorch's default), got 0."
-            )
+            raise ValueError("`prefetch_factor` must be >= 1 (or None for PyTorch's default), got 0.")
 
 
 @dataclass
@@ -227,9 +221,7 @@ def resolve_loader_settings(
     if nw > 0:
         problem = worker_pickle_problem(loader)
         if problem is not None:
-            warns.append(
-                f"num_workers={nw} cannot work: {problem}. Falling back to num_workers=0."
-            )
+            warns.append(f"num_workers={nw} cannot work: {problem}. Falling back to num_workers=0.")
             reasons[-1] = "num_workers=0 (dataset cannot reach worker processes)"
             nw = 0
 
@@ -244,9 +236,12 @@ def resolve_loader_settings(
         if resident is not None:
             pin, why = False, f"the data set's tensors already live on {resident}; only CPU tensors can be pinned"
         elif on_cuda and precision in HOST_CAST_PRECISIONS and not integer_batches:
-            pin, why = False, (
-                f"under precision {precision} Lightning casts floating batches on the host before the transfer,"
-                " replacing a pinned batch by an unpinned copy"
+            pin, why = (
+                False,
+                (
+                    f"under precision {precision} Lightning casts floating batches on the host before the transfer,"
+                    " replacing a pinned batch by an unpinned copy"
+                ),
             )
         reasons.append(f"pin_memory={pin} ({why})")
     elif pin and on_cuda and dataset_device(loader.dataset) is not None:
@@ -292,16 +287,14 @@ def _saved(loader: Any, name: str) -> Any:
     return getattr(loader, f"__pl_saved_{name}")
 
 
-def _init_params(cls: type) -> tuple[dict[str, inspect.Parameter], bool]:
+def _init_params(cls: type[Any]) -> tuple[dict[str, inspect.Parameter], bool]:
     params = dict(inspect.signature(cls.__init__).parameters)
     params.pop("self", None)
     variadic = any(p.kind is p.VAR_KEYWORD for p in params.values())
     return params, variadic
 
 
-def _args_from_saved(
-    loader: DataLoader, overrides: dict[str, Any]
-) -> tuple[tuple, dict[str, Any]]:
+def _args_from_saved(loader: DataLoader, overrides: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
     """Re-run the user's own constructor call (captured by Lightning while the hook ran)."""
     args = tuple(_saved(loader, "args"))
     kwargs = dict(_saved(loader, "kwargs"))
@@ -321,9 +314,7 @@ def _args_from_saved(
     return args, kwargs
 
 
-def _args_from_attributes(
-    loader: DataLoader, overrides: dict[str, Any]
-) -> tuple[tuple, dict[str, Any]]:
+def _args_from_attributes(loader: DataLoader, overrides: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
     """Rebuild from the instance's attributes, as Lightning does for loaders made outside its hooks."""
     cls = type(loader)
     params, variadic = _init_params(cls)
@@ -336,9 +327,7 @@ def _args_from_attributes(
     kwargs = {
         name: attrs[name]
         for name, p in params.items()
-        if name in attrs
-        and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-        and p.default is not attrs[name]
+        if name in attrs and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.default is not attrs[name]
     }
     kwargs["dataset"] = loader.dataset
     # sampling: keep the very sampler objects (their generators and state) without re-deriving them
@@ -359,9 +348,7 @@ def _args_from_attributes(
     missing = sorted(
         name
         for name, p in params.items()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        and p.default is p.empty
-        and name not in kwargs
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty and name not in kwargs
     )
     if missing:
         raise LoaderRebuildError(
@@ -372,9 +359,7 @@ def _args_from_attributes(
     if not variadic:
         unknown = sorted(set(kwargs) - set(params))
         if unknown:
-            raise LoaderRebuildError(
-                f"`{cls.__name__}.__init__` does not accept {unknown}."
-            )
+            raise LoaderRebuildError(f"`{cls.__name__}.__init__` does not accept {unknown}.")
     return (), kwargs
 
 
@@ -400,22 +385,14 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
         1
     """
     if not isinstance(loader, DataLoader):
-        raise TypeError(
-            f"`loader` must be a torch.utils.data.DataLoader, got {type(loader).__name__}."
-        )
+        raise TypeError(f"`loader` must be a torch.utils.data.DataLoader, got {type(loader).__name__}.")
     unknown = set(overrides) - set(_init_params(DataLoader)[0])
     if unknown:
-        raise TypeError(
-            f"`rebuild_dataloader` got arguments DataLoader does not have: {sorted(unknown)}."
-        )
+        raise TypeError(f"`rebuild_dataloader` got arguments DataLoader does not have: {sorted(unknown)}.")
     if overrides.get("num_workers") == 0 and loader.multiprocessing_context is not None:
-        overrides["multiprocessing_context"] = (
-            None  # DataLoader refuses a context without workers
-        )
+        overrides["multiprocessing_context"] = None  # DataLoader refuses a context without workers
     if overrides.get("num_workers") == 0 and loader.timeout:
-        overrides["timeout"] = (
-            0  # a single-process loader refuses a timeout when iterated
-        )
+        overrides["timeout"] = 0  # a single-process loader refuses a timeout when iterated
     if hasattr(loader, "__pl_saved_args"):
         args, kwargs = _args_from_saved(loader, overrides)
     else:
@@ -423,9 +400,7 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
     try:
         new = _reinstantiate_wrapped_cls(loader, *args, **kwargs)
     except Exception as ex:
-        raise LoaderRebuildError(
-            f"`{type(loader).__name__}(...)` failed with the new settings: {ex}"
-        ) from ex
+        raise LoaderRebuildError(f"`{type(loader).__name__}(...)` failed with the new settings: {ex}") from ex
     for key, value in overrides.items():
         got = getattr(new, key, value)
         if key == "prefetch_factor" and value is None:
@@ -450,7 +425,7 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
     strategy = trainer.strategy
     try:
         accelerator = strategy.root_device.type
-    except Exception:  # noqa: BLE001 - strategy not set up yet
+    except Exception:
         accelerator = "cpu"
     devices = max(1, int(getattr(trainer, "num_devices", 1) or 1))
     if isinstance(strategy, ParallelStrategy):
@@ -461,9 +436,9 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
         "accelerator": accelerator,
         "devices": devices,
         "processes_per_node": procs,
-        "reload_every_n_epochs": int(
-            getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0
-        ),
+        "reload_every_n_epochs": int(getattr(trainer, "reload_dataloaders_every_n_epochs", 0) or 0),
         "precision": str(getattr(trainer, "precision", "32-true")),
-        "integer_batches": any(getattr(cb, "expects_integer_batches", False) for cb in getattr(trainer, "callbacks", [])),
+        "integer_batches": any(
+            getattr(cb, "expects_integer_batches", False) for cb in getattr(trainer, "callbacks", [])
+        ),
     }

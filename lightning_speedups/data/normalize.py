@@ -25,9 +25,9 @@ Example:
 from __future__ import annotations
 
 import collections.abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -160,11 +160,7 @@ class DeviceNormalizer:
         )
 
     def _auto(self, t: Any) -> bool:
-        return (
-            isinstance(t, torch.Tensor)
-            and t.dtype == torch.uint8
-            and t.ndim >= self.min_dims
-        )
+        return isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.ndim >= self.min_dims
 
     def __call__(self, batch: Any) -> Any:
         """Return the batch with its images normalised (a new container; tensors are not modified)."""
@@ -181,30 +177,20 @@ class DeviceNormalizer:
             out = {}
             for k, v in x.items():
                 sub = f"{name}[{k!r}]"
-                if (
-                    top
-                    and self.keys is not None
-                    and k in self.keys
-                    and isinstance(v, torch.Tensor)
-                ):
+                if top and self.keys is not None and k in self.keys and isinstance(v, torch.Tensor):
                     self.converted.append(sub)
                     out[k] = self._convert(v)
                 else:
                     out[k] = self._apply(v, sub, top=False)
             try:
-                return type(x)(out)
+                return cast("Callable[[Any], Any]", type(x))(out)
             except TypeError:
                 return out
         if isinstance(x, (list, tuple)):
             items = []
             for i, v in enumerate(x):
                 sub = f"{name}[{i}]"
-                if (
-                    top
-                    and self.keys is not None
-                    and i in self.keys
-                    and isinstance(v, torch.Tensor)
-                ):
+                if top and self.keys is not None and i in self.keys and isinstance(v, torch.Tensor):
                     self.converted.append(sub)
                     items.append(self._convert(v))
                 else:
@@ -256,10 +242,7 @@ def merge_stats(a: InputStats | None, b: InputStats) -> InputStats:
         return a
     n = a.count + b.count
     mean = (a.mean * a.count + b.mean * b.count) / n
-    var = (
-        a.count * (a.std**2 + (a.mean - mean) ** 2)
-        + b.count * (b.std**2 + (b.mean - mean) ** 2)
-    ) / n
+    var = (a.count * (a.std**2 + (a.mean - mean) ** 2) + b.count * (b.std**2 + (b.mean - mean) ** 2)) / n
     return InputStats(mean, var**0.5, min(a.min, b.min), max(a.max, b.max), n)
 
 
@@ -284,9 +267,7 @@ def normalisation_problems(
     if stats.count == 0:
         return ["no finite values"]
     if stats.min >= 0 and 20 < stats.max <= 255 and float(stats.max).is_integer():
-        out.append(
-            "values span 0..255 like raw pixels (convert with x / 255 and normalise, or use DeviceNormalize)"
-        )
+        out.append("values span 0..255 like raw pixels (convert with x / 255 and normalise, or use DeviceNormalize)")
     if abs(stats.mean) > mean_tol:
         out.append(f"mean {stats.mean:.3g} is far from 0")
     lo, hi = std_range

@@ -186,7 +186,12 @@ def _pad_rows_on_load(module: nn.Module, state_dict: dict, prefix: str, names: S
         key = prefix + name
         own = getattr(module, name, None)
         value = state_dict.get(key)
-        if isinstance(own, Tensor) and isinstance(value, Tensor) and value.dim() == own.dim() and value.shape[0] < own.shape[0]:
+        if (
+            isinstance(own, Tensor)
+            and isinstance(value, Tensor)
+            and value.dim() == own.dim()
+            and value.shape[0] < own.shape[0]
+        ):
             if value.shape[1:] == own.shape[1:]:
                 pad = value.new_zeros((own.shape[0] - value.shape[0], *value.shape[1:]))
                 state_dict[key] = torch.cat([value, pad])
@@ -201,9 +206,17 @@ class PaddedLinear(nn.Linear):
             padded columns are ``-inf``).
     """
 
+    logit_mask: Tensor  # a buffer, registered in __init__
+
     def __init__(
-        self, in_features: int, real_out_features: int, multiple: int = 8, bias: bool = True,
-        logits: str = "slice", device: Any = None, dtype: Any = None,
+        self,
+        in_features: int,
+        real_out_features: int,
+        multiple: int = 8,
+        bias: bool = True,
+        logits: str = "slice",
+        device: Any = None,
+        dtype: Any = None,
     ) -> None:
         super().__init__(in_features, round_up(real_out_features, multiple), bias=bias, device=device, dtype=dtype)
         if logits not in ("slice", "mask"):
@@ -274,10 +287,16 @@ def pad_embedding(embedding: nn.Embedding, multiple: int = 8) -> nn.Embedding:
         return embedding
     w = embedding.weight
     new = PaddedEmbedding(
-        embedding.num_embeddings, embedding.embedding_dim, multiple,
-        padding_idx=embedding.padding_idx, max_norm=embedding.max_norm, norm_type=embedding.norm_type,
-        scale_grad_by_freq=embedding.scale_grad_by_freq, sparse=embedding.sparse,
-        device=w.device, dtype=w.dtype,
+        embedding.num_embeddings,
+        embedding.embedding_dim,
+        multiple,
+        padding_idx=embedding.padding_idx,
+        max_norm=embedding.max_norm,
+        norm_type=embedding.norm_type,
+        scale_grad_by_freq=embedding.scale_grad_by_freq,
+        sparse=embedding.sparse,
+        device=w.device,
+        dtype=w.dtype,
     )
     with torch.no_grad():
         new.weight.zero_()
@@ -313,13 +332,20 @@ def pad_linear_out(linear: nn.Linear, multiple: int = 8, *, logits: str = "slice
         raise TypeError(f"`linear` must be an nn.Linear, got {type(linear).__name__}.")
     multiple = _check_multiple(multiple)
     if logits not in ("slice", "mask"):
-        raise ValueError(f"`logits` must be 'slice' (output sliced to the real classes) or 'mask' (-inf padded logits), got {logits!r}.")
+        raise ValueError(
+            f"`logits` must be 'slice' (output sliced to the real classes) or 'mask' (-inf padded logits), got {logits!r}."
+        )
     if linear.out_features % multiple == 0:
         return linear
     w = linear.weight
     new = PaddedLinear(
-        linear.in_features, linear.out_features, multiple, bias=linear.bias is not None, logits=logits,
-        device=w.device, dtype=w.dtype,
+        linear.in_features,
+        linear.out_features,
+        multiple,
+        bias=linear.bias is not None,
+        logits=logits,
+        device=w.device,
+        dtype=w.dtype,
     )
     with torch.no_grad():
         new.weight.zero_()

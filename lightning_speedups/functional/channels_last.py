@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -150,7 +150,7 @@ def _convert(obj: Any, words: tuple[str, ...]) -> Any:
     if isinstance(obj, Mapping):
         items = {k: (v if _excluded(k, words) else _convert(v, words)) for k, v in obj.items()}
         try:
-            return type(obj)(items)
+            return cast("Callable[[Any], Any]", type(obj))(items)
         except Exception:  # mappings whose constructor takes something else (e.g. defaultdict)
             out = obj.copy() if hasattr(obj, "copy") else dict(obj)
             out.update(items)

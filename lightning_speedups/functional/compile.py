@@ -171,7 +171,7 @@ class _GuardedCompiled:
                 raise eager_err
             self.fallback_reason = compiler_reason(compile_err)
             self.module._compiled_call_impl = None  # private: where nn.Module.compile keeps it; None = eager
-            self.module._lightning_speedups_compile_fallback = self.fallback_reason
+            self.module._lightning_speedups_compile_fallback = self.fallback_reason  # type: ignore[assignment]  # Module.__setattr__ stubs admit only Tensor/Module; a str is fine at runtime
             warnings.warn(
                 f"torch.compile of module {self.name!r} ({type(self.module).__name__}) failed; it now runs in eager"
                 f" mode. Reason: {self.fallback_reason}. Pass `strict=True` to raise instead.",

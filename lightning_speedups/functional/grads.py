@@ -98,15 +98,20 @@ def find_zeroed_grads(params: Union[nn.Module, Iterable[Tensor]], *, check_value
     Returns:
         A :class:`ZeroedGrads`.
     """
+    named: list[tuple[str, Tensor]]
     if isinstance(params, nn.Module):
         named = list(params.named_parameters())
     elif isinstance(params, Tensor):
-        raise TypeError("`params` must be a module or an iterable of parameters, got a single Tensor; wrap it in a list.")
+        raise TypeError(
+            "`params` must be a module or an iterable of parameters, got a single Tensor; wrap it in a list."
+        )
     else:
         try:
             named = [(f"param{i}", p) for i, p in enumerate(params)]
         except TypeError:
-            raise TypeError(f"`params` must be a module or an iterable of parameters, got {type(params).__name__}.") from None
+            raise TypeError(
+                f"`params` must be a module or an iterable of parameters, got {type(params).__name__}."
+            ) from None
     report = ZeroedGrads()
     grads = []
     for name, p in named:
@@ -122,6 +127,9 @@ def find_zeroed_grads(params: Union[nn.Module, Iterable[Tensor]], *, check_value
     if grads and check_values:
         with torch.no_grad():
             # private: a sparse grad's stored values without coalescing it (public values() needs coalesce)
-            flags = [(g._values() if g.is_sparse else g).abs().amax() == 0 if g.numel() else torch.tensor(True) for g in grads]
+            flags = [
+                (g._values() if g.is_sparse else g).abs().amax() == 0 if g.numel() else torch.tensor(True)
+                for g in grads
+            ]
             report.all_zero = int(torch.stack([f.to(flags[0].device) for f in flags]).sum().item())
     return report

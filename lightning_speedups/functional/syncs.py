@@ -16,10 +16,10 @@ import sysconfig
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Callable, Literal, NamedTuple, Optional
+from typing import Any, Literal, NamedTuple, Optional, cast
 
 import torch
 
@@ -265,7 +265,7 @@ class _SyncHub:
             if self.installed:
                 return
             if self.filter_entry is not None and self.filter_entry in warnings.filters:
-                warnings.filters.remove(self.filter_entry)
+                cast("list[Any]", warnings.filters).remove(self.filter_entry)  # a list at runtime (typeshed: Sequence)
                 mutated = getattr(warnings, "_filters_mutated", None) or getattr(
                     warnings, "_filters_mutated_lock_held", None
                 )
@@ -276,7 +276,7 @@ class _SyncHub:
                 warnings.showwarning = self.prev_showwarning  # type: ignore[assignment]
             self.prev_showwarning = None
 
-    def showwarning(self, message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+    def showwarning(self, message, category, filename, lineno, file=None, line=None):
         if self.active and isinstance(category, type) and issubclass(category, UserWarning):
             if _SYNC_RE.match(str(message)):
                 site_ = classify_sync_frame(sys._getframe(1))
@@ -289,7 +289,7 @@ class _SyncHub:
                 return
         self.forward(message, category, filename, lineno, file, line)
 
-    def forward(self, message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+    def forward(self, message, category, filename, lineno, file=None, line=None):
         prev = self.prev_showwarning
         orig = getattr(warnings, "_showwarning_orig", None)
         impl = getattr(warnings, "_showwarnmsg_impl", None)
