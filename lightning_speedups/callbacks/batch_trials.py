@@ -50,14 +50,14 @@ def _loops(loop: Any) -> list[Any]:
     return found
 
 
-def reset_loaders(trainer: "pl.Trainer") -> None:
+def reset_loaders(trainer: pl.Trainer) -> None:
     """Drop the fit loop's built loaders, so that they are built again (at the new batch size) on first use."""
     # private: what Lightning's own ``_reset_dataloaders`` does; there is no public way to drop them
     trainer.fit_loop._combined_loader = None
     trainer.fit_loop.epoch_loop.val_loop._combined_loader = None
 
 
-def train_set_length(trainer: "pl.Trainer") -> Optional[int]:
+def train_set_length(trainer: pl.Trainer) -> Optional[int]:
     """The length of the smallest training data set, or ``None`` when a loader's data set has none."""
     fit_loop = trainer.fit_loop
     try:
@@ -74,7 +74,7 @@ def train_set_length(trainer: "pl.Trainer") -> Optional[int]:
 
 
 def enter_trials(
-    trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch_arg_name: str, steps_per_trial: int
+    trainer: pl.Trainer, pl_module: pl.LightningModule, batch_arg_name: str, steps_per_trial: int
 ) -> dict[str, Any]:
     """Snapshot what the trial steps change (states, loggers, callbacks, limits) and set the trainer up for them."""
     fit_loop = trainer.fit_loop
@@ -86,7 +86,7 @@ def enter_trials(
         "precision": to_cpu(trainer.precision_plugin.state_dict()),
         "loop": deepcopy(fit_loop.state_dict()),
         "loggers": trainer.loggers,
-        "callbacks": trainer.callbacks,
+        "callbacks": trainer.callbacks,  # type: ignore[attr-defined]  # set on the Trainer by Lightning's CallbackConnector at init, not declared on the class
         "max_steps": fit_loop.epoch_loop.max_steps,
         "limit_train_batches": trainer.limit_train_batches,
         "limit_val_batches": trainer.limit_val_batches,
@@ -96,16 +96,14 @@ def enter_trials(
     }
     _RANK_ZERO_LOG.setLevel(logging.WARNING)  # no "`Trainer.fit` stopped: `max_steps=2` reached." per trial
     trainer.loggers = [DummyLogger()] if trainer.loggers else []
-    trainer.callbacks = []
+    trainer.callbacks = []  # type: ignore[attr-defined]  # set on the Trainer by Lightning's CallbackConnector at init, not declared on the class
     trainer.limit_train_batches = 1.0
     trainer.limit_val_batches = 0
     fit_loop.epoch_loop.max_steps = steps_per_trial
     return snapshot
 
 
-def restore_trial_state(
-    trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any]
-) -> None:
+def restore_trial_state(trainer: pl.Trainer, pl_module: pl.LightningModule, snapshot: dict[str, Any]) -> None:
     """Put model, optimizers, schedulers, precision plugin and loop progress back as in ``snapshot``."""
     pl_module.zero_grad(set_to_none=True)
     pl_module.load_state_dict(snapshot["model"])
@@ -132,12 +130,12 @@ def restore_trial_state(
 
 
 def exit_trials(
-    trainer: "pl.Trainer", pl_module: "pl.LightningModule", snapshot: dict[str, Any], batch_arg_name: str
+    trainer: pl.Trainer, pl_module: pl.LightningModule, snapshot: dict[str, Any], batch_arg_name: str
 ) -> None:
     """Undo :func:`enter_trials`: every state back as it was, loaders rebuilt on first use."""
     restore_trial_state(trainer, pl_module, snapshot)
     trainer.loggers = snapshot["loggers"]
-    trainer.callbacks = snapshot["callbacks"]
+    trainer.callbacks = snapshot["callbacks"]  # type: ignore[attr-defined]  # set on the Trainer by Lightning's CallbackConnector at init, not declared on the class
     trainer.fit_loop.epoch_loop.max_steps = snapshot["max_steps"]
     trainer.limit_train_batches = snapshot["limit_train_batches"]
     trainer.limit_val_batches = snapshot["limit_val_batches"]
@@ -152,8 +150,8 @@ def exit_trials(
 
 
 def measure_trial_peak(
-    trainer: "pl.Trainer",
-    pl_module: "pl.LightningModule",
+    trainer: pl.Trainer,
+    pl_module: pl.LightningModule,
     batch_arg_name: str,
     batch_size: int,
     accumulate_grad_batches: int,
@@ -180,11 +178,10 @@ def measure_trial_peak(
     return peak
 
 
-def multi_process_error(trainer: "pl.Trainer") -> MisconfigurationException:
+def multi_process_error(trainer: pl.Trainer) -> MisconfigurationException:
     """The error for a search that cannot run: several processes, or a strategy that restores checkpoints late."""
     where = (
-        f"a multi-process run (world size {trainer.world_size}): the trial steps would need every process "
-        "in lockstep"
+        f"a multi-process run (world size {trainer.world_size}): the trial steps would need every process in lockstep"
         if trainer.world_size > 1
         else f"a run with {type(trainer.strategy).__name__}, which restores checkpoints after setup"
     )
@@ -197,7 +194,7 @@ def multi_process_error(trainer: "pl.Trainer") -> MisconfigurationException:
 
 
 def scale_trainer_lrs(
-    trainer: "pl.Trainer", factor: float, length_factor: Optional[float]
+    trainer: pl.Trainer, factor: float, length_factor: Optional[float]
 ) -> tuple[list[list[float]], list[str]]:
     """Scale the learning rates of the trainer's optimizers and schedulers; return the new rates and the changed lengths."""
     lrs = []
@@ -214,7 +211,12 @@ def scale_trainer_lrs(
 
 
 def too_small_error(
-    memory_budget: Any, budget_bytes: Optional[int], limit: Optional[int], margin: float, multiple: int, peak: Optional[int]
+    memory_budget: Any,
+    budget_bytes: Optional[int],
+    limit: Optional[int],
+    margin: float,
+    multiple: int,
+    peak: Optional[int],
 ) -> Exception:
     """The error when not even a batch of ``multiple`` fits: in the device memory, or in the budget (``limit``)."""
     if limit is None:

@@ -78,18 +78,10 @@ class DataWaitMonitor(SpeedupCallback):
             raise ValueError(f"`timer` must be 'auto', 'host' or 'cuda_events', got {timer!r}.")
         if not isinstance(log, bool):
             raise TypeError(f"`log` must be True or False, got {log!r}.")
-        if (
-            isinstance(warmup_steps, bool)
-            or not isinstance(warmup_steps, int)
-            or warmup_steps < 0
-        ):
-            raise ValueError(
-                f"`warmup_steps` must be an int >= 0, got {warmup_steps!r}."
-            )
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"`warmup_steps` must be an int >= 0, got {warmup_steps!r}.")
         if not 0.0 < float(input_bound_threshold) < 1.0:
-            raise ValueError(
-                f"`input_bound_threshold` must be between 0 and 1, got {input_bound_threshold!r}."
-            )
+            raise ValueError(f"`input_bound_threshold` must be between 0 and 1, got {input_bound_threshold!r}.")
         self.log = log
         self.warmup_steps = warmup_steps
         self.input_bound_threshold = float(input_bound_threshold)
@@ -157,9 +149,7 @@ class DataWaitMonitor(SpeedupCallback):
         self.last_fraction = None
 
     @override
-    def on_train_epoch_start(
-        self, trainer: Trainer, pl_module: LightningModule
-    ) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._events:
             self._ev_mark = self._record()
             return
@@ -167,19 +157,13 @@ class DataWaitMonitor(SpeedupCallback):
         self._excluded = 0.0
 
     @override
-    def on_train_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._events:
             self._ev_start = self._record()
             return
         now = self._now()
         self._start = now
-        self._wait = (
-            max(0.0, now - self._mark - self._excluded)
-            if self._mark is not None
-            else 0.0
-        )
+        self._wait = max(0.0, now - self._mark - self._excluded) if self._mark is not None else 0.0
         self._excluded = 0.0
 
     @override
@@ -240,7 +224,7 @@ class DataWaitMonitor(SpeedupCallback):
         # the end of each epoch, or every step for the progress bar, with the fraction since the last call.
         last = getattr(getattr(trainer.fit_loop.epoch_loop, "batch_progress", None), "is_last_batch", False)
         last = last or (trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps)
-        if self.log and (self.prog_bar or last or self._seen % max(trainer.log_every_n_steps, 1) == 0):
+        if self.log and (self.prog_bar or last or self._seen % max(trainer.log_every_n_steps, 1) == 0):  # type: ignore[attr-defined]  # set on the Trainer by Lightning's LoggerConnector at init, not declared on the class
             pl_module.log(
                 "speedups/data_wait_fraction",
                 self._interval_wait / self._interval_step,

@@ -124,6 +124,7 @@ class DebugMode(SpeedupCallback):
     @override
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._guard_on:
+            assert self.sync_guard is not None  # _guard_on is set only when there is a guard
             self.sync_guard.on_train_batch_start(trainer, pl_module, batch, batch_idx)
 
     @override
@@ -131,11 +132,13 @@ class DebugMode(SpeedupCallback):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self._guard_on:
+            assert self.sync_guard is not None  # _guard_on is set only when there is a guard
             self.sync_guard.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._guard_on:
+            assert self.sync_guard is not None  # _guard_on is set only when there is a guard
             self.sync_guard.on_train_end(trainer, pl_module)
 
     @override

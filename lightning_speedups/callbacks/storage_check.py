@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -12,7 +12,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.functional.storage import find_data_root, storage_report
+from lightning_speedups.functional.storage import StorageReport, find_data_root, storage_report
 
 
 class StorageCheck(SpeedupCallback):
@@ -49,30 +49,20 @@ class StorageCheck(SpeedupCallback):
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__()
-        if (
-            isinstance(sample_files, bool)
-            or not isinstance(sample_files, int)
-            or sample_files < 1
-        ):
-            raise ValueError(
-                f"`sample_files` must be an int >= 1, got {sample_files!r}."
-            )
-        if (
-            isinstance(max_bytes, bool)
-            or not isinstance(max_bytes, int)
-            or max_bytes < 1
-        ):
+        if isinstance(sample_files, bool) or not isinstance(sample_files, int) or sample_files < 1:
+            raise ValueError(f"`sample_files` must be an int >= 1, got {sample_files!r}.")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValueError(f"`max_bytes` must be an int >= 1, got {max_bytes!r}.")
         self.root = root
         self.sample_files = sample_files
         self.max_bytes = max_bytes
         self.clock = clock
-        self.result = None
+        self.result: Optional[StorageReport] = None
 
     def _find_root(self, trainer: Trainer) -> Any:
         if self.root is not None:
             return self.root
-        found = find_data_root(trainer.datamodule)
+        found = find_data_root(trainer.datamodule)  # type: ignore[attr-defined]  # set on the Trainer by Lightning's DataConnector at init, not declared on the class
         if found is not None:
             return found
         loaders = trainer.train_dataloader
