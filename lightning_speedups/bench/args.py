@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
@@ -21,6 +21,9 @@ from lightning_speedups.bench.options import BenchOptions
 from lightning_speedups.bench.variants import Variant
 from lightning_speedups.config import Speedups
 from lightning_speedups.presets import resolve_config
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "cli_value",
@@ -61,7 +64,8 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 def speedups_defaults() -> dict[str, Any]:
     """Every leaf of the ``speedups:`` section with its default, as dotted keys."""
-    return flatten(dataclasses.asdict(Speedups()))
+    # Speedups is a generated dataclass; the type checker sees its base class
+    return flatten(dataclasses.asdict(cast("DataclassInstance", Speedups())))
 
 
 def user_speedups_keys(args: Sequence[str]) -> list[str]:
@@ -83,7 +87,7 @@ def user_speedups_keys(args: Sequence[str]) -> list[str]:
         elif arg.startswith("--config="):
             path = arg.split("=", 1)[1]
         elif arg.startswith("--speedups."):
-            add(arg[len("--speedups."):].split("=", 1)[0])
+            add(arg[len("--speedups.") :].split("=", 1)[0])
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as fh:

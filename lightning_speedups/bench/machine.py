@@ -32,7 +32,7 @@ def resolve_device(device: str) -> str:
 def machine_meta(device: str) -> dict[str, Any]:
     """The machine and software a bench ran on (date, versions, CPU, threads, load, GPU, command)."""
     cpu = cpuinfo_field("model name") or platform.processor() or ""
-    meta = {
+    meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -148,7 +148,9 @@ class Bench:
                         continue
                     for part in name.split("+"):
                         if part not in available and not os.path.isfile(part):
-                            raise BenchError(f"unknown preset {part!r}; presets: {', '.join(available)} (compose with +, e.g. fast+converge)")
+                            raise BenchError(
+                                f"unknown preset {part!r}; presets: {', '.join(available)} (compose with +, e.g. fast+converge)"
+                            )
                     if name not in names and name != "baseline":
                         names.append(name)
         not_run = TARGET_PRESETS_NOT_RUN if target else PRESETS_NOT_TIMED
@@ -164,8 +166,8 @@ class Bench:
         self.reset = reset_args(self.user_keys)
         model = self._build_once()
         self.info = inspect_setup(model, self.device)
-        for part, err in self.info.errors.items():
-            self.notes.append(f"the {part} part could not inspect the model: {err}")
+        for part, error in self.info.errors.items():
+            self.notes.append(f"the {part} part could not inspect the model: {error}")
         if target:
             tip_variants, self.skipped_tips = target_tip_variants(self.selected, self.batch_size, self.info)
             self.timed_tips = [t for v in tip_variants for t in v.tips]
@@ -221,6 +223,7 @@ class Bench:
             return statistics.median(own)
         base = [r["wall_s"] for rec in self._all_records() if rec.variant.kind == "baseline" for r in rec.runs]
         guess = statistics.median(base) if base else 30.0
+
         def on(value: Any) -> bool:
             return value is True or (value == "auto" and self.device == "cuda")
 
@@ -285,7 +288,9 @@ class Bench:
         if self._progress is not None:
             self._progress.advance(self._task)
             if result.get("status") != "ok":
-                self._progress.console.print(f"[yellow]{variant.name}[/] (repeat {repeat + 1}) failed: {result.get('reason')}")
+                self._progress.console.print(
+                    f"[yellow]{variant.name}[/] (repeat {repeat + 1}) failed: {result.get('reason')}"
+                )
         return result
 
     def _add_total(self, n: int) -> None:
@@ -445,15 +450,20 @@ class Bench:
             meta["torch_threads"] = self.options.threads  # what every run used (--threads)
         progress = None
         if self.options.progress:
-            progress = (progress_factory or (lambda: Progress(
-                TextColumn("[bold]bench[/]"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.description}"),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=False,
-            )))()
+            progress = (
+                progress_factory
+                or (
+                    lambda: Progress(
+                        TextColumn("[bold]bench[/]"),
+                        BarColumn(),
+                        MofNCompleteColumn(),
+                        TextColumn("{task.description}"),
+                        TimeElapsedColumn(),
+                        console=self.console,
+                        transient=False,
+                    )
+                )
+            )()
         try:
             if progress is not None:
                 progress.start()
