@@ -20,18 +20,32 @@ import sys
 import tempfile
 import time
 
-from lightning_speedups.bench.measure import ratio_interval
+from lightning_speedups.bench.stats import ratio_interval
 
-COMMON = ["--trainer.logger=false", "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
-          "--trainer.limit_val_batches=0", "--trainer.num_sanity_val_steps=0", "--trainer.max_epochs=-1",
-          "--trainer.enable_model_summary=false"]
+COMMON = [
+    "--trainer.logger=false",
+    "--trainer.enable_checkpointing=false",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.limit_val_batches=0",
+    "--trainer.num_sanity_val_steps=0",
+    "--trainer.max_epochs=-1",
+    "--trainer.enable_model_summary=false",
+]
 
 
 def timed_fit(args: list[str], steps: int, threads: int) -> float:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.getcwd())
     root = tempfile.mkdtemp(prefix="fit_check_")  # fit's SaveConfigCallback refuses an existing config.yaml
-    cmd = [sys.executable, "-m", "lightning_speedups", "fit", *args, *COMMON, f"--trainer.max_steps={steps}",
-           f"--trainer.default_root_dir={root}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_speedups",
+        "fit",
+        *args,
+        *COMMON,
+        f"--trainer.max_steps={steps}",
+        f"--trainer.default_root_dir={root}",
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0
@@ -53,7 +67,10 @@ def main() -> None:
             args = shlex.split(getattr(a, name))
             t1, t2 = timed_fit(args, n1, a.threads), timed_fit(args, n2, a.threads)
             step[name].append((t2 - t1) / (n2 - n1))
-            print(f"repeat {r + 1} {name}: T({n1})={t1:.1f}s T({n2})={t2:.1f}s step {1e3 * step[name][-1]:.1f} ms", flush=True)
+            print(
+                f"repeat {r + 1} {name}: T({n1})={t1:.1f}s T({n2})={t2:.1f}s step {1e3 * step[name][-1]:.1f} ms",
+                flush=True,
+            )
     ratios = [b / q for b, q in zip(step["base"], step["pick"])]
     g, lo, hi = ratio_interval(ratios)
     ci = f" [{lo:.2f}-{hi:.2f}]" if lo is not None else ""

@@ -595,7 +595,7 @@ def test_bench_probe_times_cuda_windows_with_events_and_one_sync(monkeypatch):
         def __init__(self) -> None:
             self.t = clock["t"]
 
-        def elapsed_time(self, other: "FakeEvent") -> float:
+        def elapsed_time(self, other: FakeEvent) -> float:
             assert syncs, "an event was read before the window's synchronisation"
             return (other.t - self.t) * 1000.0
 

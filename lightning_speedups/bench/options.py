@@ -58,7 +58,7 @@ class BenchOptions:
         return self.target is not None
 
     def parsed_target(self) -> Any:
-        from lightning_speedups.bench.measure import parse_target
+        from lightning_speedups.bench.target import parse_target
 
         try:
             return parse_target(str(self.target), self.target_mode)
@@ -93,7 +93,9 @@ class BenchOptions:
                 raise BenchError(f"--target-mode must be 'max' or 'min', got {self.target_mode!r}.")
             self.parsed_target()
             if not math.isfinite(self.target_max_time) or self.target_max_time <= 0:
-                raise BenchError(f"--target-max-time must be a positive number of seconds, got {self.target_max_time!r}.")
+                raise BenchError(
+                    f"--target-max-time must be a positive number of seconds, got {self.target_max_time!r}."
+                )
             if self.target_every is not None:
                 positive_int("target-every", self.target_every, 1)
         if self.min_gain < 0 or self.loss_tolerance <= 0:

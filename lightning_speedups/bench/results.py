@@ -6,12 +6,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from lightning_speedups.bench.measure import VariantSummary
 from lightning_speedups.bench.options import BenchOptions
+from lightning_speedups.bench.stats import VariantSummary
 from lightning_speedups.bench.variants import SearchResult, Variant
 from lightning_speedups.inspection import SetupInfo
 
 __all__ = ["MEMORY_FIGURE", "BenchResult", "VariantRecord"]
+
 
 @dataclass
 class VariantRecord:

@@ -50,16 +50,9 @@ from lightning_speedups.bench.machine import (
     quiet_lightning,
     resolve_device,
 )
-from lightning_speedups.bench.measure import (
-    compare,
-    compare_target,
-    noise_floor,
-    pick_verdict,
-    sanity_check,
-    summarize,
-)
 from lightning_speedups.bench.options import BenchError, BenchOptions
 from lightning_speedups.bench.results import BenchResult, VariantRecord
+from lightning_speedups.bench.stats import compare, compare_target, noise_floor, pick_verdict, sanity_check, summarize
 from lightning_speedups.bench.variants import (
     BASELINE,
     NOISE_PAIR,

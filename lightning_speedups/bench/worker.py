@@ -81,7 +81,8 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         import lightning.pytorch as pl
         import torch
 
-        from lightning_speedups.bench.measure import BenchProbe, Target, TargetProbe
+        from lightning_speedups.bench.measure import BenchProbe
+        from lightning_speedups.bench.target import Target, TargetProbe
         from lightning_speedups.session import build
 
         if spec.get("threads"):

@@ -16,7 +16,6 @@ from lightning_speedups.bench import (
     speedups_defaults,
     user_speedups_keys,
 )
-from lightning_speedups.bench.measure import Spread, sanity_check, summarize
 from lightning_speedups.bench.report import (
     preset_dict,
     render_table,
@@ -24,6 +23,7 @@ from lightning_speedups.bench.report import (
     to_json,
     write_preset,
 )
+from lightning_speedups.bench.stats import Spread, sanity_check, summarize
 from lightning_speedups.bench.variants import (
     NOT_TIMED,
     TIP_VARIANTS,
@@ -73,7 +73,13 @@ def test_idle_overrides_are_the_parts_with_nothing_to_do():
     info = SetupInfo(device="cpu", conv_modules=0, conv_bias_pairs=0, repeated_blocks=2, compile_targets=3)
     _, skipped = plan_tips(info)
     idle = idle_overrides(info, skipped)
-    assert idle == {"loaders.pin_memory": True, "cudnn_benchmark": "on", "conv_bias": True, "channels_last": True, "tf32": "auto"}
+    assert idle == {
+        "loaders.pin_memory": True,
+        "cudnn_benchmark": "on",
+        "conv_bias": True,
+        "channels_last": True,
+        "tf32": "auto",
+    }
 
 
 def test_resolve_tips_ids_slugs_commas_and_unknown():
@@ -210,7 +216,13 @@ def _bench(launcher, **kw):
 
 
 def test_runner_interleaves_repeats_and_picks_fastest_sane():
-    rates = {"baseline": 100.0, "T24 channels-last": 120.0, "T22 fusion": 150.0, "T16 conv-bias": 101.0, "T22+T24": 170.0}
+    rates = {
+        "baseline": 100.0,
+        "T24 channels-last": 120.0,
+        "T22 fusion": 150.0,
+        "T16 conv-bias": 101.0,
+        "T22+T24": 170.0,
+    }
     fake = FakeLauncher(rates, losses={"T05 amp": float("nan")}, fail={"T06 optimizer"})
     bench = _bench(fake, extras=False)
     result = bench.run()
@@ -219,7 +231,7 @@ def test_runner_interleaves_repeats_and_picks_fastest_sane():
     # round-robin: every phase-1 variant runs once before any runs a second time
     n = len(names)
     assert sorted(fake.calls[:n]) == sorted(names) and sorted(fake.calls[n : 2 * n]) == sorted(names)
-    assert fake.calls[n:2 * n] != fake.calls[:n]  # rotated order in the second repeat
+    assert fake.calls[n : 2 * n] != fake.calls[:n]  # rotated order in the second repeat
     # the failed variant is recorded, the insane one never picked, the search combined the two winners
     t06 = result.record("T06 optimizer")
     assert t06.summary.failure.startswith("out of memory")
@@ -234,8 +246,14 @@ def test_runner_interleaves_repeats_and_picks_fastest_sane():
 
 def test_pick_ignores_a_combination_the_search_dropped():
     # T05+T22+T24 measures 1.71 vs 1.70 for T22+T24: under the 2 % minimum gain, so T22+T24 is picked
-    rates = {"baseline": 100.0, "T24 channels-last": 120.0, "T22 fusion": 150.0, "T05 amp": 110.0,
-             "T22+T24": 170.0, "T05+T22+T24": 171.0}
+    rates = {
+        "baseline": 100.0,
+        "T24 channels-last": 120.0,
+        "T22 fusion": 150.0,
+        "T05 amp": 110.0,
+        "T22+T24": 170.0,
+        "T05+T22+T24": 171.0,
+    }
     result = _bench(FakeLauncher(rates), extras=False, tips=["T05", "T22", "T24"]).run()
     assert [s.accepted for s in result.search.steps] == [True, False]
     assert result.pick.variant.name == "T22+T24"
@@ -291,7 +309,10 @@ def test_json_and_table(tmp_path, capsys):
     from lightning_speedups.bench.report import markdown
 
     md = markdown(result)
-    assert md.splitlines()[0].startswith("| variant | speed-up [95% CI] |") and "| T24 channels-last (picked) | 1.25x" in md
+    assert (
+        md.splitlines()[0].startswith("| variant | speed-up [95% CI] |")
+        and "| T24 channels-last (picked) | 1.25x" in md
+    )
 
 
 # ------------------------------------------------------------------------------------ presets and the reset

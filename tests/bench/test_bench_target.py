@@ -12,15 +12,9 @@ import yaml
 
 from lightning_speedups.bench import Bench, BenchError, BenchOptions
 from lightning_speedups.bench.args import speedups_defaults
-from lightning_speedups.bench.measure import (
-    Target,
-    TargetProbe,
-    VariantSummary,
-    parse_target,
-    pick_verdict,
-    ratio_interval,
-)
 from lightning_speedups.bench.report import markdown, summary_lines, write_preset
+from lightning_speedups.bench.stats import VariantSummary, pick_verdict, ratio_interval
+from lightning_speedups.bench.target import Target, TargetProbe, parse_target
 from lightning_speedups.bench.variants import NOT_TIMED, TARGET_VARIANTS, target_tip_variants
 from lightning_speedups.functional.lr_range import pick_peak_lr, steepest_lr
 
@@ -67,8 +61,13 @@ class FakeLauncher:
         value = self.figures.get(key, self.figures["baseline"])[repeat]
         out = {"status": "ok", "speedups": _nested(spec["speedups_overrides"]), "wall_s": 1.0, "loss": 2.0}
         if self.target:
-            out.update(reached=value is not None, time_to_target_s=value, steps_to_target=None if value is None else int(10 * value),
-                       best_value=0.9 if value is not None else 0.8, checks=[{"step": 1}])
+            out.update(
+                reached=value is not None,
+                time_to_target_s=value,
+                steps_to_target=None if value is None else int(10 * value),
+                best_value=0.9 if value is not None else 0.8,
+                checks=[{"step": 1}],
+            )
             if value is None:
                 out["miss"] = "missed: best val_acc 0.8 by the end of the configured training"
         else:
@@ -77,7 +76,9 @@ class FakeLauncher:
 
 
 def _bench(launcher, **kw):
-    opts = dict(args=TINY_CNN, steps=2, warmup=1, repeats=4, presets=["none"], progress=False, search=False, extras=False)
+    opts = dict(
+        args=TINY_CNN, steps=2, warmup=1, repeats=4, presets=["none"], progress=False, search=False, extras=False
+    )
     opts.update(kw)
     bench = Bench(BenchOptions(**opts), launcher=launcher, clock=launcher.clock)
     bench.prepare()
@@ -163,11 +164,19 @@ def test_target_variants_come_from_the_records():
     assert {"T01", "T04", "T15"} <= set(TARGET_VARIANTS) and {"T01", "T04", "T15"} <= set(NOT_TIMED)
     variants, skipped = target_tip_variants(None, batch_size=16)
     names = {v.name: v for v in variants}
-    assert {"T01 lr-schedule onecycle", "T01 lr-schedule cyclic", "T04 max-batch x4-linear", "T04 max-batch x4-sqrt",
-            "T15 grad-clipping norm"} <= set(names)
+    assert {
+        "T01 lr-schedule onecycle",
+        "T01 lr-schedule cyclic",
+        "T04 max-batch x4-linear",
+        "T04 max-batch x4-sqrt",
+        "T15 grad-clipping norm",
+    } <= set(names)
     assert names["T01 lr-schedule onecycle"].overrides["lr_schedule.max_lr"] == "auto"
     assert names["T04 max-batch x4-sqrt"].overrides == {
-        "largest_batch.enabled": True, "largest_batch.lr_rule": "sqrt", "largest_batch.batch_size": 64}
+        "largest_batch.enabled": True,
+        "largest_batch.lr_rule": "sqrt",
+        "largest_batch.batch_size": 64,
+    }
     _, skipped = target_tip_variants(["T04"], batch_size=None)
     assert all("batch size" in why for why in skipped.values()) and len(skipped) == 2
 
@@ -182,7 +191,12 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
     fake = FakeLauncher(figures, target=True)
     bench = _bench(fake, tips=["T01", "T15"], repeats=3, target="val_acc=0.9", seed=7)
     assert [v.name for v in bench.variants] == [
-        "baseline", "T01 lr-schedule onecycle", "T01 lr-schedule cyclic", "T15 grad-clipping norm", "baseline (A/A)"]
+        "baseline",
+        "T01 lr-schedule onecycle",
+        "T01 lr-schedule cyclic",
+        "T15 grad-clipping norm",
+        "baseline (A/A)",
+    ]
     result = bench.run()
     seeds = {}
     for variant, seed in fake.calls:
@@ -204,8 +218,9 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
 
 
 def test_target_mode_default_presets_and_composition():
-    bench = _bench(FakeLauncher({"baseline": [1.0]}, target=True), tips=["T15"], presets=None, repeats=1,
-                   target="val_loss=0.5")
+    bench = _bench(
+        FakeLauncher({"baseline": [1.0]}, target=True), tips=["T15"], presets=None, repeats=1, target="val_loss=0.5"
+    )
     names = [v.name for v in bench.variants]
     assert "preset:fast+converge" in names and "preset:converge" in names and "preset:fast" in names
     fc = next(v for v in bench.variants if v.name == "preset:fast+converge")
@@ -262,7 +277,10 @@ def test_target_probe_gives_up_at_the_cap():
 
 def test_pick_peak_lr_on_made_up_curves():
     lrs = [10 ** (-6 + 6 * i / 99) for i in range(100)]
-    losses = [2.3 - 2.0 / (1 + math.exp(-(math.log10(lr) + 3) * 3)) + (5 * (math.log10(lr) + 1.5) if lr > 10**-1.5 else 0) for lr in lrs]
+    losses = [
+        2.3 - 2.0 / (1 + math.exp(-(math.log10(lr) + 3) * 3)) + (5 * (math.log10(lr) + 1.5) if lr > 10**-1.5 else 0)
+        for lr in lrs
+    ]
     pick = pick_peak_lr(lrs, losses)
     assert 10**-1.7 < pick.min_loss_lr < 10**-1.3 and pick.lr < pick.min_loss_lr
     assert steepest_lr(lrs, losses) is not None
@@ -281,8 +299,16 @@ def test_lr_schedule_auto_runs_lightnings_range_test_and_reports_the_peak(tmp_pa
     pl.seed_everything(0)
     cb = LRSchedule("onecycle", max_lr="auto", range_test_steps=8, horizon=0.5)
     model = TinyCNN(optimizer="adamw", lr=1e-3)
-    trainer = pl.Trainer(max_steps=6, callbacks=[cb], logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, limit_val_batches=0, default_root_dir=str(tmp_path))
+    trainer = pl.Trainer(
+        max_steps=6,
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=str(tmp_path),
+    )
     with caplog.at_level(logging.INFO):
         trainer.fit(model)
     assert cb.range_pick is not None and cb.range_pick.points >= 3
@@ -311,8 +337,16 @@ def test_fashion_mnist_reads_idx_files_and_says_how_to_install(tmp_path, monkeyp
 
     rng = np.random.RandomState(0)
     for split, n, gz in (("train", 40, True), ("t10k", 20, False)):
-        _write_idx(tmp_path / (f"{split}-images-idx3-ubyte" + (".gz" if gz else "")), rng.randint(0, 256, (n, 28, 28)).astype(np.uint8), gz)
-        _write_idx(tmp_path / (f"{split}-labels-idx1-ubyte" + (".gz" if gz else "")), rng.randint(0, 10, n).astype(np.uint8), gz)
+        _write_idx(
+            tmp_path / (f"{split}-images-idx3-ubyte" + (".gz" if gz else "")),
+            rng.randint(0, 256, (n, 28, 28)).astype(np.uint8),
+            gz,
+        )
+        _write_idx(
+            tmp_path / (f"{split}-labels-idx1-ubyte" + (".gz" if gz else "")),
+            rng.randint(0, 10, n).astype(np.uint8),
+            gz,
+        )
     assert read_idx(tmp_path / "t10k-images-idx3-ubyte").shape == (20, 28, 28)
     dm = FashionMNISTDataModule(root=str(tmp_path), batch_size=8, eval_batch_size=10, train_subset=32)
     dm.setup("fit")
@@ -336,10 +370,27 @@ def test_bench_target_end_to_end(tmp_path, capsys):
 
     out_yaml = tmp_path / "fastest.yaml"
     argv = TINY_CNN + [
-        "--target", "val_loss=100", "--target-every", "2", "--trainer.max_steps=4",
-        "--tips", "T15", "--presets", "none", "--repeats", "1", "--threads", "1",
-        "--isolation", "forkserver", "--no-noise-pair", "--no-progress", "--write-preset", str(out_yaml),
-        "--json", str(tmp_path / "b.json"),
+        "--target",
+        "val_loss=100",
+        "--target-every",
+        "2",
+        "--trainer.max_steps=4",
+        "--tips",
+        "T15",
+        "--presets",
+        "none",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--isolation",
+        "forkserver",
+        "--no-noise-pair",
+        "--no-progress",
+        "--write-preset",
+        str(out_yaml),
+        "--json",
+        str(tmp_path / "b.json"),
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out

@@ -1,0 +1,348 @@
+"""How bench summarises the runs of a variant and compares variants: spreads, paired ratios with a
+95% interval (Student's t on the log ratios of the repeats paired by seed), the run's own noise floor
+(an A/A pair of baselines) and the rule a pick must pass."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+# ------------------------------------------------------------------------------------- summaries
+
+
+@dataclass
+class Spread:
+    """Median and range of one figure over repeats."""
+
+    median: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def pct(self) -> Optional[float]:
+        """Half the range as a percentage of the median (``±x%``)."""
+        if self.median in (None, 0) or self.low is None or self.high is None:
+            return None
+        return 100.0 * (self.high - self.low) / (2.0 * abs(self.median))  # type: ignore[arg-type]
+
+    @classmethod
+    def of(cls, values: Sequence[Optional[float]]) -> Spread:
+        vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+        if not vals:
+            return cls(None, None, None, [])
+        return cls(statistics.median(vals), min(vals), max(vals), vals)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "min": self.low, "max": self.high, "spread_pct": self.pct, "values": self.values}
+
+
+def sanity_check(loss: Optional[float], baseline_loss: Optional[float], tolerance: float) -> tuple[bool, str]:
+    """Whether a variant's loss after the timed steps is finite and close to the baseline's.
+
+    ``tolerance`` is relative to the baseline's loss (with a floor of 0.05 absolute, so a loss
+    near zero does not turn noise into a failure).
+
+    Example:
+        >>> sanity_check(2.10, 2.00, 0.25)
+        (True, 'loss 2.1 vs baseline 2 (+5.0%)')
+        >>> sanity_check(float("nan"), 2.0, 0.25)[0]
+        False
+    """
+    if loss is None:
+        return True, "no loss to compare (training_step returned none)"
+    if not math.isfinite(loss):
+        return False, f"loss is {loss}"
+    if baseline_loss is None or not math.isfinite(baseline_loss):
+        return True, f"loss {loss:.4g} (no baseline loss to compare)"
+    diff = loss - baseline_loss
+    limit = max(tolerance * abs(baseline_loss), 0.05)
+    rel = f"{100.0 * diff / abs(baseline_loss):+.1f}%" if baseline_loss else f"{diff:+.3g}"
+    text = f"loss {loss:.4g} vs baseline {baseline_loss:.4g} ({rel})"
+    if abs(diff) > limit:
+        return False, text + f": further than the tolerance {tolerance:.0%}"
+    return True, text
+
+
+@dataclass
+class VariantSummary:
+    """The figures of one variant over its repeats, and how they compare with the baseline."""
+
+    runs_ok: int
+    runs_failed: int
+    samples_per_s: Spread
+    step_s: Spread
+    data_wait: Spread
+    warmup_s: Spread
+    warmup_excess_s: Spread
+    train_mem: Spread
+    peak_rss: Spread
+    cuda_peak: Spread
+    loss: Spread
+    speedup: Optional[float] = None
+    speedup_range: tuple[Optional[float], Optional[float]] = (None, None)
+    speedup_ci: tuple[Optional[float], Optional[float]] = (None, None)
+    mem_ratio: Optional[float] = None
+    sane: bool = True
+    sanity: str = ""
+    failure: Optional[str] = None
+    target_time: Spread = field(default_factory=lambda: Spread(None, None, None))
+    target_steps: Spread = field(default_factory=lambda: Spread(None, None, None))
+    target_reached: int = 0
+    target_missed: int = 0
+    picked_why: str = ""
+
+    @classmethod
+    def empty(cls) -> VariantSummary:
+        """A summary with no figures (tests fill in what they need)."""
+        none = Spread(None, None, None)
+        return cls(1, 0, none, none, none, none, none, none, none, none, none)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"runs_ok": self.runs_ok, "runs_failed": self.runs_failed}
+        for name in (
+            "samples_per_s",
+            "step_s",
+            "data_wait",
+            "warmup_s",
+            "warmup_excess_s",
+            "train_mem",
+            "peak_rss",
+            "cuda_peak",
+            "loss",
+        ):
+            out[name] = getattr(self, name).to_dict()
+        out.update(
+            speedup=self.speedup,
+            speedup_min=self.speedup_range[0],
+            speedup_max=self.speedup_range[1],
+            speedup_ci95=list(self.speedup_ci),
+            target_time_s=self.target_time.to_dict(),
+            target_steps=self.target_steps.to_dict(),
+            target_reached=self.target_reached,
+            target_missed=self.target_missed,
+            picked_why=self.picked_why,
+            mem_ratio=self.mem_ratio,
+            sane=self.sane,
+            sanity=self.sanity,
+            failure=self.failure,
+        )
+        return out
+
+
+def _rate(run: Mapping[str, Any]) -> Optional[float]:
+    return run.get("samples_per_s") or run.get("steps_per_s")
+
+
+def summarize(runs: Sequence[Mapping[str, Any]]) -> VariantSummary:
+    """Summarise the raw results of one variant's runs (failed runs are counted, not averaged)."""
+    ok = [r for r in runs if r.get("status") == "ok"]
+    failed = [r for r in runs if r.get("status") != "ok"]
+    s = VariantSummary(
+        runs_ok=len(ok),
+        runs_failed=len(failed),
+        samples_per_s=Spread.of([_rate(r) for r in ok]),
+        step_s=Spread.of([r.get("step_s") for r in ok]),
+        data_wait=Spread.of([r.get("data_wait_fraction") for r in ok]),
+        warmup_s=Spread.of([r.get("warmup_s") for r in ok]),
+        warmup_excess_s=Spread.of([r.get("warmup_excess_s") for r in ok]),
+        train_mem=Spread.of([r.get("train_mem_bytes") for r in ok]),
+        peak_rss=Spread.of([r.get("peak_rss_bytes") for r in ok]),
+        cuda_peak=Spread.of([r.get("cuda_peak_bytes") for r in ok]),
+        loss=Spread.of([r.get("loss") for r in ok]),
+    )
+    if any("reached" in r for r in ok):
+        s.target_time = Spread.of([r.get("time_to_target_s") for r in ok if r.get("reached")])
+        s.target_steps = Spread.of([r.get("steps_to_target") for r in ok if r.get("reached")])
+        s.target_reached = sum(1 for r in ok if r.get("reached"))
+        s.target_missed = len(ok) - s.target_reached
+    if failed and not ok:
+        s.failure = str(failed[0].get("reason") or "failed")
+        s.sane = False
+        s.sanity = "no run completed"
+    elif any(r.get("loss") is not None and not math.isfinite(float(r["loss"])) for r in ok):
+        s.sane = False
+        s.sanity = "a run ended with a non-finite loss"
+    return s
+
+
+def _time_to_target(run: Mapping[str, Any]) -> Optional[float]:
+    return run.get("time_to_target_s") if run.get("reached") else None
+
+
+def compare_target(
+    summary: VariantSummary,
+    runs: Sequence[Mapping[str, Any]],
+    baseline: VariantSummary,
+    baseline_runs: Sequence[Mapping[str, Any]],
+) -> None:
+    """Time-to-target mode: the speed-up is the baseline's median time to the target over the
+    variant's, with a 95% interval from the repeats paired by seed; a miss leaves no ratio."""
+    if summary.target_missed or not summary.target_reached or not baseline.target_reached:
+        return
+    if summary.target_time.median and baseline.target_time.median:
+        summary.speedup = baseline.target_time.median / summary.target_time.median
+    paired = paired_ratios(runs, baseline_runs, _time_to_target, higher_is_better=False)
+    if paired:
+        summary.speedup_range = (min(paired), max(paired))
+        _, lo, hi = ratio_interval(paired)
+        summary.speedup_ci = (lo, hi)
+
+
+def compare(
+    summary: VariantSummary,
+    runs: Sequence[Mapping[str, Any]],
+    baseline: VariantSummary,
+    baseline_runs: Sequence[Mapping[str, Any]],
+    tolerance: float,
+) -> None:
+    """Fill in the speed-up, its range over paired repeats, the memory ratio and the sanity verdict."""
+    base = baseline.samples_per_s.median
+    if summary.samples_per_s.median is not None and base:
+        summary.speedup = summary.samples_per_s.median / base
+        by_repeat = {r.get("repeat"): _rate(r) for r in baseline_runs if r.get("status") == "ok"}
+        paired = [
+            _rate(r) / by_repeat[r.get("repeat")]  # type: ignore[operator]
+            for r in runs
+            if r.get("status") == "ok" and _rate(r) and by_repeat.get(r.get("repeat"))
+        ]
+        if paired:
+            summary.speedup_range = (min(paired), max(paired))
+            _, lo, hi = ratio_interval(paired)
+            summary.speedup_ci = (lo, hi)
+    if summary.train_mem.median is not None and baseline.train_mem.median:
+        summary.mem_ratio = summary.train_mem.median / baseline.train_mem.median
+    if summary.runs_ok and summary.sane:
+        summary.sane, summary.sanity = sanity_check(summary.loss.median, baseline.loss.median, tolerance)
+
+
+# ------------------------------------------------------------------------------ confidence intervals
+
+#: two-sided 95% quantiles of Student's t, by degrees of freedom (1..30; above: the normal's 1.96)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+
+
+def t95(dof: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
+    if dof < 1:
+        raise ValueError(f"`dof` must be >= 1, got {dof}")
+    return _T95[dof - 1] if dof <= len(_T95) else 1.96
+
+
+def ratio_interval(ratios: Sequence[float]) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    """``(geometric mean, low, high)``: a 95% confidence interval of a ratio from paired repeats.
+
+    Each repeat pairs a variant with the baseline of the same repeat (same seed, run side by side), so
+    the ratios are independent draws; the interval is Student's t on their logarithms, back-transformed
+    (a ratio of 2 and one of 0.5 are equally far from 1). One ratio gives no interval (``None``s).
+
+    Example:
+        >>> g, lo, hi = ratio_interval([1.10, 1.12, 1.08])
+        >>> round(g, 3), round(lo, 3), round(hi, 3)
+        (1.1, 1.051, 1.151)
+        >>> ratio_interval([1.2])
+        (1.2, None, None)
+    """
+    logs = [math.log(r) for r in ratios if r is not None and r > 0 and math.isfinite(r)]
+    if not logs:
+        return None, None, None
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), None, None
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def paired_ratios(
+    runs: Sequence[Mapping[str, Any]],
+    baseline_runs: Sequence[Mapping[str, Any]],
+    figure: Callable[[Mapping[str, Any]], Optional[float]],
+    higher_is_better: bool = True,
+) -> list[float]:
+    """Per repeat, the variant's figure over the baseline's of the same repeat (inverted when lower is
+    better, so a ratio above 1 is always a gain)."""
+    base = {r.get("repeat"): figure(r) for r in baseline_runs if r.get("status") == "ok"}
+    out = []
+    for r in runs:
+        if r.get("status") != "ok":
+            continue
+        mine, theirs = figure(r), base.get(r.get("repeat"))
+        if mine and theirs:
+            out.append(mine / theirs if higher_is_better else theirs / mine)
+    return out
+
+
+def noise_floor(aa: Optional[VariantSummary]) -> float:
+    """How far from 1.0 an A/A pair (the baseline against itself) landed: the gain noise alone gives."""
+    if aa is None or aa.speedup is None:
+        return 0.0
+    return abs(aa.speedup - 1.0)
+
+
+def pick_verdict(summary: Optional[VariantSummary], min_gain: float, noise: float = 0.0) -> tuple[bool, str]:
+    """Whether a variant may be picked, and why (not): every run completed (and reached the target),
+    it passed the sanity check, its confidence interval lies above 1.0, and its gain clears both
+    ``min_gain`` and the A/A noise floor.
+
+    Example:
+        >>> s = VariantSummary.empty(); s.speedup, s.speedup_ci = 1.05, (1.01, 1.09)
+        >>> pick_verdict(s, min_gain=0.02, noise=0.06)
+        (False, 'gain 1.05x is within the noise floor (A/A pair off by 6.0%)')
+        >>> pick_verdict(s, min_gain=0.02, noise=0.01)
+        (True, 'gain 1.05x, 95% CI 1.01-1.09')
+    """
+    if summary is None or not summary.runs_ok:
+        return False, "no run completed"
+    if summary.runs_failed:
+        return False, f"{summary.runs_failed} run(s) failed"
+    if summary.target_missed:
+        return False, f"missed the target in {summary.target_missed} of {summary.runs_ok} run(s)"
+    if not summary.sane:
+        return False, f"failed the sanity check ({summary.sanity})"
+    g = summary.speedup
+    lo, hi = summary.speedup_ci
+    if g is None:
+        return False, "no ratio to the baseline"
+    if lo is None or hi is None:
+        return False, f"gain {g:.2f}x has no confidence interval (one paired repeat; use --repeats 2 or more)"
+    if lo <= 1.0:
+        return False, f"95% CI {lo:.2f}-{hi:.2f} includes 1.0"
+    if g < 1.0 + min_gain:
+        return False, f"gain {g:.2f}x is below --min-gain {min_gain:.0%}"
+    if g - 1.0 <= noise:
+        return False, f"gain {g:.2f}x is within the noise floor (A/A pair off by {100 * noise:.1f}%)"
+    return True, f"gain {g:.2f}x, 95% CI {lo:.2f}-{hi:.2f}"

@@ -1,0 +1,164 @@
+"""Time to a target metric (``bench --target val_acc=0.90``): the target, its direction, and the probe
+that checks the metric at regular validation points and stops the run when it is reached."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from lightning.pytorch.callbacks import Callback
+
+from lightning_speedups.bench.measure import batch_size_of
+
+# ------------------------------------------------------------------------------------- time to target
+
+#: metric-name fragments that mean "lower is better"
+LOWER_IS_BETTER = ("loss", "err", "perplexity", "ppl", "mse", "mae", "rmse", "nll", "time", "wer", "cer")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal: ``metric`` reaching ``value`` (``mode="max"``: at least, ``"min"``: at most)."""
+
+    metric: str
+    value: float
+    mode: str
+
+    def reached(self, value: Optional[float]) -> bool:
+        if value is None or not math.isfinite(value):
+            return False
+        return value >= self.value if self.mode == "max" else value <= self.value
+
+    def text(self) -> str:
+        return f"{self.metric} {'>=' if self.mode == 'max' else '<='} {self.value:g}"
+
+
+def infer_mode(metric: str) -> str:
+    """``"min"`` for a name that reads like a loss or an error, else ``"max"`` (accuracy, F1, ...).
+
+    Example:
+        >>> infer_mode("val_acc"), infer_mode("val_loss"), infer_mode("valid/perplexity")
+        ('max', 'min', 'min')
+    """
+    low = metric.lower()
+    return "min" if any(word in low for word in LOWER_IS_BETTER) else "max"
+
+
+def parse_target(text: str, mode: Optional[str] = None) -> Target:
+    """``"val_acc=0.90"`` (direction from the name), ``"val_loss<=0.3"`` or ``"val_acc>=0.9"``.
+
+    Raises:
+        ValueError: not ``METRIC=VALUE`` / ``METRIC>=VALUE`` / ``METRIC<=VALUE`` with a number.
+
+    Example:
+        >>> parse_target("val_acc=0.90")
+        Target(metric='val_acc', value=0.9, mode='max')
+        >>> parse_target("val_loss<=0.35").mode
+        'min'
+    """
+    given = None
+    for op, m in ((">=", "max"), ("<=", "min"), ("=", None)):
+        if op in text:
+            name, _, value = text.partition(op)
+            given = m
+            break
+    else:
+        raise ValueError(f"--target {text!r}: write METRIC=VALUE, e.g. val_acc=0.90 (or val_loss<=0.3).")
+    name = name.strip()
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"--target {text!r}: {value.strip()!r} is not a number.") from None
+    if not name or not math.isfinite(number):
+        raise ValueError(f"--target {text!r}: write METRIC=VALUE, e.g. val_acc=0.90.")
+    if mode is not None and given is not None and mode != given:
+        raise ValueError(f"--target {text!r} says {given} but --target-mode says {mode}.")
+    return Target(name, number, given or mode or infer_mode(name))
+
+
+class TargetProbe(Callback):
+    """Trains until a logged metric reaches a target, read at every validation; times it.
+
+    The training clock runs from ``fit`` start (so a range test at the start counts) and stops during
+    validation (the check is the instrument, not the training). It stops the run when the target is
+    reached, or when the training clock passes ``max_time``.
+
+    Args:
+        target: the goal.
+        max_time: seconds of training after which the run gives up (a miss).
+        clock: seconds (tests pass a fake one).
+    """
+
+    def __init__(
+        self, target: Target, max_time: float = math.inf, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        super().__init__()
+        self.target = target
+        self.max_time = max_time
+        self._clock = clock
+        self.t_fit: Optional[float] = None
+        self._val_start: Optional[float] = None
+        self.val_s = 0.0
+        self.checks: list[dict[str, Any]] = []
+        self.reached_at: Optional[dict[str, Any]] = None
+        self.timed_out = False
+        self.samples = 0
+        self.batch_size: Optional[int] = None
+
+    def train_s(self) -> float:
+        if self.t_fit is None:
+            return 0.0
+        running = self._clock() - self._val_start if self._val_start is not None else 0.0
+        return self._clock() - self.t_fit - self.val_s - running
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.t_fit is None:
+            self.t_fit = self._clock()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        n = batch_size_of(batch)
+        if n is not None:
+            self.samples += n
+            self.batch_size = n
+        if self.reached_at is None and self.train_s() > self.max_time:
+            self.timed_out = True
+            trainer.should_stop = True
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if not trainer.sanity_checking:
+            self._val_start = self._clock()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.sanity_checking or self._val_start is None:
+            return
+        self.val_s += self._clock() - self._val_start
+        self._val_start = None
+        raw = trainer.callback_metrics.get(self.target.metric)
+        value = None if raw is None else float(raw)
+        check = {"step": int(trainer.global_step), "train_s": self.train_s(), "samples": self.samples, "value": value}
+        self.checks.append(check)
+        if self.reached_at is None and self.target.reached(value):
+            self.reached_at = check
+            trainer.should_stop = True
+
+    def results(self) -> dict[str, Any]:
+        hit = self.reached_at
+        seen = [c["value"] for c in self.checks if c["value"] is not None]
+        best = (max(seen) if self.target.mode == "max" else min(seen)) if seen else None
+        return {
+            "target": self.target.text(),
+            "reached": hit is not None,
+            "time_to_target_s": None if hit is None else hit["train_s"],
+            "steps_to_target": None if hit is None else hit["step"],
+            "samples_to_target": None if hit is None else hit["samples"],
+            "best_value": best,
+            "checks": list(self.checks),
+            "train_s": self.train_s(),
+            "val_s": self.val_s,
+            "timed_out": self.timed_out,
+            "metric_seen": any(c["value"] is not None for c in self.checks),
+            "batch_size": self.batch_size,
+        }
