@@ -89,8 +89,17 @@ class Agent:
 
 
 class DQN(pl.LightningModule):
-    def __init__(self, length: int = 6, batch_size: int = 4, sample_size: int = 8, lr: float = 1e-2,
-                 gamma: float = 0.9, sync_rate: int = 4, warm_start: int = 16, epsilon: float = 0.3) -> None:
+    def __init__(
+        self,
+        length: int = 6,
+        batch_size: int = 4,
+        sample_size: int = 8,
+        lr: float = 1e-2,
+        gamma: float = 0.9,
+        sync_rate: int = 4,
+        warm_start: int = 16,
+        epsilon: float = 0.3,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         random.seed(0)

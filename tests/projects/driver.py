@@ -19,9 +19,8 @@ from typing import Any
 
 def main(argv: list[str]) -> int:
     name, out_path = argv[0], argv[1]
-    from projects.matrix import PROJECTS, fit_cli, presets, write_user_yaml
-
     from lightning_speedups.cli import main as cli_main
+    from projects.matrix import PROJECTS, fit_cli, presets, write_user_yaml
 
     project = PROJECTS[name]
     out: dict[str, Any] = {"project": name, "cli": {}, "seconds": {}}
@@ -32,7 +31,7 @@ def main(argv: list[str]) -> int:
             t0 = time.perf_counter()
             try:
                 out["cli"][preset] = fit_cli(preset, user_yaml)
-            except BaseException as err:  # noqa: BLE001 - reported to the test
+            except BaseException as err:
                 out["cli"][preset] = {"error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()[-3000:]}
             out["seconds"][preset] = round(time.perf_counter() - t0, 2)
         # doctor --json, smallest run
@@ -42,7 +41,7 @@ def main(argv: list[str]) -> int:
             code = cli_main(["doctor", "--config", user_yaml, "--json", "--steps", "2", "--no-lint"])
         text = buf.getvalue()
         try:
-            doctor = json.loads(text[text.index("{"):])
+            doctor = json.loads(text[text.index("{") :])
         except ValueError:
             doctor = {"unparsed": text[-2000:]}
         out["doctor"] = {"code": code, "json": doctor, "stderr": err.getvalue()[-2000:]}
@@ -51,16 +50,42 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         bench_json = os.path.join(tmp, "bench.json")
         with contextlib.redirect_stdout(io.StringIO()) as bout, contextlib.redirect_stderr(io.StringIO()) as berr:
-            code = cli_main([
-                "bench", "--config", user_yaml, "--tips", "none", "--presets", "none", "--steps", "2",
-                "--warmup", "1", "--repeats", "1", "--no-search", "--no-extras", "--no-noise-pair",
-                "--no-memory-step", "--no-progress", "--threads", "1", "--json", bench_json,
-            ])
+            code = cli_main(
+                [
+                    "bench",
+                    "--config",
+                    user_yaml,
+                    "--tips",
+                    "none",
+                    "--presets",
+                    "none",
+                    "--steps",
+                    "2",
+                    "--warmup",
+                    "1",
+                    "--repeats",
+                    "1",
+                    "--no-search",
+                    "--no-extras",
+                    "--no-noise-pair",
+                    "--no-memory-step",
+                    "--no-progress",
+                    "--threads",
+                    "1",
+                    "--json",
+                    bench_json,
+                ]
+            )
         bench: Any = None
         if os.path.exists(bench_json):
             with open(bench_json, encoding="utf-8") as fh:
                 bench = json.load(fh)
-        out["bench"] = {"code": code, "json": bench, "stdout": bout.getvalue()[-3000:], "stderr": berr.getvalue()[-3000:]}
+        out["bench"] = {
+            "code": code,
+            "json": bench,
+            "stdout": bout.getvalue()[-3000:],
+            "stderr": berr.getvalue()[-3000:],
+        }
         out["seconds"]["bench"] = round(time.perf_counter() - t0, 2)
     with open(out_path, "w", encoding="utf-8") as fh:
         json.dump(out, fh, indent=1, default=str)

@@ -66,23 +66,54 @@ class Project:
 PROJECTS: dict[str, Project] = {
     p.name: p
     for p in (
-        Project("gan", "projects.gan.DCGAN", "projects.gan.ImageData",
-                shape="DCGAN: manual optimization, two optimizers ([opt_g, opt_d], []), the user's pin_memory=True on CPU"),
-        Project("unet", "projects.unet.UNet", "projects.unet.SegmentationData",
-                shape="UNet segmentation: dict batches, training_step returns a dict, the user's own loader worker"),
-        Project("resnet", "projects.resnet.ResNetClassifier", "projects.resnet.ImageClassData",
-                shape="ResNet classifier: datasets built in setup, ([opt], [scheduler dict, frequency 2]), epoch-end logging"),
-        Project("lm", "projects.lm.LanguageModel", "projects.lm.TinyTextData",
-                shape="language model on lightning.pytorch.demos.Transformer, dict with lr_scheduler interval step"),
-        Project("autoencoder", "projects.autoencoder.AutoEncoder", "projects.autoencoder.FlatImageData",
-                shape="autoencoder: manual optimization with one optimizer and a scheduler stepped by hand, on_epoch logging"),
-        Project("dqn", "projects.dqn.DQN",
-                shape="DQN: an IterableDataset (no __len__) sampling a replay buffer that training_step fills"),
-        Project("configure_model", "projects.sharded.LateBuiltCNN", "projects.resnet.ImageClassData",
-                shape="layers built in configure_model, lr_scheduler interval epoch / frequency 1"),
-        Project("finetune", "projects.finetune.FineTuner", "projects.resnet.ImageClassData",
-                callbacks=(("lightning.pytorch.callbacks.BackboneFinetuning", {"unfreeze_backbone_at_epoch": 1}),),
-                trainer={"max_epochs": 2},
-                shape="frozen backbone unfrozen by Lightning's BackboneFinetuning at epoch 1"),
+        Project(
+            "gan",
+            "projects.gan.DCGAN",
+            "projects.gan.ImageData",
+            shape="DCGAN: manual optimization, two optimizers ([opt_g, opt_d], []), the user's pin_memory=True on CPU",
+        ),
+        Project(
+            "unet",
+            "projects.unet.UNet",
+            "projects.unet.SegmentationData",
+            shape="UNet segmentation: dict batches, training_step returns a dict, the user's own loader worker",
+        ),
+        Project(
+            "resnet",
+            "projects.resnet.ResNetClassifier",
+            "projects.resnet.ImageClassData",
+            shape="ResNet classifier: datasets built in setup, ([opt], [scheduler dict, frequency 2]), epoch-end logging",
+        ),
+        Project(
+            "lm",
+            "projects.lm.LanguageModel",
+            "projects.lm.TinyTextData",
+            shape="language model on lightning.pytorch.demos.Transformer, dict with lr_scheduler interval step",
+        ),
+        Project(
+            "autoencoder",
+            "projects.autoencoder.AutoEncoder",
+            "projects.autoencoder.FlatImageData",
+            shape="autoencoder: manual optimization with one optimizer and a scheduler stepped by hand, on_epoch logging",
+        ),
+        Project(
+            "dqn",
+            "projects.dqn.DQN",
+            shape="DQN: an IterableDataset (no __len__) sampling a replay buffer that training_step fills",
+        ),
+        Project(
+            "configure_model",
+            "projects.sharded.LateBuiltCNN",
+            "projects.resnet.ImageClassData",
+            shape="layers built in configure_model, lr_scheduler interval epoch / frequency 1",
+        ),
+        Project(
+            "finetune",
+            "projects.finetune.FineTuner",
+            "projects.resnet.ImageClassData",
+            callbacks=(("lightning.pytorch.callbacks.BackboneFinetuning", {"unfreeze_backbone_at_epoch": 1}),),
+            trainer={"max_epochs": 2},
+            shape="frozen backbone unfrozen by Lightning's BackboneFinetuning at epoch 1",
+        ),
     )
 }

@@ -16,8 +16,15 @@ from projects.resnet import ImageClassData
 from projects.sharded import LateBuiltCNN
 from projects.vggish import VGGish
 
-QUIET = dict(accelerator="cpu", max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
-             enable_progress_bar=False, enable_model_summary=False)
+QUIET = dict(
+    accelerator="cpu",
+    max_steps=2,
+    limit_val_batches=0,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+)
 
 
 def test_surgery_reaches_layers_built_in_configure_model():

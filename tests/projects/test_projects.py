@@ -80,8 +80,27 @@ def test_python_api(project: str, name: str) -> None:
 def cli_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every project's driver, two at a time (one torch thread each: the 2 CI cores stay busy)."""
     out_dir = tmp_path_factory.mktemp("projects")
-    env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # an in-process DDP / FSDP fit (the Python-API tests) leaves Lightning's MASTER_PORT, LOCAL_RANK, ...
+    # in os.environ: a child that inherits them believes it is a launched rank
+    leaked = {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NODE_RANK",
+        "LOCAL_RANK",
+        "RANK",
+        "WORLD_SIZE",
+        "GROUP_RANK",
+        "LOCAL_WORLD_SIZE",
+        "PL_GLOBAL_SEED",
+        "PL_SEED_WORKERS",
+    }
+    clean = {k: v for k, v in os.environ.items() if k not in leaked}
+    env = {
+        **clean,
+        "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     todo = list(PROJECTS)
     running: dict[str, tuple[subprocess.Popen, float]] = {}
     results: dict[str, Any] = {}
@@ -89,7 +108,10 @@ def cli_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         while todo and len(running) < 2:
             name = todo.pop(0)
             cmd = [sys.executable, "-m", "projects.driver", name, str(out_dir / f"{name}.json")]
-            running[name] = (subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), time.time())
+            running[name] = (
+                subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                time.time(),
+            )
         for name, (proc, t0) in list(running.items()):
             if proc.poll() is None and time.time() - t0 < 400:
                 continue
