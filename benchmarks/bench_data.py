@@ -66,9 +66,7 @@ def load_digits_uint8() -> tuple[np.ndarray, np.ndarray]:
 def augment(img8: np.ndarray, rng: np.random.Generator, work: int) -> np.ndarray:
     """8x8 uint8 -> 32x32 uint8, with real per-sample numpy work (``work`` blur passes)."""
     x = np.kron(img8.astype(np.float32), np.ones((4, 4), np.float32))  # 32 x 32
-    x = np.roll(
-        x, shift=(int(rng.integers(-3, 4)), int(rng.integers(-3, 4))), axis=(0, 1)
-    )
+    x = np.roll(x, shift=(int(rng.integers(-3, 4)), int(rng.integers(-3, 4))), axis=(0, 1))
     if rng.random() < 0.5:
         x = x[:, ::-1]
     x = x * rng.uniform(0.8, 1.2)
@@ -148,9 +146,7 @@ class RefCNN(pl.LightningModule):
 class Variant:
     """One loader configuration; ``burst`` times ``k`` training steps pulled from it."""
 
-    def __init__(
-        self, name: str, loader: DataLoader, post: Callable[[Any], Any] = lambda b: b
-    ) -> None:
+    def __init__(self, name: str, loader: DataLoader, post: Callable[[Any], Any] = lambda b: b) -> None:
         self.name, self.loader, self.post = name, loader, post
         self.it = None
 
@@ -187,12 +183,8 @@ class Variant:
 
 def tuned(ds: Dataset, bs: int, collate: Callable, **settings: Any) -> DataLoader:
     """The loader LoaderTuning would build from the user's plain loader with these settings."""
-    base = DataLoader(
-        ds, batch_size=bs, shuffle=True, collate_fn=collate, drop_last=True
-    )
-    resolved = resolve_loader_settings(
-        LoaderSettings(**settings), base, accelerator="cpu"
-    )
+    base = DataLoader(ds, batch_size=bs, shuffle=True, collate_fn=collate, drop_last=True)
+    resolved = resolve_loader_settings(LoaderSettings(**settings), base, accelerator="cpu")
     return rebuild_dataloader(base, **resolved.kwargs)
 
 
@@ -204,18 +196,14 @@ def build_variants(args: argparse.Namespace) -> dict[str, list[Variant]]:
         "workers": [
             Variant(
                 f"workers={n}",
-                tuned(
-                    flt, bs, default_collate, num_workers=n, persistent_workers="auto"
-                ),
+                tuned(flt, bs, default_collate, num_workers=n, persistent_workers="auto"),
             )
             for n in (0, 1, 2, "auto")
         ],
         "persistent": [
             Variant(
                 "1 worker, not persistent",
-                tuned(
-                    flt, bs, default_collate, num_workers=1, persistent_workers=False
-                ),
+                tuned(flt, bs, default_collate, num_workers=1, persistent_workers=False),
             ),
             Variant(
                 "1 worker, persistent",
@@ -250,10 +238,7 @@ def collate_micro(rounds: int = 15) -> dict[str, float]:
     """Collate alone on 32 ImageNet-sized samples (3x224x224 float32): median ms per batch, and the
     median of the per-round ratios (the two run back to back each round)."""
     rng = np.random.default_rng(0)
-    arrays = [
-        rng.integers(0, 256, (3, 224, 224), dtype=np.uint8).astype(np.float32)
-        for _ in range(32)
-    ]
+    arrays = [rng.integers(0, 256, (3, 224, 224), dtype=np.uint8).astype(np.float32) for _ in range(32)]
     default_collate([torch.tensor(a) for a in arrays])  # first calls pay one-off costs
     zero_copy_collate(arrays)
     copy_ms, zero_ms, ratio = [], [], []
@@ -318,9 +303,7 @@ def main() -> None:
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
 
     dl = RefCNN(work=args.work).train_dataloader()
-    auto = resolve_loader_settings(
-        LoaderSettings(), dl, accelerator="cuda" if torch.cuda.is_available() else "cpu"
-    )
+    auto = resolve_loader_settings(LoaderSettings(), dl, accelerator="cuda" if torch.cuda.is_available() else "cpu")
     header = {
         "cpus": len(os.sched_getaffinity(0)),
         "torch_threads": torch.get_num_threads(),
@@ -339,9 +322,7 @@ def main() -> None:
         groups = {g: vs for g, vs in groups.items() if g in keep}
     model = RefCNN().net
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for vs in (
-        groups.values()
-    ):  # warm-up burst per variant (worker start-up, first-call costs), untimed
+    for vs in groups.values():  # warm-up burst per variant (worker start-up, first-call costs), untimed
         for v in vs:
             v.burst(model, opt, 2)
     # ratios per round against the first variant of the group, measured back to back: load on a shared
@@ -360,8 +341,7 @@ def main() -> None:
                 ratios[v.name].append(rate / base_rate)
         rounds += 1
         print(
-            f"round {rounds}: "
-            + ", ".join(f"{k} {r[-1]:.2f}" for k, r in ratios.items()),
+            f"round {rounds}: " + ", ".join(f"{k} {r[-1]:.2f}" for k, r in ratios.items()),
             flush=True,
         )
     elapsed = time.perf_counter() - t_start
@@ -393,13 +373,8 @@ def main() -> None:
         auto_r = [a / b for a, b in zip(ratios["workers=auto"], ratios[best])]
         ratio = statistics.median(auto_r)
         noise = (q(auto_r, 0.75) - q(auto_r, 0.25)) / 2
-        verdict = (
-            f"auto / best fixed ({best}) = {ratio:.2f} (median of paired rounds, half-IQR {noise:.2f}): "
-            + (
-                "within the noise"
-                if ratio >= 1 - max(noise, 0.02)
-                else "SLOWER than the noise allows"
-            )
+        verdict = f"auto / best fixed ({best}) = {ratio:.2f} (median of paired rounds, half-IQR {noise:.2f}): " + (
+            "within the noise" if ratio >= 1 - max(noise, 0.02) else "SLOWER than the noise allows"
         )
     collate_line = (
         f"Collate alone, 32 samples of 3x224x224 float32: torch.tensor + default_collate "
@@ -437,20 +412,9 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write("# Data pipeline benchmark (tips T02, T03, T13, T18, T21)\n\n")
-            f.write(
-                "Command: `" + " ".join(["/work/venv/bin/python", *sys.argv]) + "`\n\n"
-            )
+            f.write("Command: `" + " ".join(["/work/venv/bin/python", *sys.argv]) + "`\n\n")
             f.write("```json\n" + json.dumps(header, indent=1) + "\n```\n\n")
-            f.write(
-                table
-                + "\n\n"
-                + verdict
-                + "\n\n"
-                + collate_line
-                + "\n\n"
-                + bytes_line
-                + "\n"
-            )
+            f.write(table + "\n\n" + verdict + "\n\n" + collate_line + "\n\n" + bytes_line + "\n")
 
 
 if __name__ == "__main__":

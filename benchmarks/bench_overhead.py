@@ -42,9 +42,19 @@ from lightning_speedups import (  # noqa: E402
 
 def idle_parts():
     """Parts that find nothing to change on a CPU transformer (plus the monitors a preset turns on)."""
-    return [ChannelsLast(), ConvBiasRemoval(), CudnnBenchmark("auto"), MatmulPrecision("auto"),
-            LoaderTuning(num_workers=None, pin_memory="auto", persistent_workers=None), DataWaitMonitor(),
-            InputStatsCheck(), GradsToNoneCheck(), NoGradEvalCheck(), ShapeWatch(), SpeedupsSummary()]
+    return [
+        ChannelsLast(),
+        ConvBiasRemoval(),
+        CudnnBenchmark("auto"),
+        MatmulPrecision("auto"),
+        LoaderTuning(num_workers=None, pin_memory="auto", persistent_workers=None),
+        DataWaitMonitor(),
+        InputStatsCheck(),
+        GradsToNoneCheck(),
+        NoGradEvalCheck(),
+        ShapeWatch(),
+        SpeedupsSummary(),
+    ]
 
 
 def measure(model, steps: int, config: str | None = None) -> tuple[float, float, float, int]:
@@ -52,15 +62,19 @@ def measure(model, steps: int, config: str | None = None) -> tuple[float, float,
     names = {type(cb).__name__ for cb in parts}
     if config is None:
         profiler = SimpleProfiler()
-        trainer = Trainer(**{**QUIET, "max_steps": steps, "limit_val_batches": 0, "profiler": profiler},
-                          callbacks=parts)
+        trainer = Trainer(
+            **{**QUIET, "max_steps": steps, "limit_val_batches": 0, "profiler": profiler}, callbacks=parts
+        )
         trainer.fit(model)
     else:  # a reference workload, built exactly as `fit --config` builds it
         from lightning_speedups.session import build
 
         overrides = {k: v for k, v in QUIET.items() if k not in ("accelerator", "devices")}
-        cli = build(["--config", config], callbacks=parts, trainer_overrides={
-            **overrides, "max_steps": steps, "limit_val_batches": 0, "profiler": "simple"})
+        cli = build(
+            ["--config", config],
+            callbacks=parts,
+            trainer_overrides={**overrides, "max_steps": steps, "limit_val_batches": 0, "profiler": "simple"},
+        )
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
         trainer, profiler = cli.trainer, cli.trainer.profiler
     per_step = once = total = 0.0
@@ -83,15 +97,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {args.steps} steps, 1 thread")
-    print("| model | per-step hooks of the pack | training steps | per-step overhead | one-off hooks (setup, fit start, ...) |")
+    print(
+        "| model | per-step hooks of the pack | training steps | per-step overhead | one-off hooks (setup, fit start, ...) |"
+    )
     print("|---|---|---|---|---|")
-    runs = [("TinyTransformer (2 layers, d=32)", lambda: TinyTransformer(n=64, batch_size=8), None),
-            ("TinyCNN (2 convs, 8x8)", lambda: TinyCNN(n=256, batch_size=16), None)]
+    runs = [
+        ("TinyTransformer (2 layers, d=32)", lambda: TinyTransformer(n=64, batch_size=8), None),
+        ("TinyCNN (2 convs, 8x8)", lambda: TinyCNN(n=256, batch_size=16), None),
+    ]
     runs += [(config, lambda: None, config) for config in args.config]
     for label, make, config in runs:
         per_step, once, total, steps = measure(make(), args.steps, config)
-        print(f"| {label} | {per_step * 1e3:.1f} ms | {total * 1e3:.0f} ms over {steps} steps |"
-              f" {per_step / total:.2%} | {once * 1e3:.0f} ms |")
+        print(
+            f"| {label} | {per_step * 1e3:.1f} ms | {total * 1e3:.0f} ms over {steps} steps |"
+            f" {per_step / total:.2%} | {once * 1e3:.0f} ms |"
+        )
 
 
 if __name__ == "__main__":

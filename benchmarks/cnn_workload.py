@@ -45,7 +45,9 @@ class AugmentedDigits(Dataset):
     Randomness comes from ``np.random`` (seeded by Lightning's ``seed_everything``, per worker too).
     """
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, pad: int = 4, noise: float = 0.05, train: bool = True) -> None:
+    def __init__(
+        self, images: np.ndarray, labels: np.ndarray, pad: int = 4, noise: float = 0.05, train: bool = True
+    ) -> None:
         self.images = images
         self.labels = labels
         self.pad = pad
@@ -98,7 +100,9 @@ class DigitsAugmentedDataModule(pl.LightningDataModule):
         self._val = AugmentedDigits(images[val], labels[val], train=False)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self._train, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers, drop_last=True)
+        return DataLoader(
+            self._train, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers, drop_last=True
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self._val, batch_size=self.batch_size, num_workers=self.num_workers)

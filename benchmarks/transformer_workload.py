@@ -85,7 +85,9 @@ class PythonDocsDataModule(pl.LightningDataModule):
         self._val = CharWindows(ids[cut:], self.seq)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self._train, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers, drop_last=True)
+        return DataLoader(
+            self._train, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers, drop_last=True
+        )
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self._val, batch_size=self.batch_size, num_workers=self.num_workers)

@@ -29,9 +29,15 @@ class MyNet(pl.LightningModule):
         super().__init__()
         self.lr = lr
         self.net = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(32, 10),
         )
 
     def forward(self, x):
@@ -73,13 +79,13 @@ def main() -> None:
         logger=False,
         enable_checkpointing=False,
         callbacks=[
-            ConvBiasRemoval(),           # T16: biases before BatchNorm removed, outputs unchanged
-            ChannelsLast(),              # T24: NHWC weights and batches
-            LoaderTuning(),              # T02/T03: workers and pinning decided for this machine
-            FusedOptimizer(),            # T06: fused AdamW kernels
-            LRSchedule("onecycle"),      # T01: total steps from the trainer, stepped per optimizer step
-            DataWaitMonitor(),           # T02/T19: share of each step spent waiting for data
-            SpeedupsSummary(),           # prints what is on, what was skipped, and why
+            ConvBiasRemoval(),  # T16: biases before BatchNorm removed, outputs unchanged
+            ChannelsLast(),  # T24: NHWC weights and batches
+            LoaderTuning(),  # T02/T03: workers and pinning decided for this machine
+            FusedOptimizer(),  # T06: fused AdamW kernels
+            LRSchedule("onecycle"),  # T01: total steps from the trainer, stepped per optimizer step
+            DataWaitMonitor(),  # T02/T19: share of each step spent waiting for data
+            SpeedupsSummary(),  # prints what is on, what was skipped, and why
         ],
     )
     model = MyNet()

@@ -20,8 +20,14 @@ def main() -> None:
 
     p = preset(*args.preset)  # e.g. preset("fast", "memory")
     print("parts turned on:", ", ".join(sorted(p.parts())) or "none")
-    trainer = Trainer(**p.trainer_kwargs(), callbacks=p.callbacks(), max_epochs=args.max_epochs,
-                      max_steps=args.max_steps, logger=False, enable_checkpointing=False)
+    trainer = Trainer(
+        **p.trainer_kwargs(),
+        callbacks=p.callbacks(),
+        max_epochs=args.max_epochs,
+        max_steps=args.max_steps,
+        logger=False,
+        enable_checkpointing=False,
+    )
     model, data = DigitsCNN(), DigitsDataModule()
     trainer.fit(model, datamodule=data)
     (metrics,) = trainer.validate(model, datamodule=data, verbose=False)

@@ -115,7 +115,7 @@ def run_checks(facts: Facts, checks: Mapping[str, Callable[[Facts], Finding]] | 
     for tip, check in (checks_by_tip() if checks is None else checks).items():
         try:
             result = check(facts)
-        except Exception as err:  # noqa: BLE001 - one check's bug must not hide the other 23
+        except Exception as err:
             result = Finding.not_checked(tip, f"the check failed: {error_text(err)}"[:300])
         extra = lint.get(tip, [])
         if extra:
@@ -223,8 +223,10 @@ class SpeedAdvisor(SpeedupCallback):
             try:
                 with _quiet():
                     getattr(child, hook)(*args)
-            except Exception as err:  # noqa: BLE001 - a monitor must never stop the user's training
-                self.facts.unavailable[key] = f"monitor {type(child).__name__} failed in {hook}: {type(err).__name__}: {err}"
+            except Exception as err:
+                self.facts.unavailable[key] = (
+                    f"monitor {type(child).__name__} failed in {hook}: {type(err).__name__}: {err}"
+                )
                 self._children.pop(key, None)
                 self._sources.pop(key, None)
 
@@ -306,11 +308,13 @@ class SpeedAdvisor(SpeedupCallback):
                 norm = _total_norm(p for g in optimizer.param_groups for p in g["params"])
             if norm is not None:
                 self._norms.append(norm)  # kept on the device: read once at the end, no sync per step
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             self.facts.unavailable["grad_norms"] = f"could not read gradient norms: {err}"
 
     @override
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not self._in_window:
             return
         if self._watcher is not None:
@@ -341,7 +345,13 @@ class SpeedAdvisor(SpeedupCallback):
 
     @override
     def on_validation_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
     ) -> None:
         if self._eval_open():
             if not self._eval_done:
@@ -430,14 +440,14 @@ class SpeedAdvisor(SpeedupCallback):
         if self._norms:
             try:
                 f.grad_norms = [float(x) for x in torch.stack([n.to(self._norms[0].device) for n in self._norms]).cpu()]
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:
                 f.unavailable["grad_norms"] = f"could not read gradient norms: {err}"
         device = getattr(getattr(trainer, "strategy", None), "root_device", None)
         if device is not None and device.type == "cuda" and torch.cuda.is_available():
             try:
                 f.peak_memory = int(torch.cuda.max_memory_allocated(device))
                 f.total_memory = int(torch.cuda.get_device_properties(device).total_memory)
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:
                 f.unavailable["memory"] = f"could not read CUDA memory: {err}"
 
     def _lint(self) -> None:
@@ -453,7 +463,7 @@ class SpeedAdvisor(SpeedupCallback):
         try:
             files = user_source_files(objects)
             result = lint_paths(files, include_tests=True) if files else None
-        except Exception as err:  # noqa: BLE001 - the user's source files may not parse
+        except Exception as err:
             f.lint_error = f"{type(err).__name__}: {err}"
             return
         f.lint_ran = True
@@ -471,7 +481,7 @@ class SpeedAdvisor(SpeedupCallback):
                 with _quiet():
                     try:
                         collect_static(self.facts, trainer, pl_module, None)
-                    except Exception as err:  # noqa: BLE001
+                    except Exception as err:
                         self.facts.unavailable["static"] = f"could not inspect the trainer: {err}"
             self._harvest(trainer)
         if not self._finalized:
@@ -479,7 +489,9 @@ class SpeedAdvisor(SpeedupCallback):
             self._finalized = True
         self.findings = run_checks(self.facts)
         n = sum(1 for x in self.findings if x.status == "finding")
-        self.report(True, f"{n} tip(s) apply, report printed at the end of fit" if self.print_report else f"{n} tip(s) apply")
+        self.report(
+            True, f"{n} tip(s) apply, report printed at the end of fit" if self.print_report else f"{n} tip(s) apply"
+        )
         if self.print_report and not self._reported and (trainer is None or trainer.is_global_zero):
             self._reported = True
             print_report(self.findings, self.facts, show_ok=self.show_ok, title="lightning_speedups SpeedAdvisor")

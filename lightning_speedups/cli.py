@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from lightning_speedups.presets import PresetError, list_presets
 from lightning_speedups.session import (
@@ -26,6 +27,7 @@ from lightning_speedups.session import (
 )
 
 PACK_COMMANDS = ("presets", "tips", "doctor", "lint", "bench")
+
 
 def _print_presets() -> int:
     from rich.console import Console
@@ -104,9 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             return bench_main(resolve_config_args(args[1:]))
         if command not in TRAINER_COMMANDS and not command.startswith("-"):
-            raise UsageError(
-                f"unknown command {command!r}; commands: {', '.join(TRAINER_COMMANDS + PACK_COMMANDS)}"
-            )
+            raise UsageError(f"unknown command {command!r}; commands: {', '.join(TRAINER_COMMANDS + PACK_COMMANDS)}")
         resolved = resolve_config_args(args)
         saved_argv = sys.argv
         # LightningCLI reads sys.argv (and its DDP launcher re-runs it): give it the resolved paths.

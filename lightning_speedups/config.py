@@ -77,7 +77,9 @@ def _group(name: str, prefix: str, settings: list[tuple[str, Setting]]) -> type:
         name, [(s.path.removeprefix(prefix), s.type, s.dataclass_field()) for _, s in settings]
     )
     cls.__module__ = __name__
-    cls.__doc__ = _doc("Runtime monitors and checks, each owned by a tip (the doctor's checks with ``advisor``).", settings, prefix)
+    cls.__doc__ = _doc(
+        "Runtime monitors and checks, each owned by a tip (the doctor's checks with ``advisor``).", settings, prefix
+    )
     return cls
 
 
@@ -97,10 +99,15 @@ def _generate() -> tuple[type, dict[str, type]]:
         groups[group] = cls
         # a group sits before the pack's ``summary`` key, where its first setting's tip put it
         top.insert(len(top) - 1, (group, cls, dataclasses.field(default_factory=cls)))
-        top_doc.insert(len(top_doc) - 1, (group, Setting(group, cls, doc=f"{', '.join(sorted({o for o, _ in settings}))}: {group}.")))
+        top_doc.insert(
+            len(top_doc) - 1,
+            (group, Setting(group, cls, doc=f"{', '.join(sorted({o for o, _ in settings}))}: {group}.")),
+        )
     cls = dataclasses.make_dataclass("Speedups", top, bases=(SpeedupsBase,))
     cls.__module__ = __name__
-    cls.__doc__ = _doc("Every tip of the pack as a keyed setting. Defaults are off: an empty section is plain Lightning.", top_doc)
+    cls.__doc__ = _doc(
+        "Every tip of the pack as a keyed setting. Defaults are off: an empty section is plain Lightning.", top_doc
+    )
     return cls, groups
 
 

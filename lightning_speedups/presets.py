@@ -150,7 +150,9 @@ class Preset:
         for key, value in kwargs.items():
             if key in user and user[key] != value:
                 source = "the call" if key in overrides else "the preset's trainer: section"
-                notes.append((key, False, f"kept trainer.{key}={user[key]!r} from {source} (speedups wanted {value!r})"))
+                notes.append(
+                    (key, False, f"kept trainer.{key}={user[key]!r} from {source} (speedups wanted {value!r})")
+                )
         self._notes = notes
         self._model = model
         return {**kwargs, **user}
@@ -204,4 +206,6 @@ def preset(*names: Union[str, os.PathLike]) -> Preset:
         trainer = _deep_merge(trainer, data.get("trainer") or {})
         section = _deep_merge(section, data.get("speedups") or {})
         sources.append(path)
-    return Preset(names=[os.fspath(n) for n in names], trainer=trainer, speedups=parse_speedups(section, " + ".join(sources)))
+    return Preset(
+        names=[os.fspath(n) for n in names], trainer=trainer, speedups=parse_speedups(section, " + ".join(sources))
+    )

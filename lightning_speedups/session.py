@@ -34,7 +34,6 @@ DEFAULT_DEMO_EPOCHS = 5
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 
 
-
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
 
@@ -156,7 +155,9 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
             if close:
                 lines.append(f"did you mean: {', '.join(close)}?")
             elif siblings:
-                lines.append(f"keys under {parent or 'the top level'}: {', '.join(sorted(k.rsplit('.', 1)[-1] for k in siblings)[:25])}")
+                lines.append(
+                    f"keys under {parent or 'the top level'}: {', '.join(sorted(k.rsplit('.', 1)[-1] for k in siblings)[:25])}"
+                )
     return "\n".join(lines)
 
 
@@ -245,10 +246,14 @@ class SpeedupsCLI(LightningCLI):
         for key, value in kwargs.items():
             current = config.get(key, defaults.get(key))
             if key in config and current != defaults.get(key) and current != value:
-                notes.append((f"{key}", False, f"kept trainer.{key}={current!r} from the config (speedups wanted {value!r})"))
+                notes.append(
+                    (f"{key}", False, f"kept trainer.{key}={current!r} from the config (speedups wanted {value!r})")
+                )
                 continue
             config[key] = value
-        callbacks = list(callbacks) + speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"), model=model)
+        callbacks = list(callbacks) + speedups.callbacks(
+            notes, accelerator=config.get("accelerator", "auto"), model=model
+        )
         return super()._instantiate_trainer(config, callbacks)
 
     @staticmethod

@@ -33,8 +33,12 @@ class TinyCNN(pl.LightningModule):
         self.save_hyperparameters()
         self.batch_size = batch_size
         self.features = nn.Sequential(
-            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-            nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(1, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.Conv2d(8, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
             nn.AdaptiveAvgPool2d(1),
         )
         self.head = nn.Linear(8, 10)
@@ -72,7 +76,9 @@ class TinyCNN(pl.LightningModule):
 class TinyTransformer(pl.LightningModule):
     """A two-layer transformer encoder language model on random tokens."""
 
-    def __init__(self, vocab: int = 64, d_model: int = 32, layers: int = 2, seq: int = 16, n: int = 64, batch_size: int = 8) -> None:
+    def __init__(
+        self, vocab: int = 64, d_model: int = 32, layers: int = 2, seq: int = 16, n: int = 64, batch_size: int = 8
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.embed = nn.Embedding(vocab, d_model)

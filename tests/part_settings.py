@@ -7,8 +7,9 @@ in the registry as implemented but missing here fails the suite.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -83,28 +84,50 @@ def _reported(trainer, model, cb):
 
 
 def _settings() -> dict[str, PartSetting]:
+    from lightning_speedups import callbacks as data
+    from lightning_speedups import callbacks as guards
+    from lightning_speedups import callbacks as tcb
     from lightning_speedups.advisor import SpeedAdvisor
-    from lightning_speedups import callbacks as data, callbacks as guards, callbacks as tcb
-    from lightning_speedups.callbacks import agc, channels_last, checkpointing, compile as compile_cb, conv_bias
-    from lightning_speedups.callbacks import grads, largest_batch
+    from lightning_speedups.callbacks import agc, channels_last, checkpointing, conv_bias, grads, largest_batch
+    from lightning_speedups.callbacks import compile as compile_cb
 
     return {
-        "lightning_speedups.callbacks.lr_schedule:LRSchedule": PartSetting(lambda: tcb.LRSchedule("onecycle"), check=_lr_changes),
-        "lightning_speedups.callbacks.matmul_precision:MatmulPrecision": PartSetting(lambda: tcb.MatmulPrecision("high"), check=_reported),
-        "lightning_speedups.callbacks.cudnn_benchmark:CudnnBenchmark": PartSetting(lambda: tcb.CudnnBenchmark("auto"), check=_reported),
-        "lightning_speedups.callbacks.effective_batch:EffectiveBatchSize": PartSetting(lambda: tcb.EffectiveBatchSize(32), check=_accumulates),
-        "lightning_speedups.callbacks.fused_optimizer:FusedOptimizer": PartSetting(lambda: tcb.FusedOptimizer("auto"), check=_fused),
-        "lightning_speedups.callbacks.agc:AdaptiveGradientClipping": PartSetting(lambda: agc.AdaptiveGradientClipping(exclude=None), check=_reported),
+        "lightning_speedups.callbacks.lr_schedule:LRSchedule": PartSetting(
+            lambda: tcb.LRSchedule("onecycle"), check=_lr_changes
+        ),
+        "lightning_speedups.callbacks.matmul_precision:MatmulPrecision": PartSetting(
+            lambda: tcb.MatmulPrecision("high"), check=_reported
+        ),
+        "lightning_speedups.callbacks.cudnn_benchmark:CudnnBenchmark": PartSetting(
+            lambda: tcb.CudnnBenchmark("auto"), check=_reported
+        ),
+        "lightning_speedups.callbacks.effective_batch:EffectiveBatchSize": PartSetting(
+            lambda: tcb.EffectiveBatchSize(32), check=_accumulates
+        ),
+        "lightning_speedups.callbacks.fused_optimizer:FusedOptimizer": PartSetting(
+            lambda: tcb.FusedOptimizer("auto"), check=_fused
+        ),
+        "lightning_speedups.callbacks.agc:AdaptiveGradientClipping": PartSetting(
+            lambda: agc.AdaptiveGradientClipping(exclude=None), check=_reported
+        ),
         "lightning_speedups.callbacks.largest_batch:LargestBatch": PartSetting(
             lambda: largest_batch.LargestBatch(memory_budget="1GiB", max_batch_size=64), check=_batch_64, compose=False
         ),
-        "lightning_speedups.callbacks.conv_bias:ConvBiasRemoval": PartSetting(conv_bias.ConvBiasRemoval, check=_biases_removed),
+        "lightning_speedups.callbacks.conv_bias:ConvBiasRemoval": PartSetting(
+            conv_bias.ConvBiasRemoval, check=_biases_removed
+        ),
         "lightning_speedups.callbacks.grads:GradsToNoneCheck": PartSetting(grads.GradsToNoneCheck, check=_reported),
-        "lightning_speedups.callbacks.loader_tuning:LoaderTuning": PartSetting(lambda: data.LoaderTuning(num_workers=1, persistent_workers=True), check=_workers),
+        "lightning_speedups.callbacks.loader_tuning:LoaderTuning": PartSetting(
+            lambda: data.LoaderTuning(num_workers=1, persistent_workers=True), check=_workers
+        ),
         "lightning_speedups.callbacks.data_wait:DataWaitMonitor": PartSetting(data.DataWaitMonitor, check=_data_wait),
         "lightning_speedups.callbacks.input_stats:InputStatsCheck": PartSetting(data.InputStatsCheck, check=_reported),
-        "lightning_speedups.callbacks.device_normalize:DeviceNormalize": PartSetting(lambda: data.DeviceNormalize(mean=[0.5], std=[0.25]), check=_reported),
-        "lightning_speedups.callbacks.non_blocking:NonBlockingCheck": PartSetting(data.NonBlockingCheck, check=_reported),
+        "lightning_speedups.callbacks.device_normalize:DeviceNormalize": PartSetting(
+            lambda: data.DeviceNormalize(mean=[0.5], std=[0.25]), check=_reported
+        ),
+        "lightning_speedups.callbacks.non_blocking:NonBlockingCheck": PartSetting(
+            data.NonBlockingCheck, check=_reported
+        ),
         "lightning_speedups.callbacks.storage_check:StorageCheck": PartSetting(data.StorageCheck, check=_reported),
         "lightning_speedups.advisor:SpeedAdvisor": PartSetting(
             lambda: SpeedAdvisor(check_steps=2, print_report=False), check=_advised
@@ -116,9 +139,15 @@ def _settings() -> dict[str, PartSetting]:
         "lightning_speedups.callbacks.compile:CompileModules": PartSetting(
             lambda: compile_cb.CompileModules(backend="aot_eager"), check=_compiled, compose=False
         ),
-        "lightning_speedups.callbacks.sync_guard:SyncGuard": PartSetting(lambda: guards.SyncGuard("count"), check=_reported),
-        "lightning_speedups.callbacks.debug_mode:DebugMode": PartSetting(lambda: guards.DebugMode(sync_guard=None), check=_reported, compose=False),
-        "lightning_speedups.callbacks.debug_tools_check:DebugToolsCheck": PartSetting(guards.DebugToolsCheck, check=_reported),
+        "lightning_speedups.callbacks.sync_guard:SyncGuard": PartSetting(
+            lambda: guards.SyncGuard("count"), check=_reported
+        ),
+        "lightning_speedups.callbacks.debug_mode:DebugMode": PartSetting(
+            lambda: guards.DebugMode(sync_guard=None), check=_reported, compose=False
+        ),
+        "lightning_speedups.callbacks.debug_tools_check:DebugToolsCheck": PartSetting(
+            guards.DebugToolsCheck, check=_reported
+        ),
         "lightning_speedups.callbacks.no_grad_eval:NoGradEvalCheck": PartSetting(guards.NoGradEvalCheck),
         "lightning_speedups.callbacks.shape_watch:ShapeWatch": PartSetting(guards.ShapeWatch),
     }

@@ -46,7 +46,10 @@ def test_find_misaligned_lists_the_right_sizes():
 
 def test_find_misaligned_convs():
     net = nn.Sequential(
-        nn.Conv2d(3, 30, 3), nn.Conv2d(30, 30, 3, groups=30), nn.Conv2d(30, 64, 1, groups=2), nn.ConvTranspose2d(64, 16, 2)
+        nn.Conv2d(3, 30, 3),
+        nn.Conv2d(30, 30, 3, groups=30),
+        nn.Conv2d(30, 64, 1, groups=2),
+        nn.ConvTranspose2d(64, 16, 2),
     )
     found = find_misaligned(net, input_shape=(32, 3, 224, 100))
     got = {(f.where, f.what): f.suggested for f in found}

@@ -185,7 +185,11 @@ def test_functional_does_not_need_lightning():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 names = [node.module or ""]
-            bad += [f"{module}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in ("lightning", "pytorch_lightning")]
+            bad += [
+                f"{module}:{node.lineno} imports {n}"
+                for n in names
+                if n.split(".")[0] in ("lightning", "pytorch_lightning")
+            ]
     assert not bad, "functional/ works without Lightning:\n" + "\n".join(bad)
 
 
@@ -202,7 +206,11 @@ def test_no_import_of_own_modules_by_string_or_guarded(module):
                     f"{module}:{node.lineno} imports the package's own module by string"
                 )
         if isinstance(node, ast.Try):
-            guards = [h for h in node.handlers if isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")]
+            guards = [
+                h
+                for h in node.handlers
+                if isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+            ]
             if guards:
                 own = [
                     n
@@ -228,11 +236,17 @@ def test_each_layer_exports_its_public_names():
         assert getattr(lightning_speedups, name) is not None
     for tip in TIPS:
         for part in tip.parts:
-            home = callbacks if inspect.isclass(part) and part.__module__.startswith("lightning_speedups.callbacks") else None
+            home = (
+                callbacks
+                if inspect.isclass(part) and part.__module__.startswith("lightning_speedups.callbacks")
+                else None
+            )
             if home is None and part.__module__.startswith("lightning_speedups.functional"):
                 home = functional
             if home is not None:
-                assert getattr(home, part.__name__, None) is part, f"{part.__name__} of {tip.id} is not exported by {home.__name__}"
+                assert getattr(home, part.__name__, None) is part, (
+                    f"{part.__name__} of {tip.id} is not exported by {home.__name__}"
+                )
                 assert part.__name__ in home.__all__
     from lightning_speedups.functional import remove_conv_bias  # the README's example
 

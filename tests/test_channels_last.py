@@ -39,7 +39,12 @@ def cnn2d() -> nn.Module:
 
 def cnn3d() -> nn.Module:
     return nn.Sequential(
-        nn.Conv3d(2, 6, 3, padding=1), nn.BatchNorm3d(6), nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(6, 2)
+        nn.Conv3d(2, 6, 3, padding=1),
+        nn.BatchNorm3d(6),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool3d(1),
+        nn.Flatten(),
+        nn.Linear(6, 2),
     )
 
 
@@ -184,7 +189,9 @@ class HookedRecorder(Recorder):
 
 def loader(n=8):
     g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.rand(n, 3, 8, 8, generator=g), torch.randint(0, 3, (n,), generator=g)), batch_size=4)
+    return DataLoader(
+        TensorDataset(torch.rand(n, 3, 8, 8, generator=g), torch.randint(0, 3, (n,), generator=g)), batch_size=4
+    )
 
 
 def trainer(**kw):

@@ -274,7 +274,9 @@ class LitTransformer(pl.LightningModule):
 
 
 def fit(callbacks, model):
-    data = DataLoader(TensorDataset(torch.randint(0, 20, (16, 7), generator=torch.Generator().manual_seed(0))), batch_size=4)
+    data = DataLoader(
+        TensorDataset(torch.randint(0, 20, (16, 7), generator=torch.Generator().manual_seed(0))), batch_size=4
+    )
     torch.manual_seed(7)
     pl.Trainer(
         max_steps=3,

@@ -13,9 +13,22 @@ import yaml
 from lightning_speedups.cli import main, resolve_config_args
 from lightning_speedups.presets import list_presets
 
-QUICK = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
-         "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
-         "--trainer.enable_model_summary", "false"]
+QUICK = [
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.limit_train_batches",
+    "2",
+    "--trainer.limit_val_batches",
+    "1",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.logger",
+    "false",
+    "--trainer.enable_checkpointing",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
+]
 
 
 @pytest.fixture
@@ -49,7 +62,10 @@ def test_fit_fast_on_the_embedded_default_from_any_directory(elsewhere, capsys):
     # a real subprocess, as a user runs it: `python -m lightning_speedups fit --config fast.yaml`
     out = subprocess.run(
         [sys.executable, "-m", "lightning_speedups", "fit", "--config", "fast.yaml", *QUICK],
-        cwd=elsewhere, capture_output=True, text=True, timeout=300,
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
@@ -65,8 +81,18 @@ def test_embedded_default_reaches_90_percent_validation_accuracy(elsewhere):
     from lightning_speedups.session import SpeedupsCLI
 
     saved = sys.argv
-    sys.argv = ["lightning_speedups", "fit", "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
-                "--trainer.enable_checkpointing", "false", "--trainer.enable_model_summary", "false"]
+    sys.argv = [
+        "lightning_speedups",
+        "fit",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_checkpointing",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+    ]
     try:
         cli = SpeedupsCLI()
     finally:
@@ -77,7 +103,21 @@ def test_embedded_default_reaches_90_percent_validation_accuracy(elsewhere):
 
 @pytest.mark.parametrize("command", ["validate", "test", "predict"])
 def test_other_trainer_commands_take_presets_too(elsewhere, command):
-    assert main([command, "--config", "fast.yaml", *QUICK[4:], "--trainer.limit_" + ("predict" if command == "predict" else "val" if command == "validate" else "test") + "_batches", "1"]) == 0
+    assert (
+        main(
+            [
+                command,
+                "--config",
+                "fast.yaml",
+                *QUICK[4:],
+                "--trainer.limit_"
+                + ("predict" if command == "predict" else "val" if command == "validate" else "test")
+                + "_batches",
+                "1",
+            ]
+        )
+        == 0
+    )
 
 
 def _write(path, data):
@@ -128,7 +168,15 @@ def test_trainer_flag_in_the_config_wins_over_the_preset(elsewhere):
     from lightning_speedups.session import SpeedupsCLI
 
     saved = sys.argv
-    sys.argv = ["x", "fit", "--config", resolve_config_args(["--config", "memory.yaml"])[1], "--trainer.precision", "32-true", *QUICK]
+    sys.argv = [
+        "x",
+        "fit",
+        "--config",
+        resolve_config_args(["--config", "memory.yaml"])[1],
+        "--trainer.precision",
+        "32-true",
+        *QUICK,
+    ]
     try:
         cli = SpeedupsCLI()
     finally:
@@ -142,8 +190,21 @@ def test_onecycle_from_plain_lr_scheduler_flag_steps_per_optimizer_step(elsewher
     from lightning_speedups.session import SpeedupsCLI
 
     saved = sys.argv
-    sys.argv = ["x", "fit", "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler", "OneCycleLR",
-                "--lr_scheduler.max_lr", "0.1", "--lr_scheduler.total_steps", "2", *QUICK]
+    sys.argv = [
+        "x",
+        "fit",
+        "--optimizer",
+        "SGD",
+        "--optimizer.lr",
+        "0.1",
+        "--lr_scheduler",
+        "OneCycleLR",
+        "--lr_scheduler.max_lr",
+        "0.1",
+        "--lr_scheduler.total_steps",
+        "2",
+        *QUICK,
+    ]
     try:
         cli = SpeedupsCLI()
     finally:

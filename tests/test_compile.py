@@ -81,7 +81,10 @@ def test_fallback_to_eager_warns_once_with_reason():
     messages = [str(w.message) for w in record if issubclass(w.category, CompileFallbackWarning)]
     assert len(messages) == 2  # one per module: body and head
     assert all("RuntimeError: no luck today" in m and "second line" not in m for m in messages)
-    assert compile_status(comp) == {"body": "eager: RuntimeError: no luck today", "head": "eager: RuntimeError: no luck today"}
+    assert compile_status(comp) == {
+        "body": "eager: RuntimeError: no luck today",
+        "head": "eager: RuntimeError: no luck today",
+    }
     torch.manual_seed(1)
     torch.testing.assert_close(y1, plain(x))
     with warnings.catch_warnings():
@@ -202,7 +205,9 @@ class Lit(pl.LightningModule):
 
 def fit(model, callbacks, **kw):
     g = torch.Generator().manual_seed(0)
-    data = DataLoader(TensorDataset(torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)), batch_size=4)
+    data = DataLoader(
+        TensorDataset(torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g)), batch_size=4
+    )
     torch.manual_seed(3)
     trainer = pl.Trainer(
         max_steps=2,
@@ -241,7 +246,9 @@ def test_callback_reports_fallback():
     cb = CompileModules(backend=broken_backend)
     with pytest.warns(CompileFallbackWarning, match="no luck today"):
         fit(Lit(), [cb])
-    assert cb.status[0] == "skipped" and "1 fell back to eager (net: eager: RuntimeError: no luck today)" in cb.status[1]
+    assert (
+        cb.status[0] == "skipped" and "1 fell back to eager (net: eager: RuntimeError: no luck today)" in cb.status[1]
+    )
 
 
 def test_callback_strict_raises():

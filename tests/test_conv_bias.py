@@ -254,7 +254,12 @@ def _all_models():
             ["layer.2.conv"],
         ),
         "se": (lambda: SEBlock(8), (4, 8, 6, 6), ["conv"], ["reduce", "expand"]),
-        "dense": (DenseBlock, (4, 3, 6, 6), ["layers.0.conv1", "layers.1.conv1"], ["stem", "layers.0.conv2", "layers.1.conv2"]),
+        "dense": (
+            DenseBlock,
+            (4, 3, 6, 6),
+            ["layers.0.conv1", "layers.1.conv1"],
+            ["stem", "layers.0.conv2", "layers.1.conv2"],
+        ),
         "inception": (Inception, (4, 3, 6, 6), ["b1.0", "b2.0", "b2.3", "b3.1"], ["b4"]),
         "video": (Video3D, (2, 3, 4, 6, 6), ["spatial", "temporal", "up"], []),
         "conv_twice": (ConvTwice, (4, 3, 6, 6), [], ["conv"]),
@@ -515,7 +520,9 @@ class LitNet(LightningModule):
 
     def train_dataloader(self):  # one batch per epoch: a resumed run sees the same batches
         g = torch.Generator().manual_seed(0)
-        data = torch.utils.data.TensorDataset(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g))
+        data = torch.utils.data.TensorDataset(
+            torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g)
+        )
         return torch.utils.data.DataLoader(data, batch_size=8)
 
 
@@ -548,7 +555,9 @@ def test_callback_runs_before_optimizer_and_is_idempotent():
     assert cb.active and "removed 7 conv bias" in cb.status[1]
     assert spy.opt_params == spy.model_params
     assert not any(id(b) in spy.opt_params for b in biases.values())
-    assert set(cb.removed) == {"net.stem.0"} | {f"net.layer.{i}.{n}" for i in (0, 1) for n in ("conv1", "conv2", "short.0")}
+    assert set(cb.removed) == {"net.stem.0"} | {
+        f"net.layer.{i}.{n}" for i in (0, 1) for n in ("conv1", "conv2", "short.0")
+    }
     assert "net.layer.2.conv" in cb.plan.skipped
     # a second fit with the same callback changes nothing more
     trainer2 = _trainer(max_steps=4, callbacks=[cb])

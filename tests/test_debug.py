@@ -211,8 +211,7 @@ FAKE_TORCH_TENSOR = _fake_module(
 )
 FAKE_LIBRARY = _fake_module(
     os.path.join(SITE_DIR, "fakemetrics", "metric.py"),
-    "def compute(inner):\n    return inner()\n"
-    "def sync_here(classify):\n    return classify(sys._getframe(0))\n",
+    "def compute(inner):\n    return inner()\ndef sync_here(classify):\n    return classify(sys._getframe(0))\n",
 )
 
 

@@ -33,8 +33,27 @@ def test_preset_from_python(tmp_path):
 
 
 def test_user_model_driven_by_a_preset_yaml(tmp_path):
-    text = _run(["-m", "lightning_speedups", "fit", "--config", "fast.yaml", "--config", "my_model.yaml",
-                 "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
-                 "--trainer.enable_checkpointing", "false", "--trainer.default_root_dir", str(tmp_path)], EXAMPLES)
+    text = _run(
+        [
+            "-m",
+            "lightning_speedups",
+            "fit",
+            "--config",
+            "fast.yaml",
+            "--config",
+            "my_model.yaml",
+            "--trainer.max_epochs",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.logger",
+            "false",
+            "--trainer.enable_checkpointing",
+            "false",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+        ],
+        EXAMPLES,
+    )
     assert "lr_schedule (T01)" in text and "OneCycleLR" in text
     assert not (EXAMPLES / "config.yaml").exists() or pytest.fail("the example run left config.yaml behind")

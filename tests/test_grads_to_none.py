@@ -85,8 +85,14 @@ class Manual(Lit):
 def _fit(model, max_steps=3, **kw):
     cb = GradsToNoneCheck()
     trainer = Trainer(
-        max_steps=max_steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb], **kw,
+        max_steps=max_steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+        **kw,
     )
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")

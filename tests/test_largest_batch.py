@@ -70,7 +70,14 @@ def test_find_largest_batch_size_grid_and_trials() -> None:
     found, trials = find_largest_batch_size(lambda b: b <= 100, multiple=8)
     assert found == 96
     assert trials == [
-        (8, True), (16, True), (32, True), (64, True), (128, False), (96, True), (112, False), (104, False)
+        (8, True),
+        (16, True),
+        (32, True),
+        (64, True),
+        (128, False),
+        (96, True),
+        (112, False),
+        (104, False),
     ]
     assert find_largest_batch_size(lambda b: b <= 100, multiple=8, max_batch_size=50)[0] == 48
     assert find_largest_batch_size(lambda b: b <= 100, multiple=1)[0] == 100

@@ -55,7 +55,9 @@ class SmallCNN(pl.LightningModule):
 
 def data():
     g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.randn(12, 3, 8, 8, generator=g), torch.randint(0, 4, (12,), generator=g)), batch_size=4)
+    return DataLoader(
+        TensorDataset(torch.randn(12, 3, 8, 8, generator=g), torch.randint(0, 4, (12,), generator=g)), batch_size=4
+    )
 
 
 def run(model, callbacks):

@@ -8,8 +8,8 @@ import sys
 import pytest
 import yaml
 
-from lightning_speedups.session import SpeedupsCLI, resolve_config_args
 from lightning_speedups.presets import PresetError, list_presets, preset, preset_dir
+from lightning_speedups.session import SpeedupsCLI, resolve_config_args
 
 REQUIRED = {"baseline", "fast", "memory", "cnn", "transformer", "ddp", "fsdp", "converge", "debug"}
 EXPECTED = set(list_presets())
@@ -51,7 +51,9 @@ def _cli_speedups(*configs: str):
     return cli.config_init.speedups
 
 
-@pytest.mark.parametrize("first,second", [("fast", "memory"), ("memory", "fast"), ("cnn", "ddp"), ("transformer", "debug")])
+@pytest.mark.parametrize(
+    "first,second", [("fast", "memory"), ("memory", "fast"), ("cnn", "ddp"), ("transformer", "debug")]
+)
 def test_the_cli_composes_presets_like_the_python_api(first, second):
     assert _cli_speedups(first, second).active_parts() == preset(first, second).parts()
 
@@ -70,7 +72,6 @@ def test_a_user_yaml_overrides_one_setting_and_keeps_the_rest(tmp_path):
 
 def test_python_api_gives_trainer_kwargs_and_callbacks():
     from lightning.pytorch import Trainer
-
     from lightning.pytorch.demos.boring_classes import BoringModel
 
     p = preset("transformer")
@@ -116,8 +117,9 @@ def test_clipping_is_skipped_with_the_fix_for_manual_optimization():
     # and without the model: the part decides in setup and says the same
     q = preset("transformer")
     cbs = q.callbacks()
-    Trainer(**q.trainer_kwargs(accelerator="cpu"), callbacks=cbs, logger=False, max_steps=2,
-            enable_checkpointing=False).fit(ManualOptimBoringModel())
+    Trainer(
+        **q.trainer_kwargs(accelerator="cpu"), callbacks=cbs, logger=False, max_steps=2, enable_checkpointing=False
+    ).fit(ManualOptimBoringModel())
     flags = next(cb for cb in cbs if type(cb).__name__ == "AutomaticOptimizationFlags")
     assert flags.status[0] == "skipped" and "self.clip_gradients(opt" in flags.status[1]
 

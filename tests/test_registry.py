@@ -35,7 +35,9 @@ def test_record_is_complete(tip: Tip):
     assert callable(tip.check)
     # bench either times it by samples/s or says why not (target-mode variants come on top)
     throughput = tip.bench_variant("throughput")
-    assert (throughput is None) != (not tip.not_timed), f"{tip.id}: a throughput variant or a not_timed reason, not both"
+    assert (throughput is None) != (not tip.not_timed), (
+        f"{tip.id}: a throughput variant or a not_timed reason, not both"
+    )
     names = [v.name for v in tip.bench_variants if v.mode == "target"]
     assert len(names) == len(set(names)), f"{tip.id}: its target variants need distinct names"
     # a tip module is named after its id and slug
@@ -143,7 +145,14 @@ def test_adding_a_tip_is_one_record(monkeypatch):
             ctx.trainer_kwargs["log_every_n_steps"] = 7
 
     new = Tip(
-        id="T25", slug="marker", title="a test tip", seeds=("-",), claim="-", does="marks", gain="none", hurts="never",
+        id="T25",
+        slug="marker",
+        title="a test tip",
+        seeds=("-",),
+        claim="-",
+        does="marks",
+        gain="none",
+        hurts="never",
         check=lambda facts: Finding.ok("T25", "checked"),
         settings=(Setting("marker", bool, False, doc="T25. Mark the run."),),
         trainer_kwargs=kwargs,
@@ -157,5 +166,10 @@ def test_adding_a_tip_is_one_record(monkeypatch):
     s = cls(marker=True, conv_bias=True, channels_last=True)
     assert s.active_parts() == {"marker", "conv_bias", "channels_last"}
     assert s.trainer_kwargs()[0] == {"log_every_n_steps": 7}
-    assert [type(cb).__name__ for cb in s.callbacks()] == ["ConvBiasRemoval", "Marker", "ChannelsLast", "SpeedupsSummary"]
+    assert [type(cb).__name__ for cb in s.callbacks()] == [
+        "ConvBiasRemoval",
+        "Marker",
+        "ChannelsLast",
+        "SpeedupsSummary",
+    ]
     assert PACK_SETTINGS[-1].path == "summary"

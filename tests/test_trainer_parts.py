@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import lightning.pytorch as pl
 import pytest
 import torch
-
 from helpers import TinyCNN, quiet_trainer
+
 from lightning_speedups.callbacks.cudnn_benchmark import CudnnBenchmark
 from lightning_speedups.callbacks.effective_batch import (
     EffectiveBatchSize,
@@ -36,8 +36,9 @@ def test_onecycle_steps_once_per_optimizer_step_and_ends_the_schedule(accumulate
     # warm-up from max_lr / div_factor, peak 0.1, and the last step is the schedule's final lr
     assert lrs[0] == pytest.approx(0.1 / 25)
     assert max(lrs) == pytest.approx(0.1, rel=0.05)
-    sched = torch.optim.lr_scheduler.OneCycleLR(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1),
-                                                max_lr=0.1, total_steps=steps, pct_start=0.25)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), max_lr=0.1, total_steps=steps, pct_start=0.25
+    )
     expected = []
     for _ in range(steps):
         expected.append(sched.get_last_lr()[0])
@@ -114,7 +115,9 @@ def test_effective_batch_size_that_does_not_divide_names_the_setting():
     with pytest.raises(ValueError, match=r"effective_batch_size=100.*multiple of batch size 16.*Use 96 or 112"):
         quiet_trainer(max_steps=1, callbacks=[EffectiveBatchSize(100)]).fit(TinyCNN(batch_size=16))
     with pytest.raises(ValueError, match="disagree"):
-        quiet_trainer(max_steps=1, accumulate_grad_batches=3, callbacks=[EffectiveBatchSize(64)]).fit(TinyCNN(batch_size=16))
+        quiet_trainer(max_steps=1, accumulate_grad_batches=3, callbacks=[EffectiveBatchSize(64)]).fit(
+            TinyCNN(batch_size=16)
+        )
     with pytest.raises(ValueError, match="positive integer"):
         EffectiveBatchSize(0)
 
@@ -169,7 +172,9 @@ def test_fused_optimizer_avoids_fused_under_fp16_with_clipping():
     assert not getattr(opt, "_step_supports_amp_scaling", False)
     # without a scaler (bf16 / fp32) fused is fine with clipping
     opt2 = torch.optim.AdamW([torch.nn.Parameter(torch.randn(3))])
-    trainer2 = SimpleNamespace(optimizers=[opt2], precision_plugin=SimpleNamespace(scaler=None), gradient_clip_val=1.0, callbacks=[])
+    trainer2 = SimpleNamespace(
+        optimizers=[opt2], precision_plugin=SimpleNamespace(scaler=None), gradient_clip_val=1.0, callbacks=[]
+    )
     FusedOptimizer("auto").on_train_start(trainer2, None)
     assert opt2.param_groups[0]["fused"] is True
 
@@ -185,7 +190,9 @@ def test_fused_optimizer_leaves_custom_optimizers_alone():
     MyOpt.__module__ = "user_code"
     opt = MyOpt([torch.nn.Parameter(torch.randn(2))])
     cb = FusedOptimizer()
-    cb.on_train_start(SimpleNamespace(optimizers=[opt], precision_plugin=None, gradient_clip_val=None, callbacks=[]), None)
+    cb.on_train_start(
+        SimpleNamespace(optimizers=[opt], precision_plugin=None, gradient_clip_val=None, callbacks=[]), None
+    )
     assert not cb.active and "fused" not in opt.param_groups[0]
 
 
@@ -298,8 +305,12 @@ def test_fused_optimizer_avoids_fused_under_fp16_with_agc():
     from lightning_speedups.callbacks.agc import AdaptiveGradientClipping
 
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.randn(3))])
-    trainer = SimpleNamespace(optimizers=[opt], precision_plugin=SimpleNamespace(scaler=object()), gradient_clip_val=None,
-                              callbacks=[AdaptiveGradientClipping()])
+    trainer = SimpleNamespace(
+        optimizers=[opt],
+        precision_plugin=SimpleNamespace(scaler=object()),
+        gradient_clip_val=None,
+        callbacks=[AdaptiveGradientClipping()],
+    )
     with pytest.warns(UserWarning, match="fp16"):
         FusedOptimizer("auto").on_train_start(trainer, None)
     assert opt.param_groups[0]["fused"] is False

@@ -35,50 +35,110 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    p.add_argument("--tips", nargs="+", default=None, metavar="TIP",
-                   help="only these tips (ids or slugs, e.g. T24 fusion; 'none' for none); default: every applicable one")
-    p.add_argument("--presets", nargs="+", default=None, metavar="NAME",
-                   help="packaged presets to time ('none' for none); default: every single-device preset")
+    p.add_argument(
+        "--tips",
+        nargs="+",
+        default=None,
+        metavar="TIP",
+        help="only these tips (ids or slugs, e.g. T24 fusion; 'none' for none); default: every applicable one",
+    )
+    p.add_argument(
+        "--presets",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="packaged presets to time ('none' for none); default: every single-device preset",
+    )
     p.add_argument("--steps", type=int, default=20, help="timed batches per run (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="batches before the timed ones, reported apart (default 3)")
     p.add_argument("--repeats", type=int, default=3, help="runs of every variant, interleaved (default 3)")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="plan within this many seconds: fewer repeats, then fewer variants, then no search")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="plan within this many seconds: fewer repeats, then fewer variants, then no search",
+    )
     p.add_argument("--device", choices=DEVICES, default="auto", help="cpu, cuda or auto (default)")
     p.add_argument("--json", default=None, metavar="PATH", help="write every raw figure here")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG chart here")
     p.add_argument("--markdown", default=None, metavar="PATH", help="write the table as Markdown here")
-    p.add_argument("--write-preset", default=None, metavar="PATH",
-                   help="write the fastest variant that passed the sanity check as a YAML preset")
+    p.add_argument(
+        "--write-preset",
+        default=None,
+        metavar="PATH",
+        help="write the fastest variant that passed the sanity check as a YAML preset",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every run (same data order and init)")
-    p.add_argument("--min-gain", type=float, default=0.02,
-                   help="relative gain a tip, an addition or a pick must bring (default 0.02)")
-    p.add_argument("--loss-tolerance", type=float, default=0.25,
-                   help="how far (relative) a variant's loss may be from the baseline's (default 0.25)")
+    p.add_argument(
+        "--min-gain",
+        type=float,
+        default=0.02,
+        help="relative gain a tip, an addition or a pick must bring (default 0.02)",
+    )
+    p.add_argument(
+        "--loss-tolerance",
+        type=float,
+        default=0.25,
+        help="how far (relative) a variant's loss may be from the baseline's (default 0.25)",
+    )
     p.add_argument("--no-search", action="store_true", help="skip the combination search")
     p.add_argument("--no-extras", action="store_true", help="skip the all-on and idle-parts variants")
-    p.add_argument("--isolation", choices=ISOLATIONS, default="forkserver",
-                   help="forkserver (default: fork each run from a clean server) or subprocess (new interpreter)")
-    p.add_argument("--compile-cache", choices=("fresh", "shared"), default="fresh",
-                   help="inductor cache per run (fresh, default: cold compile every run) or shared within the bench")
+    p.add_argument(
+        "--isolation",
+        choices=ISOLATIONS,
+        default="forkserver",
+        help="forkserver (default: fork each run from a clean server) or subprocess (new interpreter)",
+    )
+    p.add_argument(
+        "--compile-cache",
+        choices=("fresh", "shared"),
+        default="fresh",
+        help="inductor cache per run (fresh, default: cold compile every run) or shared within the bench",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before one run is stopped (default 900)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads in every run (default: torch's choice, usually the CPU count)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads in every run (default: torch's choice, usually the CPU count)",
+    )
     p.add_argument("--no-memory-step", action="store_true", help="CPU: skip the profiled batch for the memory figure")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--log-dir", default=None, help="keep every run's spec, result and log here")
     g = p.add_argument_group("time to target (rank by how soon a metric reaches a goal, not by samples/s)")
-    g.add_argument("--target", default=None, metavar="METRIC=VALUE",
-                   help="e.g. val_acc=0.90 (any metric the model logs; val_loss<=0.3 / val_acc>=0.9 give the direction):"
-                        " each variant trains until it reaches it, checked at every validation")
-    g.add_argument("--target-mode", choices=("max", "min"), default=None,
-                   help="higher (max) or lower (min) is better; default: from the name (loss, error, ... -> min)")
-    g.add_argument("--target-max-time", type=float, default=600.0, metavar="SECONDS",
-                   help="training seconds after which a run gives up: a miss (default 600)")
-    g.add_argument("--target-every", type=int, default=None, metavar="BATCHES",
-                   help="training batches between checks (default: the config's val_check_interval)")
-    p.add_argument("--no-noise-pair", action="store_true",
-                   help="skip the A/A pair of baselines that measures this run's noise floor")
+    g.add_argument(
+        "--target",
+        default=None,
+        metavar="METRIC=VALUE",
+        help="e.g. val_acc=0.90 (any metric the model logs; val_loss<=0.3 / val_acc>=0.9 give the direction):"
+        " each variant trains until it reaches it, checked at every validation",
+    )
+    g.add_argument(
+        "--target-mode",
+        choices=("max", "min"),
+        default=None,
+        help="higher (max) or lower (min) is better; default: from the name (loss, error, ... -> min)",
+    )
+    g.add_argument(
+        "--target-max-time",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="training seconds after which a run gives up: a miss (default 600)",
+    )
+    g.add_argument(
+        "--target-every",
+        type=int,
+        default=None,
+        metavar="BATCHES",
+        help="training batches between checks (default: the config's val_check_interval)",
+    )
+    p.add_argument(
+        "--no-noise-pair",
+        action="store_true",
+        help="skip the A/A pair of baselines that measures this run's noise floor",
+    )
     return p
 
 
@@ -157,6 +217,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"chart: {ns.plot}")
     if ns.write_preset:
         report.write_preset(result, ns.write_preset)
-        print(f"preset: {ns.write_preset} (python -m lightning_speedups fit --config YOUR.yaml --config {ns.write_preset})")
+        print(
+            f"preset: {ns.write_preset} (python -m lightning_speedups fit --config YOUR.yaml --config {ns.write_preset})"
+        )
     bench.cleanup()
     return 0

@@ -65,7 +65,9 @@ class Launcher:
             exit_code = proc.exitcode
         else:
             env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).strip(os.pathsep)
+            env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).strip(
+                os.pathsep
+            )
             with open(log_path, "ab") as log:
                 proc2 = subprocess.Popen(
                     [sys.executable, "-m", "lightning_speedups.bench.worker", spec_path, result_path],

@@ -72,7 +72,15 @@ def _speed(s: Any) -> str:
 
 def _target_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     metric = result.target.metric
-    header = ["variant", "speed-up [95% CI]", "time to target s", "steps to target", "reached", f"best {metric}", "notes"]
+    header = [
+        "variant",
+        "speed-up [95% CI]",
+        "time to target s",
+        "steps to target",
+        "reached",
+        f"best {metric}",
+        "notes",
+    ]
     rows: list[list[str]] = []
     for rec in sorted_records(result):
         s = rec.summary
@@ -82,19 +90,23 @@ def _target_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
             continue
         best = [r.get("best_value") for r in rec.runs if r.get("status") == "ok"]
         best_vals = [b for b in best if b is not None]
-        best_cell = _fmt(max(best_vals) if result.target.mode == "max" else min(best_vals), "{:.4g}") if best_vals else "-"
+        best_cell = (
+            _fmt(max(best_vals) if result.target.mode == "max" else min(best_vals), "{:.4g}") if best_vals else "-"
+        )
         t, st = s.target_time, s.target_steps
         time_cell = "-" if t.median is None else f"{t.median:.1f} ({t.low:.1f}-{t.high:.1f})"
         steps_cell = "-" if st.median is None else f"{st.median:.0f} ({st.low:.0f}-{st.high:.0f})"
-        rows.append([
-            name,
-            _speed(s),
-            time_cell,
-            steps_cell,
-            f"{s.target_reached}/{s.runs_ok}",
-            best_cell,
-            _note(rec, result).replace("PICKED; ", "").replace("PICKED", ""),
-        ])
+        rows.append(
+            [
+                name,
+                _speed(s),
+                time_cell,
+                steps_cell,
+                f"{s.target_reached}/{s.runs_ok}",
+                best_cell,
+                _note(rec, result).replace("PICKED; ", "").replace("PICKED", ""),
+            ]
+        )
     return header, rows
 
 
@@ -102,8 +114,19 @@ def table_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     """The table as plain strings: ``(header, rows)``, sorted by speed-up."""
     if result.target is not None:
         return _target_rows(result)
-    header = ["variant", "speed-up [95% CI]", "samples/s", "step ms", "train mem MiB", "mem ratio", "data wait",
-              "warm-up s", "loss", "sane", "notes"]
+    header = [
+        "variant",
+        "speed-up [95% CI]",
+        "samples/s",
+        "step ms",
+        "train mem MiB",
+        "mem ratio",
+        "data wait",
+        "warm-up s",
+        "loss",
+        "sane",
+        "notes",
+    ]
     rows: list[list[str]] = []
     for rec in sorted_records(result):
         s = rec.summary
@@ -111,19 +134,21 @@ def table_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
         if s is None or not s.runs_ok:
             rows.append([name] + ["-"] * 9 + [_note(rec, result)])
             continue
-        rows.append([
-            name,
-            _speed(s),
-            _fmt(s.samples_per_s.median, "{:.1f}") + _pm(s.samples_per_s.pct),
-            _fmt(None if s.step_s.median is None else s.step_s.median * 1e3, "{:.1f}") + _pm(s.step_s.pct),
-            _fmt(None if s.train_mem.median is None else s.train_mem.median / MiB, "{:.1f}"),
-            _fmt(s.mem_ratio, "{:.2f}x"),
-            _fmt(None if s.data_wait.median is None else 100 * s.data_wait.median, "{:.1f}%"),
-            _fmt(s.warmup_excess_s.median, "{:.1f}"),
-            _fmt(s.loss.median, "{:.4g}"),
-            "yes" if s.sane else "NO",
-            _note(rec, result).replace("PICKED; ", "").replace("PICKED", ""),
-        ])
+        rows.append(
+            [
+                name,
+                _speed(s),
+                _fmt(s.samples_per_s.median, "{:.1f}") + _pm(s.samples_per_s.pct),
+                _fmt(None if s.step_s.median is None else s.step_s.median * 1e3, "{:.1f}") + _pm(s.step_s.pct),
+                _fmt(None if s.train_mem.median is None else s.train_mem.median / MiB, "{:.1f}"),
+                _fmt(s.mem_ratio, "{:.2f}x"),
+                _fmt(None if s.data_wait.median is None else 100 * s.data_wait.median, "{:.1f}%"),
+                _fmt(s.warmup_excess_s.median, "{:.1f}"),
+                _fmt(s.loss.median, "{:.4g}"),
+                "yes" if s.sane else "NO",
+                _note(rec, result).replace("PICKED; ", "").replace("PICKED", ""),
+            ]
+        )
     return header, rows
 
 
@@ -148,7 +173,8 @@ def render_table(result: BenchResult, console: Any = None) -> None:
     device = result.info.device
     meta = result.meta
     what = (
-        f"time to {result.target.text()}" if result.target is not None
+        f"time to {result.target.text()}"
+        if result.target is not None
         else f"{result.options.steps} timed steps after {result.options.warmup} warm-up"
     )
     title = (
@@ -202,7 +228,9 @@ def summary_lines(result: BenchResult) -> list[str]:
             lines.append(f"search: only {sr.helpful[0]} helped alone; nothing to combine.")
         else:
             steps = "; ".join(f"{'+'.join(s.tips)} {s.note}" for s in sr.steps)
-            lines.append(f"search over {', '.join(sr.helpful)}: {steps}. Best: {'+'.join(sr.best)} ({sr.speedup:.2f}x).")
+            lines.append(
+                f"search over {', '.join(sr.helpful)}: {steps}. Best: {'+'.join(sr.best)} ({sr.speedup:.2f}x)."
+            )
     aa = result.noise_record()
     if aa is not None and aa.summary is not None and aa.summary.speedup is not None:
         lo, hi = aa.summary.speedup_ci
@@ -225,11 +253,19 @@ def summary_lines(result: BenchResult) -> list[str]:
         s = pick.summary
         if pick.variant.kind == "baseline":
             best = max(
-                (r for r in result.records if r.variant.kind not in ("baseline", "aa", "idle") and r.summary and r.summary.speedup),
+                (
+                    r
+                    for r in result.records
+                    if r.variant.kind not in ("baseline", "aa", "idle") and r.summary and r.summary.speedup
+                ),
                 key=lambda r: float(r.summary.speedup or 0.0),  # type: ignore[union-attr]
                 default=None,
             )
-            why = f" (fastest other: {best.variant.name}, {best.summary.picked_why})" if best is not None and best.summary else ""
+            why = (
+                f" (fastest other: {best.variant.name}, {best.summary.picked_why})"
+                if best is not None and best.summary
+                else ""
+            )
             lines.append(f"pick: baseline. No variant was sure to beat it{why}.")
         elif s is not None:
             extra = f", {s.sanity}" if result.target is None and s.sanity else ""

@@ -177,7 +177,12 @@ NOISE_PAIR = Variant("baseline (A/A)", "aa", description="the baseline again: th
 def preset_variant(name: str) -> Variant:
     """A packaged preset, or several composed with ``+`` (``"fast+converge"``: ``--config fast --config converge``)."""
     parts = tuple(p.strip() for p in name.split("+") if p.strip())
-    return Variant(f"preset:{'+'.join(parts)}", "preset", presets=parts, description="the packaged " + " + ".join(parts) + " preset" + ("s" if len(parts) > 1 else ""))
+    return Variant(
+        f"preset:{'+'.join(parts)}",
+        "preset",
+        presets=parts,
+        description="the packaged " + " + ".join(parts) + " preset" + ("s" if len(parts) > 1 else ""),
+    )
 
 
 def target_tip_variants(
@@ -243,7 +248,9 @@ def build_variants(
     if yours:
         variants.append(Variant("yours", "yours", description="your config's own speedups section"))
     variants += [tip_variant(t) for t in timed_tips]
-    variants += [Variant(f"preset:{p}", "preset", presets=(p,), description=f"the packaged {p} preset") for p in presets]
+    variants += [
+        Variant(f"preset:{p}", "preset", presets=(p,), description=f"the packaged {p} preset") for p in presets
+    ]
     if extras:
         speed = [t for t in timed_tips if TIP_VARIANTS[t].goal == "speed"]
         if len(speed) >= 2:
@@ -251,7 +258,12 @@ def build_variants(
         idle = idle_overrides(info, skipped)
         if idle:
             variants.append(
-                Variant("idle-parts", "idle", overrides=idle, description="parts with nothing to do here: " + ", ".join(sorted(idle)))
+                Variant(
+                    "idle-parts",
+                    "idle",
+                    overrides=idle,
+                    description="parts with nothing to do here: " + ", ".join(sorted(idle)),
+                )
             )
     return variants
 
@@ -327,7 +339,8 @@ def greedy_search(
             break
         accepted = speedup is not None and speedup >= best_speedup * (1.0 + min_gain)
         note = (
-            "failed or not sane" if speedup is None
+            "failed or not sane"
+            if speedup is None
             else f"{'kept' if accepted else 'dropped'}: {speedup:.3f}x vs {best_speedup:.3f}x without {tip}"
         )
         steps.append(SearchStep(candidate, speedup, accepted, note))

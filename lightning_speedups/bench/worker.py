@@ -67,7 +67,7 @@ def _speedups_dict(cli: Any) -> Any:
 
     try:
         value = cli._get(cli.config_init, "speedups")
-        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else None
+        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else None
     except Exception:
         return None
 
@@ -118,7 +118,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 raise
         trainer = cli.trainer
-        probe = next(cb for cb in trainer.callbacks if isinstance(cb, kind))
+        probe = next(cb for cb in trainer.callbacks if isinstance(cb, kind))  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector, not declared
         if target is None:
             # the probe stops the run after its batches; max_steps counts optimizer steps (two a batch for
             # a GAN stepping two optimizers in manual optimization), so it must not end the run first

@@ -88,7 +88,7 @@ class AdaptiveGradientClipping(SpeedupCallback):
         self._clip_ids: Optional[set[int]] = None
         self.excluded_names: list[str] = []
 
-    def _select(self, pl_module: "pl.LightningModule") -> set[int]:
+    def _select(self, pl_module: pl.LightningModule) -> set[int]:
         params, excluded = agc_parameters(pl_module, self.exclude)
         self.excluded_names = excluded
         if self.exclude and not excluded:
@@ -107,22 +107,20 @@ class AdaptiveGradientClipping(SpeedupCallback):
         return {id(p) for p in params}
 
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # selected again at the first step: other callbacks may still change the model in ``setup``
         self._clip_ids = None
 
     @override
     def on_before_optimizer_step(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", optimizer: Optimizer
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Optimizer
     ) -> None:
         if self._clip_ids is None:
             self._clip_ids = self._select(pl_module)
-        params: list[Any] = [
-            p for group in optimizer.param_groups for p in group["params"] if id(p) in self._clip_ids
-        ]
+        params: list[Any] = [p for group in optimizer.param_groups for p in group["params"] if id(p) in self._clip_ids]
         if params:
             adaptive_clip_grad_(params, clipping=self.clipping, eps=self.eps)
 
     @override
-    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._clip_ids = None

@@ -57,13 +57,18 @@ class AutomaticOptimizationFlags(SpeedupCallback):
             return
         if not pl_module.automatic_optimization:
             asked = ", ".join(f"{k}={v!r}" for k, v in self.flags.items() if v != DEFAULTS[k])
-            self.report(False, f"skipped: the model uses manual optimization, where Lightning refuses Trainer({asked}); {self.fix}")
+            self.report(
+                False,
+                f"skipped: the model uses manual optimization, where Lightning refuses Trainer({asked}); {self.fix}",
+            )
             return
         first = next(iter(self.flags))
         current = getattr(trainer, first, DEFAULTS[first])
         if current != DEFAULTS[first] and current != self.flags[first]:
             # the user's own Trainer setting wins
-            self.report(False, f"skipped: kept the Trainer's {first}={current!r} (the preset wanted {self.flags[first]!r})")
+            self.report(
+                False, f"skipped: kept the Trainer's {first}={current!r} (the preset wanted {self.flags[first]!r})"
+            )
             return
         for key, value in self.flags.items():
             if key == "gradient_clip_algorithm" and value is not None:

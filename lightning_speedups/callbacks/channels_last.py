@@ -61,9 +61,7 @@ class ChannelsLast(SpeedupCallback):
     def __init__(self, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS) -> None:
         super().__init__()
         if isinstance(exclude_keys, str) or not all(isinstance(k, str) for k in exclude_keys):
-            raise TypeError(
-                f"`exclude_keys` must be a list of strings (e.g. ['label', 'mask']); got {exclude_keys!r}."
-            )
+            raise TypeError(f"`exclude_keys` must be a list of strings (e.g. ['label', 'mask']); got {exclude_keys!r}.")
         self.exclude_keys = tuple(exclude_keys)
         self._wrapped: list[Any] = []
 

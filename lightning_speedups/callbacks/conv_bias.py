@@ -95,7 +95,7 @@ class ConvBiasRemoval(SpeedupCallback):
         self._pairs.update({c: plan.pairs[c] for c in changed})
         kept = f", {len(plan.skipped)} kept" if plan.skipped else ""
         if self._pairs:
-            n_params = sum(pl_module.get_submodule(b).num_features for b in self._pairs.values())
+            n_params = sum(int(getattr(pl_module.get_submodule(b), "num_features", 0)) for b in self._pairs.values())
             self.report(True, f"removed {len(self._pairs)} conv bias(es), {n_params} parameters{kept}")
         elif plan.skipped:
             first, why = next(iter(plan.skipped.items()))

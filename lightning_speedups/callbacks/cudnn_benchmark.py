@@ -51,7 +51,7 @@ class CudnnBenchmark(SpeedupCallback):
         self.shapes: set[tuple] = set()
 
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.mode == "off":
             self.report(False, "off")
             return
@@ -63,7 +63,9 @@ class CudnnBenchmark(SpeedupCallback):
         self.report(True, "cudnn.benchmark on (input shapes are watched, restored after the run)")
 
     @override
-    def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self._previous is None or trainer.global_step >= self.watch_steps or not torch.backends.cudnn.benchmark:
             return
         self.shapes.add(batch_shape_signature(batch))
@@ -77,11 +79,11 @@ class CudnnBenchmark(SpeedupCallback):
             )
 
     @override
-    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._previous is not None:
             torch.backends.cudnn.benchmark = self._previous
             self._previous = None
 
     @override
-    def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self.teardown(trainer, pl_module, "fit")

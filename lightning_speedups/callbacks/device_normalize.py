@@ -107,9 +107,7 @@ class DeviceNormalize(SpeedupCallback):
         self.report(False, "waiting for the first uint8 batch")
 
     @override
-    def on_train_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if batch_idx == 0 and self.batches_converted == 0:
             rank_zero_warn(
                 "DeviceNormalize found no uint8 image tensor in the first training batch: nothing was normalised."
@@ -118,7 +116,5 @@ class DeviceNormalize(SpeedupCallback):
             )
 
     @override
-    def teardown(
-        self, trainer: Trainer, pl_module: LightningModule, stage: str
-    ) -> None:
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._patches.undo()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import Iterable, Literal, Optional
+from collections.abc import Iterable
+from typing import Literal, Optional
 
 import lightning.pytorch as pl
 import torch
@@ -103,13 +104,13 @@ class FusedOptimizer(SpeedupCallback):
         self.changed: list[str] = []
 
     @staticmethod
-    def _clips_gradients(trainer: "pl.Trainer") -> bool:
+    def _clips_gradients(trainer: pl.Trainer) -> bool:
         if trainer.gradient_clip_val:
             return True
-        return any(getattr(cb, "needs_unscaled_grads", False) for cb in trainer.callbacks)
+        return any(getattr(cb, "needs_unscaled_grads", False) for cb in trainer.callbacks)  # type: ignore[attr-defined]  # set by Lightning's connectors at init, not declared
 
     @override
-    def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # After the checkpoint's optimizer state was restored (it would overwrite the flags).
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         avoid_fused = scaler is not None and self._clips_gradients(trainer)
@@ -130,9 +131,12 @@ class FusedOptimizer(SpeedupCallback):
             # scale to a foreach step, which refuses it); without a scaler (fp32, bf16-mixed) Lightning
             # 2.6's plugin refuses to clip any optimizer that carries it (Lightning issue 21435), and
             # nothing reads it there.
-            optimizer._step_supports_amp_scaling = choice == "fused" and scaler is not None
+            # private: torch and Lightning read this flag to know a step unscales itself; there is no public setter
+            optimizer._step_supports_amp_scaling = choice == "fused" and scaler is not None  # type: ignore[attr-defined]
             moved = place_step_tensors(optimizer)
-            self.changed.append(f"{type(optimizer).__name__}->{choice}" + (f" ({moved} step tensors moved)" if moved else ""))
+            self.changed.append(
+                f"{type(optimizer).__name__}->{choice}" + (f" ({moved} step tensors moved)" if moved else "")
+            )
         if avoid_fused and self.mode != "foreach":
             rank_zero_warn(
                 "optimizer: fp16 mixed precision with gradient clipping: a fused optimizer unscales gradients inside"
@@ -150,11 +154,16 @@ class FusedOptimizer(SpeedupCallback):
         devices = {p.device.type for p in params}
         floating = all(p.is_floating_point() for p in params)
         can_fuse = (
-            optimizer_accepts(optimizer, "fused") and len(devices) == 1 and devices <= set(fused_devices()) and floating
+            optimizer_accepts(optimizer, "fused")
+            and len(devices) == 1
+            and devices <= set(fused_devices())
+            and floating
             and not optimizer.defaults.get("differentiable", False)
         )
         if self.mode != "foreach" and can_fuse and not avoid_fused:
             return "fused"
         if self.mode == "fused" and not can_fuse and not avoid_fused:
-            rank_zero_warn(f"optimizer: {type(optimizer).__name__} has no fused implementation for these parameters; using foreach.")
+            rank_zero_warn(
+                f"optimizer: {type(optimizer).__name__} has no fused implementation for these parameters; using foreach."
+            )
         return "foreach" if optimizer_accepts(optimizer, "foreach") else None

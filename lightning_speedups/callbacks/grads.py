@@ -88,7 +88,9 @@ class GradsToNoneCheck(SpeedupCallback):
             params = [p for g in optimizer.param_groups for p in g["params"]]
             names = {id(p): n for n, p in pl_module.named_parameters()}
             found = find_zeroed_grads(params)
-            found.names = [names.get(id(p), f"param{i}") for i, p in enumerate(params) if p.requires_grad and p.grad is not None]
+            found.names = [
+                names.get(id(p), f"param{i}") for i, p in enumerate(params) if p.requires_grad and p.grad is not None
+            ]
         else:
             found = find_zeroed_grads(pl_module)
             optimizer = None

@@ -42,7 +42,7 @@ class HookPatches:
 
 def batch_hook_owner(trainer: Trainer, pl_module: LightningModule, hook: str) -> Any:
     """The object whose batch hook Lightning calls: the DataModule when it overrides it, else the model."""
-    dm = trainer.datamodule
+    dm = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's DataConnector at init, not declared
     if dm is not None and is_overridden(hook, dm):
         return dm
     return pl_module

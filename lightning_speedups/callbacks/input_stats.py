@@ -63,9 +63,7 @@ class InputStatsCheck(SpeedupCallback):
             raise ValueError(f"`mean_tol` must be > 0, got {mean_tol!r}.")
         lo, hi = std_range
         if not 0 < lo < 1 < hi:
-            raise ValueError(
-                f"`std_range` must be (low, high) with 0 < low < 1 < high, got {std_range!r}."
-            )
+            raise ValueError(f"`std_range` must be (low, high) with 0 < low < 1 < high, got {std_range!r}.")
         self.batches = batches
         self.mean_tol = float(mean_tol)
         self.std_range = (float(lo), float(hi))
@@ -76,9 +74,7 @@ class InputStatsCheck(SpeedupCallback):
         self._done = False
 
     @override
-    def on_train_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._done:
             return
         for name, t in named_tensors(batch):
@@ -93,9 +89,7 @@ class InputStatsCheck(SpeedupCallback):
             return
         self._done = True
         for name, s in self.stats.items():
-            found = normalisation_problems(
-                s, mean_tol=self.mean_tol, std_range=self.std_range
-            )
+            found = normalisation_problems(s, mean_tol=self.mean_tol, std_range=self.std_range)
             if found:
                 self.problems[name] = found
                 rank_zero_warn(
@@ -112,9 +106,7 @@ class InputStatsCheck(SpeedupCallback):
                 f"{len(self.problems)} of {len(self.stats)} inputs far from normalised",
             )
         else:
-            self.report(
-                True, f"{len(self.stats)} floating-point input(s) look normalised"
-            )
+            self.report(True, f"{len(self.stats)} floating-point input(s) look normalised")
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -203,7 +203,7 @@ class LargestBatch(SpeedupCallback):
 
     # ------------------------------------------------------------------ checks
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._skip = None
         self._applied = False
         self._deferred = False
@@ -211,7 +211,7 @@ class LargestBatch(SpeedupCallback):
         if stage != "fit":
             self._skip = f"skipped, only used in fit (stage {stage!r})"
             return
-        if trainer.fast_dev_run:
+        if trainer.fast_dev_run:  # type: ignore[attr-defined]  # set by Lightning's connectors at init, not declared
             self._skip = "skipped, fast_dev_run is on"
             return
         if not lightning_hasattr(pl_module, self.batch_arg_name):
@@ -228,7 +228,8 @@ class LargestBatch(SpeedupCallback):
                 f"in `train_dataloader()` of the LightningModule or a LightningDataModule from `{self.batch_arg_name}`."
             )
             return
-        if self.keep_effective_batch and any(isinstance(c, GradientAccumulationScheduler) for c in trainer.callbacks):
+        callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connectors at init, not declared
+        if self.keep_effective_batch and any(isinstance(c, GradientAccumulationScheduler) for c in callbacks):
             raise MisconfigurationException(
                 "LargestBatch(keep_effective_batch=True) sets `accumulate_grad_batches`, which a "
                 "GradientAccumulationScheduler callback also changes; remove one of them."
@@ -252,7 +253,7 @@ class LargestBatch(SpeedupCallback):
 
     # ------------------------------------------------------------------ main
     @override
-    def on_fit_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._skip is not None:
             self.report(False, self._skip)
             return
@@ -286,7 +287,7 @@ class LargestBatch(SpeedupCallback):
         if self.batch_size is None and trainer.world_size > 1:
             raise multi_process_error(trainer)
 
-        old_batch = int(lightning_getattr(pl_module, self.batch_arg_name))
+        old_batch = int(lightning_getattr(pl_module, self.batch_arg_name))  # type: ignore[arg-type]  # checked to exist in setup
         old_accumulate = int(trainer.accumulate_grad_batches)
         world = int(trainer.world_size)
         old_effective = old_batch * old_accumulate * world
@@ -323,7 +324,7 @@ class LargestBatch(SpeedupCallback):
 
     def _finish(
         self,
-        trainer: "pl.Trainer",
+        trainer: pl.Trainer,
         old_batch: int,
         old_accumulate: int,
         base: int,
@@ -369,14 +370,14 @@ class LargestBatch(SpeedupCallback):
         self._log(trainer)
 
     @override
-    def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # strategies that restore checkpoints after setup (FSDP, DeepSpeed) load our state after on_fit_start
         if self._skip is None and self._state and self._restored and not self._applied:
             self._apply_restored(trainer, pl_module)
         elif self._deferred:
             raise multi_process_error(trainer)
 
-    def _apply_restored(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+    def _apply_restored(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         batch, accumulate = int(self._state["batch_size"]), int(self._state["accumulate_grad_batches"])
         self._apply_batch(trainer, pl_module, batch, accumulate)
         self._applied = True
@@ -388,12 +389,12 @@ class LargestBatch(SpeedupCallback):
             echo=True,
         )
 
-    def _apply_batch(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: int, accumulate: int) -> None:
+    def _apply_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: int, accumulate: int) -> None:
         lightning_setattr(pl_module, self.batch_arg_name, batch)
         trainer.accumulate_grad_batches = accumulate
         reset_loaders(trainer)
 
-    def _log(self, trainer: "pl.Trainer") -> None:
+    def _log(self, trainer: pl.Trainer) -> None:
         metrics: dict[str, float] = {
             "largest_batch/batch_size": float(self._state["batch_size"]),
             "largest_batch/accumulate_grad_batches": float(self._state["accumulate_grad_batches"]),
@@ -412,9 +413,7 @@ class LargestBatch(SpeedupCallback):
         return None
 
     # ------------------------------------------------------------------ search
-    def _search(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", old_accumulate: int, per_process: int
-    ) -> int:
+    def _search(self, trainer: pl.Trainer, pl_module: pl.LightningModule, old_accumulate: int, per_process: int) -> int:
         limit = None if self.budget_bytes is None else int(self.budget_bytes * (1 - self.margin))
         cap = self.max_batch_size
         if self.keep_effective_batch:
@@ -476,8 +475,8 @@ class LargestBatch(SpeedupCallback):
 
     def _too_small_error(
         self,
-        trainer: "pl.Trainer",
-        pl_module: "pl.LightningModule",
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
         old_accumulate: int,
         per_process: int,
         limit: Optional[int],
@@ -487,14 +486,14 @@ class LargestBatch(SpeedupCallback):
             try:  # measure once without a limit, to say how much is needed
                 accumulate = self._trial_accumulation(self.multiple, old_accumulate, per_process)
                 peak = self.measure_peak(trainer, pl_module, self.multiple, accumulate, None)
-            except Exception:  # noqa: BLE001 - only for the message
+            except Exception:
                 peak = None
         return too_small_error(self.memory_budget, self.budget_bytes, limit, self.margin, self.multiple, peak)
 
     def measure_peak(
         self,
-        trainer: "pl.Trainer",
-        pl_module: "pl.LightningModule",
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
         batch_size: int,
         accumulate_grad_batches: int,
         limit: Optional[int],

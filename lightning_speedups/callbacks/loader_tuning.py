@@ -106,9 +106,7 @@ def live_state_shared(dataset: Any, pl_module: Any, depth: int = 3) -> str | Non
     return None
 
 
-def _warn_once(
-    seen: set[str], message: str, category: type[Warning] = PossibleUserWarning
-) -> None:
+def _warn_once(seen: set[str], message: str, category: type[Warning] = PossibleUserWarning) -> None:
     if message not in seen:
         seen.add(message)
         rank_zero_warn(message, category=category)
@@ -202,12 +200,8 @@ class LoaderTuning(SpeedupCallback):
                 " would sample a stale copy)"
             )
         for w in resolved.warnings:
-            _warn_once(
-                self._said, f"LoaderTuning: {w}"
-            )  # once per run, not once per loader
-        changed = {
-            k: v for k, v in resolved.kwargs.items() if getattr(loader, k, None) != v
-        }
+            _warn_once(self._said, f"LoaderTuning: {w}")  # once per run, not once per loader
+        changed = {k: v for k, v in resolved.kwargs.items() if getattr(loader, k, None) != v}
         text = resolved.summary()
         why = "; ".join(resolved.reasons)
         line = f"{stage}: {text}" + (f" [{why}]" if why else "")
@@ -227,7 +221,9 @@ class LoaderTuning(SpeedupCallback):
             self.choices[stage] = line
             self._short[stage] = text if new is not loader else f"{text} (as they were)"
             if shared is not None:
-                self._short[stage] += f", no workers added: {shared}, which training fills (a worker would sample a stale copy)"
+                self._short[stage] += (
+                    f", no workers added: {shared}, which training fills (a worker would sample a stale copy)"
+                )
             self._changed_any = self._changed_any or new is not loader
             rank_zero_info(f"LoaderTuning: {line}")
             grouped: dict[str, list[str]] = {}
@@ -258,11 +254,7 @@ class LoaderTuning(SpeedupCallback):
             name = source.name
             if isinstance(inst, (LightningModule, LightningDataModule)):
                 key = (id(inst), name)
-                if (
-                    key in wrapped
-                    or self._patches.is_patched(inst, name)
-                    or not is_overridden(name, inst)
-                ):
+                if key in wrapped or self._patches.is_patched(inst, name) or not is_overridden(name, inst):
                     continue
                 wrapped.add(key)
 
@@ -280,9 +272,7 @@ class LoaderTuning(SpeedupCallback):
             self.report(True, "loaders are tuned when Lightning requests them")
 
     @override
-    def on_train_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self._batch_checked:
             return
         self._batch_checked = True
@@ -297,9 +287,7 @@ class LoaderTuning(SpeedupCallback):
             )
 
     @override
-    def teardown(
-        self, trainer: Trainer, pl_module: LightningModule, stage: str
-    ) -> None:
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._patches.undo()
         for source, inst in reversed(self._direct):
             source.instance = inst

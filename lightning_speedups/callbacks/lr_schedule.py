@@ -148,7 +148,10 @@ class LRSchedule(SpeedupCallback):
         # Trap T01: an existing one-cycle / cyclic scheduler stepped per epoch.
         for config in trainer.lr_scheduler_configs:
             sched = config.scheduler
-            if isinstance(sched, (torch.optim.lr_scheduler.OneCycleLR, torch.optim.lr_scheduler.CyclicLR)) and config.interval != "step":
+            if (
+                isinstance(sched, (torch.optim.lr_scheduler.OneCycleLR, torch.optim.lr_scheduler.CyclicLR))
+                and config.interval != "step"
+            ):
                 rank_zero_warn(
                     f"lr_schedule: {type(sched).__name__} is stepped once per epoch (interval='{config.interval}');"
                     " a one-cycle/cyclic schedule is meant to step per optimizer step. Return"
@@ -190,7 +193,9 @@ class LRSchedule(SpeedupCallback):
         optimizer = trainer.optimizers[0]
         if any(c.scheduler.optimizer is optimizer for c in trainer.lr_scheduler_configs):
             self.report(False, "skipped, configure_optimizers already returns a scheduler for this optimizer")
-            rank_zero_warn("lr_schedule: the model already schedules its optimizer's learning rate; not adding another.")
+            rank_zero_warn(
+                "lr_schedule: the model already schedules its optimizer's learning rate; not adding another."
+            )
             return
         total = trainer.estimated_stepping_batches
         if not math.isfinite(total):
@@ -211,9 +216,11 @@ class LRSchedule(SpeedupCallback):
             peak = self.range_pick.lr
         elif isinstance(self.max_lr, (int, float)):
             peak = float(self.max_lr)
-        self._peaks = list(state["peaks"]) if state else [
-            peak if peak is not None else group["lr"] for group in optimizer.param_groups
-        ]
+        self._peaks = (
+            list(state["peaks"])
+            if state
+            else [peak if peak is not None else group["lr"] for group in optimizer.param_groups]
+        )
         # the schedulers' constructors reset lr (and a cycled momentum / Adam beta1) to the schedule's start
         scheduled = ("lr", "momentum", "betas")
         current = [{k: group[k] for k in scheduled if k in group} for group in optimizer.param_groups]

@@ -34,7 +34,7 @@ class MatmulPrecision(SpeedupCallback):
         self._previous: Optional[str] = None
 
     @override
-    def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         value, reason = resolve_matmul_precision(self.mode, trainer.strategy.root_device.type)
         if value is None:
             self.report(False, f"skipped, {reason}")
@@ -44,11 +44,11 @@ class MatmulPrecision(SpeedupCallback):
         self.report(True, f"float32 matmul precision {value!r}: {reason}")
 
     @override
-    def teardown(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._previous is not None:
             torch.set_float32_matmul_precision(self._previous)
             self._previous = None
 
     @override
-    def on_exception(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", exception: BaseException) -> None:
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self.teardown(trainer, pl_module, "fit")

@@ -107,7 +107,10 @@ class NoGradEvalCheck(SpeedupCallback):
             }
             self.findings.append(finding)
             self._warned.add(stage)
-            rank_zero_warn(f"NoGradEvalCheck (tip T17): {finding['evidence']}. Fix: {finding['fix']}.", category=PossibleUserWarning)
+            rank_zero_warn(
+                f"NoGradEvalCheck (tip T17): {finding['evidence']}. Fix: {finding['fix']}.",
+                category=PossibleUserWarning,
+            )
             self.report(True, f"{_STAGE_WORD[stage]} steps build autograd graphs")
             self._stop()
         elif self._seen_batches >= self.check_batches:

@@ -49,9 +49,7 @@ class NonBlockingCheck(SpeedupCallback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         device = machine_from_trainer(trainer).get("accelerator", "cpu")
         if device != "cuda":
-            self.report(
-                False, f"batches stay on {device}: no host-to-device copies to overlap"
-            )
+            self.report(False, f"batches stay on {device}: no host-to-device copies to overlap")
             return
         owner = batch_hook_owner(trainer, pl_module, "on_before_batch_transfer")
         if self._patches.is_patched(owner, "on_before_batch_transfer"):
@@ -72,16 +70,12 @@ class NonBlockingCheck(SpeedupCallback):
         self._patches.wrap(owner, "on_before_batch_transfer", make)
         self.report(True, "checking that batches come from pinned memory")
 
-    def check(
-        self, batch: Any, device: str | torch.device, where: str = "batch"
-    ) -> list[str]:
+    def check(self, batch: Any, device: str | torch.device, where: str = "batch") -> list[str]:
         """Warn and return the names of ``batch``'s tensors whose copy to ``device`` cannot overlap."""
         names = unpinned_tensors(batch, device)
         if names:
             self.unpinned[where] = names
-            self.report(
-                True, f"{where}: {len(names)} unpinned tensor(s), copies cannot overlap"
-            )
+            self.report(True, f"{where}: {len(names)} unpinned tensor(s), copies cannot overlap")
             rank_zero_warn(
                 f"NonBlockingCheck: {where} hands over {', '.join(names[:4])} from unpinned memory: the"
                 f" non_blocking copies to {device} cannot overlap compute. Set pin_memory=True on the DataLoader"
@@ -91,8 +85,6 @@ class NonBlockingCheck(SpeedupCallback):
         return names
 
     @override
-    def teardown(
-        self, trainer: Trainer, pl_module: LightningModule, stage: str
-    ) -> None:
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._patches.undo()
         self._checked.clear()

@@ -105,9 +105,7 @@ class SpeedDataModule(LightningDataModule):
                 "SpeedDataModule needs a value or 'auto' for num_workers, pin_memory and persistent_workers"
                 " (None means 'keep the loader's' and only applies to LoaderTuning)."
             )
-        self.settings = LoaderSettings(
-            num_workers, pin_memory, persistent_workers, prefetch_factor
-        )
+        self.settings = LoaderSettings(num_workers, pin_memory, persistent_workers, prefetch_factor)
         self.train_dataset = train_dataset
         self.val_dataset = val_dataset
         self.test_dataset = test_dataset
@@ -144,9 +142,7 @@ class SpeedDataModule(LightningDataModule):
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"`val_fraction` must be in [0, 1), got {val_fraction!r}.")
         if val_fraction and isinstance(dataset, IterableDataset):
-            raise ValueError(
-                "`val_fraction` needs a map-style dataset; an IterableDataset cannot be split."
-            )
+            raise ValueError("`val_fraction` needs a map-style dataset; an IterableDataset cannot be split.")
         dm = cls(**kwargs)
         dm._source = dataset
         dm._val_fraction = float(val_fraction)
@@ -156,23 +152,15 @@ class SpeedDataModule(LightningDataModule):
         return dm
 
     def setup(self, stage: str) -> None:
-        if (
-            self._source is not None
-            and self._val_fraction
-            and self.train_dataset is None
-        ):
+        if self._source is not None and self._val_fraction and self.train_dataset is None:
             n = len(self._source)  # type: ignore[arg-type]
             n_val = max(1, round(n * self._val_fraction))
             gen = torch.Generator().manual_seed(self._split_seed)
-            self.train_dataset, self.val_dataset = random_split(
-                self._source, [n - n_val, n_val], generator=gen
-            )
+            self.train_dataset, self.val_dataset = random_split(self._source, [n - n_val, n_val], generator=gen)
 
     def _loader(self, dataset: Dataset | None, stage: str) -> DataLoader:
         if dataset is None:
-            raise RuntimeError(
-                f"SpeedDataModule has no {stage} dataset; pass `{stage}_dataset=`."
-            )
+            raise RuntimeError(f"SpeedDataModule has no {stage} dataset; pass `{stage}_dataset=`.")
         train = stage == "train"
         iterable = isinstance(dataset, IterableDataset)
         gen = None
@@ -187,18 +175,12 @@ class SpeedDataModule(LightningDataModule):
             worker_init_fn=self.worker_init_fn,
             generator=gen,
         )
-        resolved = resolve_loader_settings(
-            self.settings, base, **machine_from_trainer(self.trainer)
-        )
+        resolved = resolve_loader_settings(self.settings, base, **machine_from_trainer(self.trainer))
         if stage not in self.choices:
-            self.choices[stage] = (
-                f"{resolved.summary()} [{'; '.join(resolved.reasons)}]"
-            )
+            self.choices[stage] = f"{resolved.summary()} [{'; '.join(resolved.reasons)}]"
             rank_zero_info(f"SpeedDataModule {stage}: {self.choices[stage]}")
             for w in resolved.warnings:
-                rank_zero_warn(
-                    f"SpeedDataModule ({stage}): {w}", category=PossibleUserWarning
-                )
+                rank_zero_warn(f"SpeedDataModule ({stage}): {w}", category=PossibleUserWarning)
         return DataLoader(
             dataset,
             batch_size=base.batch_size,
@@ -219,14 +201,8 @@ class SpeedDataModule(LightningDataModule):
 
     def test_dataloader(self) -> Any:
         # no dataset: an empty list, which Lightning reads as "no test batches"
-        return (
-            [] if self.test_dataset is None else self._loader(self.test_dataset, "test")
-        )
+        return [] if self.test_dataset is None else self._loader(self.test_dataset, "test")
 
     def predict_dataloader(self) -> Any:
         # no dataset: an empty list, which Lightning reads as "no predict batches"
-        return (
-            []
-            if self.predict_dataset is None
-            else self._loader(self.predict_dataset, "predict")
-        )
+        return [] if self.predict_dataset is None else self._loader(self.predict_dataset, "predict")

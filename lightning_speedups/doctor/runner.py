@@ -34,7 +34,16 @@ from lightning_speedups.advisor import LINT_SEVERITY, SpeedAdvisor, run_checks
 from lightning_speedups.inspection import Facts, Finding, print_report, to_json
 from lightning_speedups.session import UsageError, build, resolve_config_args
 
-__all__ = ["DOCTOR_TRAINER_OVERRIDES", "FAIL_ON", "LINT_SEVERITY", "DoctorResult", "diagnose", "exit_code_for", "main", "run_checks"]
+__all__ = [
+    "DOCTOR_TRAINER_OVERRIDES",
+    "FAIL_ON",
+    "LINT_SEVERITY",
+    "DoctorResult",
+    "diagnose",
+    "exit_code_for",
+    "main",
+    "run_checks",
+]
 
 FAIL_ON = ("high", "medium", "low", "never")
 
@@ -139,7 +148,9 @@ def _prepare_trainer(trainer: Any, advisor: Any, batches: int | None = None) -> 
     from lightning.pytorch.callbacks import Checkpoint
     from lightning.pytorch.cli import SaveConfigCallback
 
-    kept = [cb for cb in trainer.callbacks if not isinstance(cb, (Checkpoint, SaveConfigCallback)) and cb is not advisor]
+    kept = [
+        cb for cb in trainer.callbacks if not isinstance(cb, (Checkpoint, SaveConfigCallback)) and cb is not advisor
+    ]
     trainer.callbacks = kept + [advisor]
     if batches is not None:
         trainer.callbacks.append(_StopAfterBatches(batches))
@@ -174,8 +185,13 @@ def diagnose(
     configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--config", "-c")]
     configs += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
     overrides = {**DOCTOR_TRAINER_OVERRIDES, "max_steps": steps}
-    options = [a for i, a in enumerate(argv) if a not in ("--config", "-c") and not a.startswith("--config=")
-               and not (i > 0 and argv[i - 1] in ("--config", "-c"))]
+    options = [
+        a
+        for i, a in enumerate(argv)
+        if a not in ("--config", "-c")
+        and not a.startswith("--config=")
+        and not (i > 0 and argv[i - 1] in ("--config", "-c"))
+    ]
     result = DoctorResult(configs=configs, options=options, steps=steps)
     with _silenced():
         advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint, clock=clock)
@@ -184,13 +200,15 @@ def diagnose(
             configured = None
             trainer = cli.trainer
             if trainer.num_devices > 1 or trainer.num_nodes > 1:
-                configured = f"{trainer.num_devices}" + (f" x {trainer.num_nodes} nodes" if trainer.num_nodes > 1 else "")
+                configured = f"{trainer.num_devices}" + (
+                    f" x {trainer.num_nodes} nodes" if trainer.num_nodes > 1 else ""
+                )
                 advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint, clock=clock)
                 cli = _build(argv, advisor, {**overrides, "devices": 1, "num_nodes": 1})
                 trainer = cli.trainer
         except (SystemExit, KeyboardInterrupt):
             raise
-        except Exception as err:  # noqa: BLE001 - the user's config or classes: one line, exit 2
+        except Exception as err:
             if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
                 traceback.print_exc()
             result.error = f"the config does not build: {_error_line(err)}"
@@ -202,7 +220,7 @@ def diagnose(
             trainer.fit(cli.model, datamodule=cli.datamodule)
         except (SystemExit, KeyboardInterrupt):
             raise
-        except Exception as err:  # noqa: BLE001 - the user's training step: report what was seen, exit 2
+        except Exception as err:
             if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
                 traceback.print_exc()
             result.run_error = f"the training steps failed: {_error_line(err)}"
@@ -241,13 +259,23 @@ def _parser() -> argparse.ArgumentParser:
         epilog=HELP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("-c", "--config", action="append", default=[], metavar="CONFIG",
-                   help="a config file or a packaged preset name (repeatable; later ones win key by key)."
-                   " Default: the embedded demo (DigitsCNN on the scikit-learn digits).")
+    p.add_argument(
+        "-c",
+        "--config",
+        action="append",
+        default=[],
+        metavar="CONFIG",
+        help="a config file or a packaged preset name (repeatable; later ones win key by key)."
+        " Default: the embedded demo (DigitsCNN on the scikit-learn digits).",
+    )
     p.add_argument("--steps", type=int, default=5, help="training steps to watch (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    p.add_argument("--fail-on", choices=FAIL_ON, default="high",
-                   help="exit 1 when a finding has this severity or higher (default: high)")
+    p.add_argument(
+        "--fail-on",
+        choices=FAIL_ON,
+        default="high",
+        help="exit 1 when a finding has this severity or higher (default: high)",
+    )
     p.add_argument("--no-lint", action="store_true", help="do not lint the source files of the model and data classes")
     p.add_argument("--hide-ok", action="store_true", help="do not list the tips that were checked and found fine")
     return p

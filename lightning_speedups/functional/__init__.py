@@ -89,6 +89,7 @@ from lightning_speedups.functional.loaders import (
     worker_pickle_problem,
     worker_start_method,
 )
+from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, raw_losses, resmooth, steepest_lr
 from lightning_speedups.functional.memory import (
     LiveTensorMemory,
     MemoryBudget,
@@ -99,7 +100,6 @@ from lightning_speedups.functional.memory import (
     parse_memory_budget,
     total_memory_bytes,
 )
-from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, raw_losses, resmooth, steepest_lr
 from lightning_speedups.functional.precision import (
     accelerator_is_cuda,
     cpu_fast_bf16,

@@ -133,9 +133,7 @@ def _name_variants(param_name: str) -> list[str]:
     return variants
 
 
-def agc_parameters(
-    module: nn.Module, exclude: Optional[Iterable[str]] = None
-) -> tuple[list[Tensor], list[str]]:
+def agc_parameters(module: nn.Module, exclude: Optional[Iterable[str]] = None) -> tuple[list[Tensor], list[str]]:
     """Split the trainable parameters of ``module`` into those to clip and the names excluded.
 
     A pattern (a glob, e.g. ``"fc"``, ``"head*"``, ``"classifier.*"``) excludes a parameter when it

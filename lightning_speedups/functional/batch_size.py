@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -31,6 +32,7 @@ __all__ = [
     "scale_lr_scheduler",
     "scale_optimizer_lrs",
 ]
+
 
 def round_down(value: int, multiple: int) -> int:
     """``value`` rounded down to a multiple of ``multiple`` (0 when below it)."""
@@ -77,7 +79,7 @@ def find_largest_batch_size(
         size = k * multiple
         try:
             ok = bool(fits(size))
-        except Exception as ex:  # noqa: BLE001 - only out-of-memory errors are swallowed
+        except Exception as ex:
             if not is_out_of_memory(ex):
                 raise
             ok = False

@@ -60,7 +60,7 @@ inverse (a changed checkpoint into an unchanged model): :func:`unfold_conv_bias_
 
 Example:
     >>> import torch
-    >>> from torch import nn
+    >>> from torch import Tensor, nn
     >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
     >>> remove_conv_bias(net)
     ['0']
@@ -73,10 +73,10 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 
 from lightning_speedups.functional.conv_bias_plan import ConvBiasPlan, plan_conv_bias_removal
@@ -146,12 +146,13 @@ def apply_conv_bias_plan(model: nn.Module, plan: ConvBiasPlan, *, fold_on_load: 
     with torch.no_grad():
         for cname, bname in plan.pairs.items():
             conv, bn = model.get_submodule(cname), model.get_submodule(bname)
-            if conv.bias is None:
+            bias: Optional[Tensor] = getattr(conv, "bias", None)
+            if bias is None:
                 continue
-            rm = bn.running_mean
+            rm: Optional[Tensor] = getattr(bn, "running_mean", None)
             if rm is not None and not is_lazy(rm):
-                rm.copy_((rm.double() - conv.bias.detach().to(rm.device).double()).to(rm.dtype))
-            conv.bias = None  # unregisters the parameter (state_dict and parameters() lose it)
+                rm.copy_((rm.double() - bias.detach().to(rm.device).double()).to(rm.dtype))
+            conv.bias = None  # type: ignore[assignment]  # unregisters the parameter (state_dict and parameters() lose it)
             changed.append(cname)
     if fold_on_load and plan.pairs:
         hook = model.__dict__.get(_HOOK_ATTR)
@@ -257,7 +258,11 @@ def unfold_conv_bias_state_dict(
         if key in out or weight is None:
             continue
         ref = out.get(f"{prefix}{bn}.running_mean")
-        n = ref.numel() if ref is not None else out.get(f"{prefix}{bn}.weight").numel()
+        if ref is None:
+            ref = out.get(f"{prefix}{bn}.weight")
+        if ref is None:
+            continue  # no BatchNorm tensor to size the bias by: leave the checkpoint as it is
+        n = ref.numel()
         out[key] = torch.zeros(n, dtype=weight.dtype, device=weight.device)
     return out
 

@@ -27,10 +27,10 @@ from lightning_speedups.functional.conv_bias_source import (
 __all__ = ["ConvBiasPlan", "forward_args", "plan_conv_bias_removal"]
 
 _CONV_FORWARDS = {
-    cls.forward
-    for cls in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+    cls.forward for cls in (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 }
 _BN_FORWARDS = {_BatchNorm.forward, nn.SyncBatchNorm.forward}
+
 
 @dataclass
 class ConvBiasPlan:
@@ -51,6 +51,7 @@ class ConvBiasPlan:
         if not self.pairs and not self.skipped:
             return "no convolution with a bias"
         return f"{len(self.pairs)} conv bias(es) folded into BatchNorm, {len(self.skipped)} kept"
+
 
 # --------------------------------------------------------------------------------------------- utils
 
@@ -195,9 +196,7 @@ def _analyse_graph(unit: nn.Module, graph: torch.fx.Graph) -> tuple[dict[int, in
             else:
                 for bn_node in calls[bid]:
                     src = bn_node.args[0] if bn_node.args else None
-                    if not (
-                        isinstance(src, torch.fx.Node) and src.op == "call_module" and src in nodes
-                    ):
+                    if not (isinstance(src, torch.fx.Node) and src.op == "call_module" and src in nodes):
                         reason = "its BatchNorm also normalises other inputs"
                         break
         if reason is None:
@@ -205,6 +204,7 @@ def _analyse_graph(unit: nn.Module, graph: torch.fx.Graph) -> tuple[dict[int, in
         else:
             rejected[cid] = reason
     return accepted, rejected
+
 
 # ------------------------------------------------------------------------------------------ planning
 
@@ -229,11 +229,11 @@ def _dynamic_veto(model: nn.Module, pairs: dict[str, str], example_input: Any) -
         handles = []
         for c in pairs:
             handles.append(
-                model.get_submodule(c).register_forward_hook(lambda _m, _i, o, c=c: outs[c].append(o))
+                model.get_submodule(c).register_forward_hook(lambda _m, _i, o, c=c, outs=outs: outs[c].append(o))
             )
         for b in set(pairs.values()):
             handles.append(
-                model.get_submodule(b).register_forward_pre_hook(lambda _m, i, b=b: ins[b].append(i[0]))
+                model.get_submodule(b).register_forward_pre_hook(lambda _m, i, b=b, ins=ins: ins[b].append(i[0]))
             )
         try:
             with _side_effect_free(model), _training_mode(model, mode):

@@ -20,6 +20,7 @@ __all__ = ["ast_pairs", "class_trees", "reaches_in"]
 # source scans ignore classes defined by these libraries (their code never reaches into user modules)
 _LIBRARY_PREFIXES = ("torch", "lightning", "pytorch_lightning", "builtins", "typing", "abc")
 
+
 def _user_classes_of(module_cls: type) -> list[type]:
     out = []
     for cls in module_cls.__mro__:
@@ -31,7 +32,7 @@ def _user_classes_of(module_cls: type) -> list[type]:
 
 
 def class_trees(module: nn.Module) -> Optional[list[ast.AST]]:
-    trees = _class_trees_of(type(module))
+    trees = _class_trees_of(type(module))  # type: ignore[arg-type]  # classes hash; nn.Module's __hash__ stub says otherwise
     return None if trees is None else list(trees)
 
 
@@ -63,6 +64,7 @@ def _walk(trees: list[ast.AST]) -> Iterator[ast.AST]:
 def _is_self(node: ast.AST) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
 
+
 def _chain(node: ast.AST) -> Optional[list[str]]:
     """``self.a.b[0]`` -> ``["a", "b", "0"]`` (``"*"`` for a computed index); None if not self-rooted."""
     parts: list[str] = []
@@ -88,7 +90,7 @@ def reaches_in(trees: list[ast.AST], tokens: set[str], path: list[str]) -> Optio
         if chain is not None:
             n = len(path)
             if len(chain) > n and all(c in (p, "*") for c, p in zip(chain, path)) and chain[n] in tokens | {"*"}:
-                return f"'self.{'.'.join(chain)}' is accessed directly (line {node.lineno})"
+                return f"'self.{'.'.join(chain)}' is accessed directly (line {getattr(node, 'lineno', '?')})"
         elif isinstance(node, ast.Attribute) and node.attr in named:
             return f"'.{node.attr}' is accessed directly (line {node.lineno})"
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in named:
@@ -140,14 +142,18 @@ def ast_pairs(module: nn.Module, trees: list[ast.AST]) -> dict[str, str]:
                     continue
                 if not (isinstance(v2, ast.Call) and isinstance(v2.func, ast.Attribute) and _is_self(v2.func.value)):
                     continue
-                if len(v2.args) != 1 or v2.keywords or not (isinstance(v2.args[0], ast.Name) and v2.args[0].id == t1.id):
+                if (
+                    len(v2.args) != 1
+                    or v2.keywords
+                    or not (isinstance(v2.args[0], ast.Name) and v2.args[0].id == t1.id)
+                ):
                     continue
                 found.setdefault(v1.func.attr, []).append((v1.func, v2.func))
                 found_bn.setdefault(v1.func.attr, v2.func.attr)
     out = {}
     for conv_attr, uses in found.items():
         bn_attr = found_bn[conv_attr]
-        if any(b.attr != bn_attr for _, b in uses):
+        if any(getattr(b, "attr", None) != bn_attr for _, b in uses):
             continue
         conv_nodes = {id(c) for c, _ in uses}
         bn_nodes = {id(b) for _, b in uses}

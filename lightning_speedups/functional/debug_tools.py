@@ -52,7 +52,6 @@ DEBUG_TOOL_IDS = (
 )
 
 
-
 @dataclass(frozen=True)
 class DebugTool:
     """One debugging tool found switched on.

@@ -116,9 +116,7 @@ def cgroup_cpu_quota(
             continue
         _, controllers, rel = fields
         if controllers == "":  # cgroup v2 unified hierarchy
-            bases = (
-                [root] if (root / "cgroup.controllers").exists() else [root / "unified"]
-            )
+            bases = [root] if (root / "cgroup.controllers").exists() else [root / "unified"]
             for base in bases:
                 for d in candidates(base, rel):
                     value = _read(d / "cpu.max")
@@ -141,11 +139,11 @@ def cgroup_cpu_quota(
                     if quota_s is None or period_s is None:
                         continue
                     try:
-                        quota, period = int(quota_s), int(period_s)
+                        quota_us, period_us = int(quota_s), int(period_s)
                     except ValueError:
                         continue
-                    if quota > 0 and period > 0:
-                        limits.append(quota / period)
+                    if quota_us > 0 and period_us > 0:
+                        limits.append(quota_us / period_us)
     return min(limits) if limits else None
 
 
@@ -283,9 +281,7 @@ def auto_num_workers(
             "IterableDataset: workers would each replay the stream unless it shards by get_worker_info()",
         )
     if dataset is not None and _is_in_memory(dataset):
-        return WorkersChoice(
-            0, "in-memory TensorDataset: indexing is cheap, workers would only add IPC"
-        )
+        return WorkersChoice(0, "in-memory TensorDataset: indexing is cheap, workers would only add IPC")
     if on_device:
         devices_per_process = max(1, devices // processes_per_node)
         want = 4 * devices_per_process
@@ -317,9 +313,7 @@ def worker_start_method(loader: DataLoader) -> str:
     return method
 
 
-def worker_pickle_problem(
-    loader: DataLoader, start_method: str | None = None
-) -> str | None:
+def worker_pickle_problem(loader: DataLoader, start_method: str | None = None) -> str | None:
     """Why the loader's dataset could not be sent to worker processes, or ``None`` when it can.
 
     Only ``spawn`` and ``forkserver`` workers receive the dataset, ``collate_fn`` and
@@ -340,7 +334,7 @@ def worker_pickle_problem(
             continue
         try:
             pickle.dumps(obj)
-        except Exception as ex:  # noqa: BLE001 - any pickling failure means workers cannot start
+        except Exception as ex:
             return f"the loader's {name} cannot be pickled for {method} workers ({type(ex).__name__}: {ex})"
     return None
 

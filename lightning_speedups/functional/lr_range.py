@@ -85,7 +85,9 @@ def _finite(lrs: Sequence[float], losses: Sequence[float]) -> list[tuple[float, 
     return [(float(a), float(b)) for a, b in zip(lrs, losses) if a > 0 and math.isfinite(a) and math.isfinite(b)]
 
 
-def steepest_lr(lrs: Sequence[float], losses: Sequence[float], skip_begin: int = 10, skip_end: int = 1) -> Optional[float]:
+def steepest_lr(
+    lrs: Sequence[float], losses: Sequence[float], skip_begin: int = 10, skip_end: int = 1
+) -> Optional[float]:
     """The learning rate where the loss falls fastest per decade (``None`` with too few points).
 
     Example:
@@ -124,7 +126,9 @@ def pick_peak_lr(lrs: Sequence[float], losses: Sequence[float], divisor: float =
     low = min(range(len(pts)), key=lambda i: pts[i][1])
     min_lr = pts[low][0]
     before = pts[: low + 1]  # the steepest descent on the way down, not a noisy drop after the minimum
-    steep = steepest_lr([p[0] for p in before], [p[1] for p in before], skip_begin=min(10, len(before) // 5), skip_end=0)
+    steep = steepest_lr(
+        [p[0] for p in before], [p[1] for p in before], skip_begin=min(10, len(before) // 5), skip_end=0
+    )
     lr = min_lr / divisor
     rule = f"the lowest loss's lr / {divisor:.3g}"
     if steep is not None and steep > lr and steep <= min_lr:

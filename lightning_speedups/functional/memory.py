@@ -32,8 +32,8 @@ import gc
 import math
 import os
 import re
-from collections.abc import Iterable
-from typing import Any, Callable, Optional, Union
+from collections.abc import Callable, Iterable
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor

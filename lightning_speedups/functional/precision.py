@@ -28,7 +28,16 @@ import torch
 #: values the ``speedups.precision`` setting accepts besides Lightning's own precision strings
 #: (``fp8``: torchao float8 linears on top of bf16-mixed, where the GPU has float8 tensor cores)
 PRECISION_CHOICES = (
-    "off", "auto", "half", "fp8", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true"
+    "off",
+    "auto",
+    "half",
+    "fp8",
+    "bf16-mixed",
+    "16-mixed",
+    "32-true",
+    "bf16-true",
+    "16-true",
+    "64-true",
 )
 
 #: the lowest compute capability with float8 tensor cores (Ada Lovelace, sm_89; Hopper is 9.0)
@@ -149,7 +158,9 @@ def cuda_supports_bf16(device: Optional[int] = None) -> bool:
 def torchao_float8_available() -> bool:
     """Whether ``torchao.float8`` can be imported (found without importing it)."""
     try:
-        return importlib.util.find_spec("torchao") is not None and importlib.util.find_spec("torchao.float8") is not None
+        return (
+            importlib.util.find_spec("torchao") is not None and importlib.util.find_spec("torchao.float8") is not None
+        )
     except (ImportError, ValueError):
         return False
 
@@ -209,9 +220,7 @@ def resolve_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[O
         return value, f"fp8 skipped ({why}); auto instead: {reason}"
     if mode not in ("auto", "half"):
         if mode not in PRECISION_CHOICES:
-            raise ValueError(
-                f"`speedups.precision` must be one of {', '.join(PRECISION_CHOICES)}; got {mode!r}."
-            )
+            raise ValueError(f"`speedups.precision` must be one of {', '.join(PRECISION_CHOICES)}; got {mode!r}.")
         return mode, "set explicitly"
     if accelerator_is_cuda(accelerator):
         name = cuda_device_facts()[0] if torch.cuda.is_available() else "CUDA device"
@@ -222,10 +231,15 @@ def resolve_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[O
         return None, f"left to Lightning on accelerator {accelerator!r}"
     fast = cpu_fast_bf16()
     if mode == "half":
-        return "bf16-mixed", "bf16 autocast on CPU halves saved activations" + (f"; {fast}" if fast else " (it may be slower here)")
+        return "bf16-mixed", "bf16 autocast on CPU halves saved activations" + (
+            f"; {fast}" if fast else " (it may be slower here)"
+        )
     if fast:
         return "bf16-mixed", fast
-    return "32-true", "no AMX or AMD avx512_bf16 units: bf16 autocast would be slower (measured 0.83x on a Xeon without AMX)"
+    return (
+        "32-true",
+        "no AMX or AMD avx512_bf16 units: bf16 autocast would be slower (measured 0.83x on a Xeon without AMX)",
+    )
 
 
 def resolve_matmul_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[Optional[str], str]:
@@ -245,5 +259,3 @@ def resolve_matmul_precision(mode: str, accelerator: Optional[str] = "auto") -> 
     if accelerator_is_cuda(accelerator) and cuda_supports_bf16():
         return "high", "the GPU has TF32 tensor cores (compute capability 8.0+)"
     return None, "no TF32 hardware here (needs an Ampere or newer GPU)"
-
-

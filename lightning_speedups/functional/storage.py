@@ -94,28 +94,15 @@ class StorageReport:
             False: "non-rotational disk",
             None: "disk type unknown",
         }[self.rotational]
-        rate = (
-            f"{self.read_mb_s:.0f} MB/s over {self.files_read} files"
-            if self.read_mb_s
-            else "no files read"
-        )
-        cache = (
-            ""
-            if self.cache_dropped or not self.files_read
-            else " (may include page cache)"
-        )
+        rate = f"{self.read_mb_s:.0f} MB/s over {self.files_read} files" if self.read_mb_s else "no files read"
+        cache = "" if self.cache_dropped or not self.files_read else " (may include page cache)"
         where = self.mount.mount_point if self.mount else "?"
         return f"{self.path}: {kind} {fs} at {where}, {disk}, {rate}{cache}"
 
 
 def _unescape(s: str) -> str:
     # /proc/mounts escapes space, tab, newline and backslash as octal
-    return (
-        s.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
-    )
+    return s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
 def _read_mounts(mounts_file: str | Path) -> list[MountInfo]:
@@ -127,15 +114,11 @@ def _read_mounts(mounts_file: str | Path) -> list[MountInfo]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 4:
-            out.append(
-                MountInfo(_unescape(parts[0]), _unescape(parts[1]), parts[2], parts[3])
-            )
+            out.append(MountInfo(_unescape(parts[0]), _unescape(parts[1]), parts[2], parts[3]))
     return out
 
 
-def find_mount(
-    path: str | Path, mounts_file: str | Path = "/proc/mounts"
-) -> MountInfo | None:
+def find_mount(path: str | Path, mounts_file: str | Path = "/proc/mounts") -> MountInfo | None:
     """The mount that holds ``path``: the longest mount point that is a prefix of its real path.
 
     Example:
@@ -147,9 +130,7 @@ def find_mount(
     for m in _read_mounts(mounts_file):
         mp = m.mount_point.rstrip("/") or "/"
         inside = real == mp or mp == "/" or real.startswith(mp + "/")
-        if inside and (
-            best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/")
-        ):
+        if inside and (best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/")):
             best = m
     return best
 
@@ -221,11 +202,7 @@ def find_data_root(dataset: Any, _depth: int = 0) -> Path | None:
         return None
     for name in _ROOT_ATTRS:
         value = getattr(dataset, name, None)
-        if (
-            isinstance(value, (str, os.PathLike))
-            and str(value)
-            and os.path.exists(value)
-        ):
+        if isinstance(value, (str, os.PathLike)) and str(value) and os.path.exists(value):
             p = Path(value)
             return p if p.is_dir() else p.parent
     for name in _LIST_ATTRS:
@@ -248,9 +225,7 @@ def find_data_root(dataset: Any, _depth: int = 0) -> Path | None:
     return None
 
 
-def _sample_files(
-    root: Path, sample_files: int, seed: int, scan_limit: int = 20000
-) -> list[Path]:
+def _sample_files(root: Path, sample_files: int, seed: int, scan_limit: int = 20000) -> list[Path]:
     if root.is_file():
         return [root]
     files: list[Path] = []
@@ -311,9 +286,7 @@ def storage_report(
         raise ValueError(f"`max_bytes` must be > 0, got {max_bytes}.")
     path = Path(root)
     if not path.exists():
-        raise FileNotFoundError(
-            f"data root {str(path)!r} does not exist; pass the directory that holds the data."
-        )
+        raise FileNotFoundError(f"data root {str(path)!r} does not exist; pass the directory that holds the data.")
     mount = find_mount(path, mounts_file)
     fs = mount.fs_type if mount else ""
     is_fuse = fs.startswith("fuse") and fs not in _LOCAL_FUSE
@@ -358,16 +331,10 @@ def storage_report(
             f"data on a network file system ({fs}): copy it to a local SSD (or node-local scratch) before training"
         )
     elif is_fuse:
-        report.problems.append(
-            f"data on a FUSE file system ({fs}): every read crosses user space; copy it locally"
-        )
+        report.problems.append(f"data on a FUSE file system ({fs}): every read crosses user space; copy it locally")
     if rot:
-        report.problems.append(
-            "data on a rotational disk: random reads of small files are slow; move it to an SSD"
-        )
+        report.problems.append("data on a rotational disk: random reads of small files are slow; move it to an SSD")
     rate = report.read_mb_s
     if rate is not None and rate < slow_mb_s and report.cache_dropped:
-        report.problems.append(
-            f"measured read rate {rate:.0f} MB/s is below {slow_mb_s:g} MB/s"
-        )
+        report.problems.append(f"measured read rate {rate:.0f} MB/s is below {slow_mb_s:g} MB/s")
     return report

@@ -176,7 +176,7 @@ class Facts:
 def _safe(facts: Facts, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the user's trainer or data refused: say why, go on
+    except Exception as err:
         facts.unavailable[key] = _could_not(error_text(err))
     return None
 
@@ -194,8 +194,13 @@ def _tensor_infos(batch: Any) -> list[TensorInfo]:
         elif t.dim() == 5:
             fmt = torch.channels_last_3d
         cl = bool(fmt is not None and t.is_contiguous(memory_format=fmt) and not t.is_contiguous())
-        nchw = bool(fmt is not None and t.is_floating_point() and t.is_contiguous() and t.shape[1] > 1
-                    and not t.is_contiguous(memory_format=fmt))
+        nchw = bool(
+            fmt is not None
+            and t.is_floating_point()
+            and t.is_contiguous()
+            and t.shape[1] > 1
+            and not t.is_contiguous(memory_format=fmt)
+        )
         out.append(
             TensorInfo(
                 name=name,
@@ -249,7 +254,7 @@ def _has_eval_loop(trainer: Any, model: Any) -> bool | None:
 def _cuda_name(device: torch.device) -> str:
     try:
         return torch.cuda.get_device_name(device)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return "CUDA device"
 
 
@@ -261,7 +266,9 @@ def _storage(facts: Facts, trainer: Any) -> None:
             if root is not None:
                 break
     if root is None:
-        facts.data_in_memory = all(_in_memory(getattr(dl, "dataset", None)) for dl in facts.train_loaders) if facts.train_loaders else None
+        facts.data_in_memory = (
+            all(_in_memory(getattr(dl, "dataset", None)) for dl in facts.train_loaders) if facts.train_loaders else None
+        )
         return
     facts.storage_root = str(root)
     try:

@@ -26,7 +26,10 @@ PRINCIPLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "io": ("Time on I/O: keep the device fed", ("T02", "T13", "T18", "T19")),
     "overlap": ("Overlap transfers, loading and compute", ("T03", "T08", "T20", "T21")),
     "memory": ("Use memory well: memory saved buys a larger batch", ("T04", "T05", "T09", "T10", "T12", "T16", "T17")),
-    "compute": ("Compute: faster kernels for the same maths", ("T01", "T06", "T07", "T11", "T14", "T15", "T22", "T23", "T24")),
+    "compute": (
+        "Compute: faster kernels for the same maths",
+        ("T01", "T06", "T07", "T11", "T14", "T15", "T22", "T23", "T24"),
+    ),
 }
 PRINCIPLE_OF: dict[str, str] = {tip: key for key, (_, tips) in PRINCIPLES.items() for tip in tips}
 

@@ -114,7 +114,7 @@ def inspect_model(
     def part(name: str, fn: Callable[[], T]) -> T | None:
         try:
             return fn()
-        except Exception as err:  # noqa: BLE001 - the user's model may refuse a part; say why, go on
+        except Exception as err:
             facts.errors.setdefault(name, error_text(err))
             return None
 

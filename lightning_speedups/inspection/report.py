@@ -72,7 +72,11 @@ def principle_summary(findings: Sequence[Finding], facts: Facts) -> dict[str, di
                 w = facts.sync_watcher
                 headline = f"{w.user_syncs} device syncs in your code, {w.total} in all, over {w.windows} steps"
             else:
-                headline = f"batches stay on {facts.device_type}: nothing to overlap" if not facts.on_cuda else "syncs not counted"
+                headline = (
+                    f"batches stay on {facts.device_type}: nothing to overlap"
+                    if not facts.on_cuda
+                    else "syncs not counted"
+                )
         elif key == "memory":
             if facts.peak_memory and facts.total_memory:
                 headline = f"peak {facts.peak_memory / 2**30:.1f} GiB of {facts.total_memory / 2**30:.1f} GiB"
@@ -163,7 +167,9 @@ def print_report(
     head.append(f"{meta['model'] or 'model ?'}", style="bold")
     if meta["data"]:
         head.append(f" on {meta['data']}")
-    head.append(f"  ·  {meta['device'] or facts.device_type}  ·  {meta['precision'] or facts.precision}  ·  {meta['steps']} training step(s)")
+    head.append(
+        f"  ·  {meta['device'] or facts.device_type}  ·  {meta['precision'] or facts.precision}  ·  {meta['steps']} training step(s)"
+    )
     if meta["seconds"]:
         head.append(f" in {meta['seconds']:.1f} s")
     if meta["configured_devices"]:

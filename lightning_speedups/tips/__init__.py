@@ -24,30 +24,32 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from lightning_speedups.tips import t01_lr_schedule
-from lightning_speedups.tips import t02_loader_workers
-from lightning_speedups.tips import t03_pin_memory
-from lightning_speedups.tips import t04_max_batch
-from lightning_speedups.tips import t05_amp
-from lightning_speedups.tips import t06_optimizer
-from lightning_speedups.tips import t07_cudnn_benchmark
-from lightning_speedups.tips import t08_no_sync
-from lightning_speedups.tips import t09_activation_checkpointing
-from lightning_speedups.tips import t10_grad_accumulation
-from lightning_speedups.tips import t11_ddp
-from lightning_speedups.tips import t12_grads_to_none
-from lightning_speedups.tips import t13_zero_copy
-from lightning_speedups.tips import t14_debug_off
-from lightning_speedups.tips import t15_grad_clipping
-from lightning_speedups.tips import t16_conv_bias
-from lightning_speedups.tips import t17_no_grad_eval
-from lightning_speedups.tips import t18_input_norm
-from lightning_speedups.tips import t19_fast_storage
-from lightning_speedups.tips import t20_on_device
-from lightning_speedups.tips import t21_non_blocking
-from lightning_speedups.tips import t22_fusion
-from lightning_speedups.tips import t23_multiple_of_8
-from lightning_speedups.tips import t24_channels_last
+from lightning_speedups.tips import (
+    t01_lr_schedule,
+    t02_loader_workers,
+    t03_pin_memory,
+    t04_max_batch,
+    t05_amp,
+    t06_optimizer,
+    t07_cudnn_benchmark,
+    t08_no_sync,
+    t09_activation_checkpointing,
+    t10_grad_accumulation,
+    t11_ddp,
+    t12_grads_to_none,
+    t13_zero_copy,
+    t14_debug_off,
+    t15_grad_clipping,
+    t16_conv_bias,
+    t17_no_grad_eval,
+    t18_input_norm,
+    t19_fast_storage,
+    t20_on_device,
+    t21_non_blocking,
+    t22_fusion,
+    t23_multiple_of_8,
+    t24_channels_last,
+)
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Setting, SuiteCase, Tip
 
 #: Every tip, in id order.

@@ -11,7 +11,9 @@ def lint_only(tip: str, facts: Facts, what: str) -> Finding:
     if facts.lint_error:
         return Finding.not_checked(tip, f"lint could not run: {facts.lint_error}")
     if not facts.lint_ran:
-        return Finding.not_checked(tip, "lint was turned off (--no-lint)", "run without --no-lint, or `python -m lightning_speedups lint PATH`")
+        return Finding.not_checked(
+            tip, "lint was turned off (--no-lint)", "run without --no-lint, or `python -m lightning_speedups lint PATH`"
+        )
     if not facts.lint_files:
         return Finding.not_checked(
             tip,

@@ -93,7 +93,11 @@ class Deferred:
 
 #: The Trainer arguments Lightning refuses under manual optimization (``automatic_optimization = False``),
 #: with their default (the value it accepts).
-AUTOMATIC_ONLY: dict[str, Any] = {"gradient_clip_val": None, "gradient_clip_algorithm": None, "accumulate_grad_batches": 1}
+AUTOMATIC_ONLY: dict[str, Any] = {
+    "gradient_clip_val": None,
+    "gradient_clip_algorithm": None,
+    "accumulate_grad_batches": 1,
+}
 
 
 @dataclass

@@ -10,6 +10,7 @@ Card:
     When it hurts: it changes the optimisation: a peak learning rate that is too high diverges;
     compare accuracy, not only speed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,29 +54,41 @@ def check(facts: Facts) -> Finding:
     bad = [(name, interval) for name, interval, cyclic in facts.schedulers if cyclic and interval != "step"]
     if bad:
         name, interval = bad[0]
-        return Finding.from_items(tip, [Item(
-            "medium",
-            f"{name} is stepped once per {interval} (interval='{interval}'): a one-cycle/cyclic schedule"
-            " is meant to move every optimizer step, so over a short run it barely changes the learning rate",
-            "return {'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'interval': 'step'}} from"
-            " configure_optimizers, or drop it and set speedups.lr_schedule.name: onecycle (LRSchedule callback,"
-            " total steps from the trainer)",
-        )])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "medium",
+                    f"{name} is stepped once per {interval} (interval='{interval}'): a one-cycle/cyclic schedule"
+                    " is meant to move every optimizer step, so over a short run it barely changes the learning rate",
+                    "return {'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'interval': 'step'}} from"
+                    " configure_optimizers, or drop it and set speedups.lr_schedule.name: onecycle (LRSchedule callback,"
+                    " total steps from the trainer)",
+                )
+            ],
+        )
     if facts.schedulers:
         desc = ", ".join(f"{n} (interval={i})" for n, i, _ in facts.schedulers)
         return Finding.ok(tip, f"the learning rate is scheduled: {desc}")
     if not facts.optimizers:
         return Finding.ok(tip, "the model has no optimizer: nothing to schedule")
     opt = type(facts.optimizers[0]).__name__
-    lrs = sorted({g.get("lr") for o in facts.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))})
+    lrs = sorted(
+        {g.get("lr") for o in facts.optimizers for g in o.param_groups if isinstance(g.get("lr"), (int, float))}
+    )
     lr = ", ".join(f"{x:.3g}" for x in lrs) or "?"
-    return Finding.from_items(tip, [Item(
-        "low",
-        f"constant learning rate: {opt} at lr {lr} with no scheduler",
-        "try speedups.lr_schedule.name: onecycle (LRSchedule callback: peak = the optimizer's lr, stepped per"
-        " optimizer step); it changes the optimisation, so compare accuracy per epoch with"
-        " `python -m lightning_speedups bench`",
-    )])
+    return Finding.from_items(
+        tip,
+        [
+            Item(
+                "low",
+                f"constant learning rate: {opt} at lr {lr} with no scheduler",
+                "try speedups.lr_schedule.name: onecycle (LRSchedule callback: peak = the optimizer's lr, stepped per"
+                " optimizer step); it changes the optimisation, so compare accuracy per epoch with"
+                " `python -m lightning_speedups bench`",
+            )
+        ],
+    )
 
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
@@ -88,15 +101,21 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T01",
     slug="lr-schedule",
-    title='One-cycle / cyclic learning-rate schedules stepped per optimizer step',
-    seeds=('A#1',),
+    title="One-cycle / cyclic learning-rate schedules stepped per optimizer step",
+    seeds=("A#1",),
     claim="huge speed-ups in the best case ('super-convergence')",
-    does='LRSchedule replaces a constant learning rate by a one-cycle or cyclic schedule stepped every optimizer step, total steps from trainer.estimated_stepping_batches; doctor warns about a one-cycle schedule stepped per epoch.',
-    gain='fewer epochs to a target accuracy when the peak learning rate is right (judge it by time to accuracy, not samples/s)',
-    hurts='it changes the optimisation: a peak learning rate that is too high diverges; compare accuracy, not only speed',
+    does="LRSchedule replaces a constant learning rate by a one-cycle or cyclic schedule stepped every optimizer step, total steps from trainer.estimated_stepping_batches; doctor warns about a one-cycle schedule stepped per epoch.",
+    gain="fewer epochs to a target accuracy when the peak learning rate is right (judge it by time to accuracy, not samples/s)",
+    hurts="it changes the optimisation: a peak learning rate that is too high diverges; compare accuracy, not only speed",
     check=check,
     settings=(
-        Setting("lr_schedule", ScheduleSettings, factory=ScheduleSettings, doc="T01. One-cycle / cyclic schedule stepped per optimizer step.", on=lambda v: v.name != "off"),
+        Setting(
+            "lr_schedule",
+            ScheduleSettings,
+            factory=ScheduleSettings,
+            doc="T01. One-cycle / cyclic schedule stepped per optimizer step.",
+            on=lambda v: v.name != "off",
+        ),
     ),
     callbacks=callbacks,
     parts=(LRSchedule,),
@@ -104,8 +123,10 @@ TIP = Tip(
         BenchVariant({"lr_schedule.name": "onecycle", "lr_schedule.max_lr": "auto"}, mode="target", name="onecycle"),
         BenchVariant({"lr_schedule.name": "cyclic", "lr_schedule.max_lr": "auto"}, mode="target", name="cyclic"),
     ),
-    not_timed='a learning-rate schedule changes the optimisation, not the step time: judged by time to a target (bench --target), not samples/s',
+    not_timed="a learning-rate schedule changes the optimisation, not the step time: judged by time to a target (bench --target), not samples/s",
     suite=(
-        SuiteCase("onecycle", settings={"lr_schedule.name": "onecycle"}, kinds=("cnn", "transformer", "configure_model")),
+        SuiteCase(
+            "onecycle", settings={"lr_schedule.name": "onecycle"}, kinds=("cnn", "transformer", "configure_model")
+        ),
     ),
 )

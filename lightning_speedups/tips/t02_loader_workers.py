@@ -11,6 +11,7 @@ Card:
     When it hurts: on a 2-core CPU machine extra workers compete with the training step (0.75x
     measured); an IterableDataset fed by the training loop would see stale copies.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,6 +23,7 @@ from lightning_speedups.functional import auto_num_workers
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import loader_label, plural
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+
 
 @dataclass
 class LoaderSettings:
@@ -61,7 +63,7 @@ def check(facts: Facts) -> Finding:
         label = loader_label(i, n)
         try:
             choice = _auto_workers(facts, loader)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             choice = None
             notes.append(f"could not decide an automatic worker count: {err}")
         auto = f"num_workers='auto' picks {choice.num_workers} here ({choice.reason})" if choice else ""
@@ -74,32 +76,42 @@ def check(facts: Facts) -> Finding:
                     "make per-sample work cheaper (decode or augment on the device, cache decoded samples), use"
                     " more CPUs, or faster storage (T19); more workers than the CPUs only compete"
                 )
-            items.append(Item(sev, f"{wait}; {label} has num_workers={nw}" + (f"; {auto}" if auto else ""), fix, "runtime"))
+            items.append(
+                Item(sev, f"{wait}; {label} has num_workers={nw}" + (f"; {auto}" if auto else ""), fix, "runtime")
+            )
             continue
         per_process = None
         if facts.cpus:
             per_process = max(1, facts.cpus // max(1, facts.num_devices if facts.on_cuda else 1))
         if per_process is not None and nw > per_process:
-            items.append(Item(
-                "medium",
-                f"{label} has num_workers={nw}, more than the {per_process} CPU(s) this process may use ({facts.cpus_reason}):"
-                " workers compete with each other and with the training step",
-                "speedups.loaders.num_workers: auto (LoaderTuning callback)",
-            ))
+            items.append(
+                Item(
+                    "medium",
+                    f"{label} has num_workers={nw}, more than the {per_process} CPU(s) this process may use ({facts.cpus_reason}):"
+                    " workers compete with each other and with the training step",
+                    "speedups.loaders.num_workers: auto (LoaderTuning callback)",
+                )
+            )
             continue
         if choice is not None and nw == 0 and choice.num_workers > 0:
-            items.append(Item(
-                "low",
-                f"{label} loads in the main process (num_workers=0)" + (f" while {wait}" if wait else "") + f"; {auto}",
-                "speedups.loaders.num_workers: auto (LoaderTuning callback)",
-            ))
+            items.append(
+                Item(
+                    "low",
+                    f"{label} loads in the main process (num_workers=0)"
+                    + (f" while {wait}" if wait else "")
+                    + f"; {auto}",
+                    "speedups.loaders.num_workers: auto (LoaderTuning callback)",
+                )
+            )
             continue
         if nw > 0 and not getattr(loader, "persistent_workers", False):
-            items.append(Item(
-                "low",
-                f"{label} restarts its {nw} worker processes every epoch (persistent_workers=False)",
-                "speedups.loaders.persistent_workers: true (or DataLoader(..., persistent_workers=True))",
-            ))
+            items.append(
+                Item(
+                    "low",
+                    f"{label} restarts its {nw} worker processes every epoch (persistent_workers=False)",
+                    "speedups.loaders.persistent_workers: true (or DataLoader(..., persistent_workers=True))",
+                )
+            )
             continue
         notes.append(f"{label}: num_workers={nw}" + (f" ({auto})" if auto else ""))
     if items:
@@ -130,23 +142,38 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T02",
     slug="loader-workers",
-    title='DataLoader workers decided from the CPUs really available',
-    seeds=('A#2', 'B#2'),
-    claim='2x on one epoch (4 workers + pinned memory)',
+    title="DataLoader workers decided from the CPUs really available",
+    seeds=("A#2", "B#2"),
+    claim="2x on one epoch (4 workers + pinned memory)",
     does="LoaderTuning rebuilds the user's own DataLoaders (sampler, collate and the rest kept) with num_workers from the CPUs this process may use (affinity and cgroup quota), persistent workers and prefetch; DataWaitMonitor measures the share of each step spent waiting for data.",
-    gain='up to 2x per epoch when loading is the bottleneck (measured 1.24x from persistent workers here)',
-    hurts='on a 2-core CPU machine extra workers compete with the training step (0.75x measured); an IterableDataset fed by the training loop would see stale copies',
+    gain="up to 2x per epoch when loading is the bottleneck (measured 1.24x from persistent workers here)",
+    hurts="on a 2-core CPU machine extra workers compete with the training step (0.75x measured); an IterableDataset fed by the training loop would see stale copies",
     check=check,
     settings=(
-        Setting("loaders", LoaderSettings, factory=LoaderSettings, doc="T02 / T03 / T21. Loader settings applied to the user's DataLoaders.", on=lambda v: v.enabled()),
+        Setting(
+            "loaders",
+            LoaderSettings,
+            factory=LoaderSettings,
+            doc="T02 / T03 / T21. Loader settings applied to the user's DataLoaders.",
+            on=lambda v: v.enabled(),
+        ),
         Setting("monitors.data_wait", bool, False, doc="T02 / T19. Share of each step spent waiting for data."),
     ),
     callbacks=callbacks,
-    parts=(LoaderTuning, DataWaitMonitor, auto_num_workers,),
-    lint_rules=('LS102',),
+    parts=(
+        LoaderTuning,
+        DataWaitMonitor,
+        auto_num_workers,
+    ),
+    lint_rules=("LS102",),
     bench=BenchVariant({"loaders.num_workers": "auto", "loaders.persistent_workers": True}),
     suite=(
-        SuiteCase("workers", settings={"loaders.num_workers": 1, "loaders.persistent_workers": True}, kinds=("cnn", "transformer", "configure_model", "scheduler"), compose=False),
+        SuiteCase(
+            "workers",
+            settings={"loaders.num_workers": 1, "loaders.persistent_workers": True},
+            kinds=("cnn", "transformer", "configure_model", "scheduler"),
+            compose=False,
+        ),
         SuiteCase("data_wait", settings={"monitors.data_wait": True}),
     ),
 )

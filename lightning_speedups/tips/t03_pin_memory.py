@@ -8,8 +8,8 @@ Card:
     When it hurts: only helps when batches go to CUDA; on CPU pinning only costs; pinning a dataset
     that already lives on the GPU fails.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import loader_label, names_text
@@ -26,19 +26,29 @@ def check(facts: Facts) -> Finding:
     if facts.on_cuda:
         unpinned = [loader_label(i, n) for i, p in enumerate(pins) if not p]
         if unpinned:
-            return Finding.from_items(tip, [Item(
-                "medium",
-                f"{names_text(unpinned)} hand(s) batches to {facts.device_name} from pageable memory (pin_memory=False):"
-                " every copy goes through a staging buffer first",
-                "speedups.loaders.pin_memory: auto (LoaderTuning callback), or DataLoader(..., pin_memory=True)",
-            )])
+            return Finding.from_items(
+                tip,
+                [
+                    Item(
+                        "medium",
+                        f"{names_text(unpinned)} hand(s) batches to {facts.device_name} from pageable memory (pin_memory=False):"
+                        " every copy goes through a staging buffer first",
+                        "speedups.loaders.pin_memory: auto (LoaderTuning callback), or DataLoader(..., pin_memory=True)",
+                    )
+                ],
+            )
         return Finding.ok(tip, f"batches go to {facts.device_name} from pinned memory (pin_memory=True)")
     if any(pins):
-        return Finding.from_items(tip, [Item(
-            "low",
-            f"pin_memory=True while batches stay on {facts.device_type}: pinning only costs a copy and locked memory there",
-            "speedups.loaders.pin_memory: auto (pins only for CUDA), or DataLoader(..., pin_memory=False)",
-        )])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "low",
+                    f"pin_memory=True while batches stay on {facts.device_type}: pinning only costs a copy and locked memory there",
+                    "speedups.loaders.pin_memory: auto (pins only for CUDA), or DataLoader(..., pin_memory=False)",
+                )
+            ],
+        )
     return Finding.not_checked(
         tip,
         f"batches stay on {facts.device_type}: pinned memory only matters for copies to a CUDA device (pin_memory=False is right here)",
@@ -49,17 +59,15 @@ def check(facts: Facts) -> Finding:
 TIP = Tip(
     id="T03",
     slug="pin-memory",
-    title='Pinned host memory for loaders feeding a GPU',
-    seeds=('A#2', 'B#3'),
-    claim='skips the pageable-to-pinned copy',
+    title="Pinned host memory for loaders feeding a GPU",
+    seeds=("A#2", "B#3"),
+    claim="skips the pageable-to-pinned copy",
     does="loaders.pin_memory (LoaderTuning, owned by T02) pins the loaders' batches when they go to a CUDA device; auto leaves CPU runs alone.",
-    gain='faster host-to-device copies, and the precondition of non-blocking copies (T21)',
-    hurts='only helps when batches go to CUDA; on CPU pinning only costs; pinning a dataset that already lives on the GPU fails',
+    gain="faster host-to-device copies, and the precondition of non-blocking copies (T21)",
+    hurts="only helps when batches go to CUDA; on CPU pinning only costs; pinning a dataset that already lives on the GPU fails",
     check=check,
-    uses=('loaders.pin_memory',),
-    lint_rules=('LS103',),
+    uses=("loaders.pin_memory",),
+    lint_rules=("LS103",),
     bench=BenchVariant({"loaders.pin_memory": True}, needs=("cuda",)),
-    suite=(
-        SuiteCase("pin_auto", settings={"loaders.pin_memory": "auto"}, kinds=(), compose=False),
-    ),
+    suite=(SuiteCase("pin_auto", settings={"loaders.pin_memory": "auto"}, kinds=(), compose=False),),
 )

@@ -9,6 +9,7 @@ Card:
     When it hurts: a bigger batch changes the optimisation: the learning rate must follow, and
     generalisation can suffer; samples/s are not like for like.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,13 +57,18 @@ def check(facts: Facts) -> Finding:
     share = facts.peak_memory / facts.total_memory
     ev = f"peak memory {fmt_bytes(facts.peak_memory)} of {fmt_bytes(facts.total_memory)} ({share:.0%}) at {bs}"
     if share < 0.5:
-        return Finding.from_items(tip, [Item(
-            "medium" if share < 0.25 else "low",
-            ev + ": a larger batch fits",
-            "speedups.largest_batch.enabled: true (LargestBatch callback: the largest batch that fits, rounded to a"
-            " multiple of 8, learning rate scaled by the linear rule)",
-            "runtime",
-        )])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "medium" if share < 0.25 else "low",
+                    ev + ": a larger batch fits",
+                    "speedups.largest_batch.enabled: true (LargestBatch callback: the largest batch that fits, rounded to a"
+                    " multiple of 8, learning rate scaled by the linear rule)",
+                    "runtime",
+                )
+            ],
+        )
     return Finding.ok(tip, ev)
 
 
@@ -71,41 +77,74 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     lb = s.largest_batch
     if not lb.enabled:
         return []
-    return [(20, LargestBatch(
-        memory_budget=lb.memory_budget,
-        multiple=lb.multiple,
-        base_batch_size=lb.base_batch_size,
-        lr_rule=None if lb.lr_rule == "off" else lb.lr_rule,
-        # the effective batch of T10 is kept: the search then lowers accumulation
-        keep_effective_batch=lb.keep_effective_batch or s.effective_batch_size is not None,
-        max_batch_size=lb.max_batch_size,
-        margin=lb.margin,
-        batch_size=lb.batch_size,
-    ))]
+    return [
+        (
+            20,
+            LargestBatch(
+                memory_budget=lb.memory_budget,
+                multiple=lb.multiple,
+                base_batch_size=lb.base_batch_size,
+                lr_rule=None if lb.lr_rule == "off" else lb.lr_rule,
+                # the effective batch of T10 is kept: the search then lowers accumulation
+                keep_effective_batch=lb.keep_effective_batch or s.effective_batch_size is not None,
+                max_batch_size=lb.max_batch_size,
+                margin=lb.margin,
+                batch_size=lb.batch_size,
+            ),
+        )
+    ]
 
 
 TIP = Tip(
     id="T04",
     slug="max-batch",
-    title='Largest batch that fits, learning rate scaled by the linear rule',
-    seeds=('A#3', 'B#10'),
-    claim='faster epochs',
-    does='LargestBatch searches the largest batch that fits (GPU: until out of memory; CPU: within memory_budget), rounds it down to a multiple, and scales the learning rate by the linear or square-root rule; it can keep the effective batch by lowering accumulation.',
-    gain='better device use per step; faster epochs when the device was under-used',
-    hurts='a bigger batch changes the optimisation: the learning rate must follow, and generalisation can suffer; samples/s are not like for like',
+    title="Largest batch that fits, learning rate scaled by the linear rule",
+    seeds=("A#3", "B#10"),
+    claim="faster epochs",
+    does="LargestBatch searches the largest batch that fits (GPU: until out of memory; CPU: within memory_budget), rounds it down to a multiple, and scales the learning rate by the linear or square-root rule; it can keep the effective batch by lowering accumulation.",
+    gain="better device use per step; faster epochs when the device was under-used",
+    hurts="a bigger batch changes the optimisation: the learning rate must follow, and generalisation can suffer; samples/s are not like for like",
     check=check,
     settings=(
-        Setting("largest_batch", LargestBatchSettings, factory=LargestBatchSettings, doc="T04. Largest batch that fits, with learning-rate scaling.", on=lambda v: v.enabled),
+        Setting(
+            "largest_batch",
+            LargestBatchSettings,
+            factory=LargestBatchSettings,
+            doc="T04. Largest batch that fits, with learning-rate scaling.",
+            on=lambda v: v.enabled,
+        ),
     ),
     callbacks=callbacks,
-    parts=(LargestBatch, find_largest_batch_size,),
+    parts=(
+        LargestBatch,
+        find_largest_batch_size,
+    ),
     # target mode: the configured batch times 4 (bench sets largest_batch.batch_size), lr by each rule
     bench=(
-        BenchVariant({"largest_batch.enabled": True, "largest_batch.lr_rule": "linear"}, mode="target", name="x4-linear", batch_scale=4),
-        BenchVariant({"largest_batch.enabled": True, "largest_batch.lr_rule": "sqrt"}, mode="target", name="x4-sqrt", batch_scale=4),
+        BenchVariant(
+            {"largest_batch.enabled": True, "largest_batch.lr_rule": "linear"},
+            mode="target",
+            name="x4-linear",
+            batch_scale=4,
+        ),
+        BenchVariant(
+            {"largest_batch.enabled": True, "largest_batch.lr_rule": "sqrt"},
+            mode="target",
+            name="x4-sqrt",
+            batch_scale=4,
+        ),
     ),
-    not_timed='changes the batch size and the learning rate, so samples/s are not like for like: judged by time to a target (bench --target)',
+    not_timed="changes the batch size and the learning rate, so samples/s are not like for like: judged by time to a target (bench --target)",
     suite=(
-        SuiteCase("search", settings={"largest_batch.enabled": True, "largest_batch.memory_budget": "1GiB", "largest_batch.max_batch_size": 64}, kinds=("cnn",), compose=False),
+        SuiteCase(
+            "search",
+            settings={
+                "largest_batch.enabled": True,
+                "largest_batch.memory_budget": "1GiB",
+                "largest_batch.max_batch_size": 64,
+            },
+            kinds=("cnn",),
+            compose=False,
+        ),
     ),
 )

@@ -11,6 +11,7 @@ Card:
     When it hurts: 0.83x measured on a Xeon without AMX; fp16 needs loss scaling; reduced precision
     can change results.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -23,7 +24,9 @@ from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import device_words
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
 
-PrecisionSetting = Literal["off", "auto", "half", "fp8", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true"]
+PrecisionSetting = Literal[
+    "off", "auto", "half", "fp8", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true"
+]
 
 
 def check(facts: Facts) -> Finding:
@@ -36,28 +39,37 @@ def check(facts: Facts) -> Finding:
     current = facts.precision
     full = current in ("32-true", "32", "64-true", "64")
     if full and best not in (None, "32-true", "32"):
-        items = [Item(
-            "high" if facts.on_cuda else "medium",
-            f"training in {current} on {device_words(facts)}, where {best} is faster ({why})",
-            f"speedups.precision: auto ({best} here), or trainer.precision: {best}",
-        )]
+        items = [
+            Item(
+                "high" if facts.on_cuda else "medium",
+                f"training in {current} on {device_words(facts)}, where {best} is faster ({why})",
+                f"speedups.precision: auto ({best} here), or trainer.precision: {best}",
+            )
+        ]
         if facts.on_cuda and facts.matmul_precision == "highest":
             try:
                 if cuda_supports_bf16():
-                    items.append(Item(
-                        "medium",
-                        "fp32 matmuls run at full precision (float32_matmul_precision='highest') on a GPU with TF32 units",
-                        "speedups.tf32: auto",
-                    ))
-            except Exception:  # noqa: BLE001, S110 - TF32 is a bonus line; the precision finding stands alone
+                    items.append(
+                        Item(
+                            "medium",
+                            "fp32 matmuls run at full precision (float32_matmul_precision='highest') on a GPU with TF32 units",
+                            "speedups.tf32: auto",
+                        )
+                    )
+            except Exception:
                 pass
         return Finding.from_items(tip, items)
     if not facts.on_cuda and "bf16" in current and best in ("32-true", "32"):
-        return Finding.from_items(tip, [Item(
-            "low",
-            f"{current} on a CPU where bf16 is not expected to be faster ({why}): autocast adds casts",
-            "speedups.precision: auto (32-true here); keep bf16 only if you need the memory (speedups.precision: half)",
-        )])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "low",
+                    f"{current} on a CPU where bf16 is not expected to be faster ({why}): autocast adds casts",
+                    "speedups.precision: auto (32-true here); keep bf16 only if you need the memory (speedups.precision: half)",
+                )
+            ],
+        )
     if full:
         return Finding.ok(tip, f"{current} is the fastest here: {why}")
     return Finding.ok(tip, f"{current} on {device_words(facts)} (mixed / low precision already)")
@@ -91,16 +103,26 @@ def _bf16(trainer: Any, model: Any, callbacks: Any) -> None:
 TIP = Tip(
     id="T05",
     slug="amp",
-    title='Automatic mixed precision chosen for the hardware',
-    seeds=('A#4', 'B#11'),
-    claim='2.75x faster, 37% less memory on BERT-size models',
-    does='precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones, bf16 on CPUs with AMX or AMD avx512_bf16 and fp32 elsewhere; half picks the leanest; fp8 adds torchao float8 linears (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls back to auto with a one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision, restored after the fit).',
-    gain='1.3x-1.7x measured on an AMD CPU with avx512_bf16; 2x-3x on tensor-core GPUs',
-    hurts='0.83x measured on a Xeon without AMX; fp16 needs loss scaling; reduced precision can change results',
+    title="Automatic mixed precision chosen for the hardware",
+    seeds=("A#4", "B#11"),
+    claim="2.75x faster, 37% less memory on BERT-size models",
+    does="precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones, bf16 on CPUs with AMX or AMD avx512_bf16 and fp32 elsewhere; half picks the leanest; fp8 adds torchao float8 linears (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls back to auto with a one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision, restored after the fit).",
+    gain="1.3x-1.7x measured on an AMD CPU with avx512_bf16; 2x-3x on tensor-core GPUs",
+    hurts="0.83x measured on a Xeon without AMX; fp16 needs loss scaling; reduced precision can change results",
     check=check,
     settings=(
-        Setting("precision", PrecisionSetting, "off", doc="T05. ``auto`` (fastest here), ``half`` (leanest here), ``fp8`` (torchao float8 linears on GPUs of compute capability 8.9+, else ``auto``) or a Lightning precision."),
-        Setting("tf32", Literal["off", "auto", "highest", "high", "medium"], "off", doc="T05. TF32 matmuls on Ampere+ GPUs (``auto``) or an explicit float32 matmul precision."),
+        Setting(
+            "precision",
+            PrecisionSetting,
+            "off",
+            doc="T05. ``auto`` (fastest here), ``half`` (leanest here), ``fp8`` (torchao float8 linears on GPUs of compute capability 8.9+, else ``auto``) or a Lightning precision.",
+        ),
+        Setting(
+            "tf32",
+            Literal["off", "auto", "highest", "high", "medium"],
+            "off",
+            doc="T05. TF32 matmuls on Ampere+ GPUs (``auto``) or an explicit float32 matmul precision.",
+        ),
     ),
     trainer_kwargs=trainer_kwargs,
     callbacks=callbacks,

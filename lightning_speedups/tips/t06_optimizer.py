@@ -10,12 +10,12 @@ Card:
     When it hurts: fused kernels exist only for some optimizers and devices; with a GradScaler and
     clipping fused breaks in Lightning.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from lightning_speedups.callbacks import FusedOptimizer
-from lightning_speedups.callbacks import fused_devices, optimizer_accepts
+from lightning_speedups.callbacks import FusedOptimizer, fused_devices, optimizer_accepts
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback, plural
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
@@ -42,51 +42,72 @@ def check(facts: Facts) -> Finding:
         foreach = any(g.get("foreach") for g in groups)
         devices = {p.device.type for p in params}
         can_fuse = (
-            optimizer_accepts(opt, "fused") and len(devices) == 1 and devices <= set(fused_devices())
-            and all(p.is_floating_point() for p in params) and not opt.defaults.get("differentiable", False)
+            optimizer_accepts(opt, "fused")
+            and len(devices) == 1
+            and devices <= set(fused_devices())
+            and all(p.is_floating_point() for p in params)
+            and not opt.defaults.get("differentiable", False)
         )
         dev = next(iter(devices)) if len(devices) == 1 else "several devices"
         if fused:
             if scaler and (facts.gradient_clip_val or has_callback(facts, "AdaptiveGradientClipping")):
-                items.append(Item(
-                    "high",
-                    f"{name}(fused=True) under {facts.precision} with gradient clipping: a fused optimizer unscales"
-                    " inside its step, so Lightning cannot clip (it raises, or AGC sees scaled gradients)",
-                    "speedups.optimizer: auto (picks foreach here), or foreach=True instead of fused=True",
-                ))
-            elif "bf16-mixed" in facts.precision and facts.gradient_clip_val and not has_callback(facts, "FusedOptimizer"):
+                items.append(
+                    Item(
+                        "high",
+                        f"{name}(fused=True) under {facts.precision} with gradient clipping: a fused optimizer unscales"
+                        " inside its step, so Lightning cannot clip (it raises, or AGC sees scaled gradients)",
+                        "speedups.optimizer: auto (picks foreach here), or foreach=True instead of fused=True",
+                    )
+                )
+            elif (
+                "bf16-mixed" in facts.precision
+                and facts.gradient_clip_val
+                and not has_callback(facts, "FusedOptimizer")
+            ):
                 # Lightning issue 21435: its bf16-mixed plugin refuses to clip any optimizer that says it
                 # unscales internally, although bf16 needs no unscaling
-                items.append(Item(
-                    "high",
-                    f"{name}(fused=True) under bf16-mixed with gradient clipping: Lightning refuses to clip it"
-                    " ('does not allow for gradient clipping because it performs unscaling', Lightning issue 21435)",
-                    "speedups.optimizer: auto (FusedOptimizer keeps fused and clears the flag under bf16-mixed),"
-                    " or foreach=True instead of fused=True",
-                ))
+                items.append(
+                    Item(
+                        "high",
+                        f"{name}(fused=True) under bf16-mixed with gradient clipping: Lightning refuses to clip it"
+                        " ('does not allow for gradient clipping because it performs unscaling', Lightning issue 21435)",
+                        "speedups.optimizer: auto (FusedOptimizer keeps fused and clears the flag under bf16-mixed),"
+                        " or foreach=True instead of fused=True",
+                    )
+                )
             else:
                 oks.append(f"{name} is fused")
             continue
         default_foreach = (
-            not foreach and all(g.get("foreach") is None for g in groups) and optimizer_accepts(opt, "foreach")
+            not foreach
+            and all(g.get("foreach") is None for g in groups)
+            and optimizer_accepts(opt, "foreach")
             and devices <= {"cuda", "xpu", "mtia"}
         )
-        impl = "foreach" if foreach else ("foreach (torch's default on CUDA)" if default_foreach else "per-parameter for-loop")
+        impl = (
+            "foreach"
+            if foreach
+            else ("foreach (torch's default on CUDA)" if default_foreach else "per-parameter for-loop")
+        )
         n = len(params)
         if can_fuse:
             sev = "low" if (foreach or default_foreach or not facts.on_cuda) else "medium"
-            items.append(Item(
-                sev,
-                f"{name} runs the {impl} implementation over {plural(n, 'parameter tensor')} on {dev};"
-                f" a fused kernel exists for {dev}",
-                f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., fused=True)",
-            ))
+            items.append(
+                Item(
+                    sev,
+                    f"{name} runs the {impl} implementation over {plural(n, 'parameter tensor')} on {dev};"
+                    f" a fused kernel exists for {dev}",
+                    f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., fused=True)",
+                )
+            )
         elif not (foreach or default_foreach) and optimizer_accepts(opt, "foreach") and n > 1:
-            items.append(Item(
-                "low",
-                f"{name} runs a per-parameter for-loop over {plural(n, 'parameter tensor')} on {dev}",
-                f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., foreach=True)",
-            ))
+            items.append(
+                Item(
+                    "low",
+                    f"{name} runs a per-parameter for-loop over {plural(n, 'parameter tensor')} on {dev}",
+                    f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., foreach=True)",
+                )
+            )
         else:
             oks.append(f"{name} uses {impl}")
     if items:
@@ -107,20 +128,31 @@ def _fused(trainer: Any, model: Any, callbacks: Any) -> None:
 TIP = Tip(
     id="T06",
     slug="optimizer",
-    title='Fused / foreach optimizer implementations',
-    seeds=('A#5',),
-    claim='-',
+    title="Fused / foreach optimizer implementations",
+    seeds=("A#5",),
+    claim="-",
     does="FusedOptimizer switches the user's optimizers to their fused (or foreach) implementation where the device and the optimizer support it; under fp16 with clipping it keeps foreach, where fused cannot be clipped.",
     gain="one kernel for all parameters instead of one per parameter: a few percent of a small model's step",
-    hurts='fused kernels exist only for some optimizers and devices; with a GradScaler and clipping fused breaks in Lightning',
+    hurts="fused kernels exist only for some optimizers and devices; with a GradScaler and clipping fused breaks in Lightning",
     check=check,
     settings=(
-        Setting("optimizer", Literal["off", "auto", "fused", "foreach"], "off", doc="T06. ``auto`` picks fused / foreach implementations."),
+        Setting(
+            "optimizer",
+            Literal["off", "auto", "fused", "foreach"],
+            "off",
+            doc="T06. ``auto`` picks fused / foreach implementations.",
+        ),
     ),
     callbacks=callbacks,
     parts=(FusedOptimizer,),
     bench=BenchVariant({"optimizer": "auto"}),
     suite=(
-        SuiteCase("auto", settings={"optimizer": "auto"}, maths="unchanged", kinds=("cnn", "transformer", "configure_model", "scheduler"), acted=_fused),
+        SuiteCase(
+            "auto",
+            settings={"optimizer": "auto"},
+            maths="unchanged",
+            kinds=("cnn", "transformer", "configure_model", "scheduler"),
+            acted=_fused,
+        ),
     ),
 )

@@ -8,6 +8,7 @@ Card:
     Expected gain: 1.27x-1.70x forward+backward on convolutional models with fixed shapes.
     When it hurts: re-tunes at every new input shape: slower with variable shapes; nothing on CPU.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -48,11 +49,16 @@ def check(facts: Facts) -> Finding:
     varying = tracker is not None and tracker.varying
     if varying:
         return Finding.ok(tip, f"cudnn.benchmark is off, and rightly: {shapes}")
-    return Finding.from_items(tip, [Item(
-        "medium",
-        f"cudnn.benchmark is off with {plural(convs, 'convolution')} and fixed input shapes ({shapes or 'first batch only'})",
-        "speedups.cudnn_benchmark: auto (CudnnBenchmark callback: on for CUDA, off again if shapes start changing)",
-    )])
+    return Finding.from_items(
+        tip,
+        [
+            Item(
+                "medium",
+                f"cudnn.benchmark is off with {plural(convs, 'convolution')} and fixed input shapes ({shapes or 'first batch only'})",
+                "speedups.cudnn_benchmark: auto (CudnnBenchmark callback: on for CUDA, off again if shapes start changing)",
+            )
+        ],
+    )
 
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
@@ -63,19 +69,20 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T07",
     slug="cudnn-benchmark",
-    title='cudnn.benchmark for fixed input shapes, restored afterwards',
-    seeds=('A#6', 'B#15'),
-    claim='1.27x to 1.70x forward+backward',
-    does='CudnnBenchmark turns torch.backends.cudnn.benchmark on for CUDA runs, watches the input shapes (ShapeWatch) and turns it back off when they keep changing; the flag is restored after the fit.',
-    gain='1.27x-1.70x forward+backward on convolutional models with fixed shapes',
-    hurts='re-tunes at every new input shape: slower with variable shapes; nothing on CPU',
+    title="cudnn.benchmark for fixed input shapes, restored afterwards",
+    seeds=("A#6", "B#15"),
+    claim="1.27x to 1.70x forward+backward",
+    does="CudnnBenchmark turns torch.backends.cudnn.benchmark on for CUDA runs, watches the input shapes (ShapeWatch) and turns it back off when they keep changing; the flag is restored after the fit.",
+    gain="1.27x-1.70x forward+backward on convolutional models with fixed shapes",
+    hurts="re-tunes at every new input shape: slower with variable shapes; nothing on CPU",
     check=check,
-    settings=(
-        Setting("cudnn_benchmark", Toggle, "off", doc="T07. ``auto`` turns it on when training on CUDA."),
-    ),
+    settings=(Setting("cudnn_benchmark", Toggle, "off", doc="T07. ``auto`` turns it on when training on CUDA."),),
     callbacks=callbacks,
-    parts=(CudnnBenchmark, ShapeWatch,),
-    lint_rules=('LS304',),
+    parts=(
+        CudnnBenchmark,
+        ShapeWatch,
+    ),
+    lint_rules=("LS304",),
     bench=BenchVariant({"cudnn_benchmark": "on"}, needs=("cuda",)),
     suite=(
         SuiteCase("auto", settings={"cudnn_benchmark": "auto"}, kinds=()),

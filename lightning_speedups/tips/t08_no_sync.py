@@ -9,6 +9,7 @@ Card:
     When it hurts: counting needs torch.cuda.set_sync_debug_mode: CUDA only, and a small cost while
     it watches.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -25,19 +26,30 @@ def check(facts: Facts) -> Finding:
     tip = "T08"
     watcher = facts.sync_watcher
     if not facts.on_cuda or watcher is None:
-        linted = f"; lint read {plural(len(facts.lint_files), 'source file')} for .item()/.cpu()/print(tensor) in steps" if facts.lint_ran and facts.lint_files else ""
+        linted = (
+            f"; lint read {plural(len(facts.lint_files), 'source file')} for .item()/.cpu()/print(tensor) in steps"
+            if facts.lint_ran and facts.lint_files
+            else ""
+        )
         reason = (
             f"device synchronisations exist only with a CUDA device (this run: {facts.device_type})"
             if not facts.on_cuda
             else (facts.run_note() or "the sync watcher did not run")
         )
-        return Finding.not_checked(tip, reason + linted, "run the doctor on the GPU machine (SyncGuard counts them there)")
+        return Finding.not_checked(
+            tip, reason + linted, "run the doctor on the GPU machine (SyncGuard counts them there)"
+        )
     found = watcher.findings()
     if found:
         items = [Item(f["severity"], f["evidence"], f["fix"], "runtime") for f in found[:8]]
         notes = [watcher.summary()]
         return Finding.from_items(tip, items, notes)
-    return Finding.ok(tip, watcher.summary() if watcher.total else f"no device synchronisation in {plural(watcher.windows, 'training step')}")
+    return Finding.ok(
+        tip,
+        watcher.summary()
+        if watcher.total
+        else f"no device synchronisation in {plural(watcher.windows, 'training step')}",
+    )
 
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
@@ -48,21 +60,27 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T08",
     slug="no-sync",
-    title='No needless CPU<->GPU synchronisations in the training step',
-    seeds=('A#7', 'B#5'),
-    claim='-',
-    does='SyncGuard counts (or warns about, or fails on) the device synchronisations inside the training step, each with the line of user code that caused it; lint rules find .item(), .cpu() and print(tensor) in the step.',
-    gain='keeps the GPU queue full: each sync drains it',
-    hurts='counting needs torch.cuda.set_sync_debug_mode: CUDA only, and a small cost while it watches',
+    title="No needless CPU<->GPU synchronisations in the training step",
+    seeds=("A#7", "B#5"),
+    claim="-",
+    does="SyncGuard counts (or warns about, or fails on) the device synchronisations inside the training step, each with the line of user code that caused it; lint rules find .item(), .cpu() and print(tensor) in the step.",
+    gain="keeps the GPU queue full: each sync drains it",
+    hurts="counting needs torch.cuda.set_sync_debug_mode: CUDA only, and a small cost while it watches",
     check=check,
     settings=(
-        Setting("monitors.sync_guard", Literal["off", "count", "warn", "error"], "off", doc="T08. Count, warn about or fail on device syncs in the training step."),
+        Setting(
+            "monitors.sync_guard",
+            Literal["off", "count", "warn", "error"],
+            "off",
+            doc="T08. Count, warn about or fail on device syncs in the training step.",
+        ),
     ),
     callbacks=callbacks,
-    parts=(SyncGuard, SyncWatcher,),
-    lint_rules=('LS201', 'LS202'),
-    not_timed='a check or lint rule (doctor / lint), nothing to time',
-    suite=(
-        SuiteCase("count", settings={"monitors.sync_guard": "count"}, kinds=()),
+    parts=(
+        SyncGuard,
+        SyncWatcher,
     ),
+    lint_rules=("LS201", "LS202"),
+    not_timed="a check or lint rule (doctor / lint), nothing to time",
+    suite=(SuiteCase("count", settings={"monitors.sync_guard": "count"}, kinds=()),),
 )

@@ -9,6 +9,7 @@ Card:
     Expected gain: anomaly detection alone often makes backward several times slower.
     When it hurts: never by itself; the tools are right while debugging.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -51,23 +52,39 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T14",
     slug="debug-off",
-    title='Debugging tools off when not debugging',
-    seeds=('A#13',),
-    claim='debuggers slow training',
-    does='DebugToolsCheck (monitors.checks) lists the debugging switches left on (anomaly detection, profilers, NVTX, deterministic algorithms, sync-debug mode, CUDA_LAUNCH_BLOCKING, a tracer) with what each costs; DebugMode (debug: true) turns them on deliberately and restores them after the fit.',
-    gain='anomaly detection alone often makes backward several times slower',
-    hurts='never by itself; the tools are right while debugging',
+    title="Debugging tools off when not debugging",
+    seeds=("A#13",),
+    claim="debuggers slow training",
+    does="DebugToolsCheck (monitors.checks) lists the debugging switches left on (anomaly detection, profilers, NVTX, deterministic algorithms, sync-debug mode, CUDA_LAUNCH_BLOCKING, a tracer) with what each costs; DebugMode (debug: true) turns them on deliberately and restores them after the fit.",
+    gain="anomaly detection alone often makes backward several times slower",
+    hurts="never by itself; the tools are right while debugging",
     check=check,
     settings=(
-        Setting("debug", bool, False, doc="T14. Turn the debugging tools on deliberately (anomaly detection, sync warnings)."),
-        Setting("monitors.checks", bool, False, doc="T12 / T14 / T17. Watch for debug tools left on, gradients under evaluation and zeroed gradients."),
+        Setting(
+            "debug",
+            bool,
+            False,
+            doc="T14. Turn the debugging tools on deliberately (anomaly detection, sync warnings).",
+        ),
+        Setting(
+            "monitors.checks",
+            bool,
+            False,
+            doc="T12 / T14 / T17. Watch for debug tools left on, gradients under evaluation and zeroed gradients.",
+        ),
     ),
     callbacks=callbacks,
-    parts=(DebugToolsCheck, DebugMode, find_debug_tools,),
-    lint_rules=('LS305', 'LS306'),
-    not_timed='the baseline already runs with the debugging tools off (doctor checks for them)',
+    parts=(
+        DebugToolsCheck,
+        DebugMode,
+        find_debug_tools,
+    ),
+    lint_rules=("LS305", "LS306"),
+    not_timed="the baseline already runs with the debugging tools off (doctor checks for them)",
     suite=(
         SuiteCase("debug_mode", settings={"debug": True}, compose=False),
-        SuiteCase("checks", settings={"monitors.checks": True}, trainer={"limit_val_batches": 1, "val_check_interval": 1}),
+        SuiteCase(
+            "checks", settings={"monitors.checks": True}, trainer={"limit_val_batches": 1, "val_check_interval": 1}
+        ),
     ),
 )

@@ -8,6 +8,7 @@ Card:
     When it hurts: it changes the optimisation; clipping by norm costs a reduction over all
     gradients per step.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,7 +39,9 @@ def check(facts: Facts) -> Finding:
     """T15 grad-clipping: gradient norms of the first steps when nothing clips them."""
     tip = "T15"
     if facts.gradient_clip_val:
-        return Finding.ok(tip, f"gradients clipped by {facts.gradient_clip_algorithm or 'norm'} at {facts.gradient_clip_val}")
+        return Finding.ok(
+            tip, f"gradients clipped by {facts.gradient_clip_algorithm or 'norm'} at {facts.gradient_clip_val}"
+        )
     agc = facts.callback_of("AdaptiveGradientClipping")
     if agc is not None:
         return Finding.ok(tip, "adaptive gradient clipping (AGC) is on")
@@ -50,24 +53,36 @@ def check(facts: Facts) -> Finding:
     scaler = "16-mixed" in facts.precision
     if bad and not scaler:
         first = next(i for i, x in enumerate(norms) if not math.isfinite(x))
-        return Finding.from_items(tip, [Item(
-            "high",
-            f"the gradient norm was not finite in {bad} of {len(norms)} steps (first at step {first}) and nothing clips it",
-            "speedups.grad_clip.algorithm: norm (value 1.0), or agc; and look for the cause (learning rate, inputs: T18)",
-            "runtime",
-        )])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "high",
+                    f"the gradient norm was not finite in {bad} of {len(norms)} steps (first at step {first}) and nothing clips it",
+                    "speedups.grad_clip.algorithm: norm (value 1.0), or agc; and look for the cause (learning rate, inputs: T18)",
+                    "runtime",
+                )
+            ],
+        )
     if not finite:
-        return Finding.ok(tip, f"the fp16 grad scaler skipped all {len(norms)} watched steps (overflow while it calibrates)")
+        return Finding.ok(
+            tip, f"the fp16 grad scaler skipped all {len(norms)} watched steps (overflow while it calibrates)"
+        )
     lo, hi = min(finite), max(finite)
     med = sorted(finite)[len(finite) // 2]
     rng = f"gradient norms {lo:.3g} to {hi:.3g} over {plural(len(finite), 'step')}"
     if hi > 1e3 or (med > 0 and hi > 50 * med):
-        return Finding.from_items(tip, [Item(
-            "medium",
-            f"{rng} with no clipping: a jump to {hi:.3g} (median {med:.3g})",
-            "speedups.grad_clip.algorithm: norm (value 1.0), or agc (AdaptiveGradientClipping, no threshold to tune)",
-            "runtime",
-        )])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "medium",
+                    f"{rng} with no clipping: a jump to {hi:.3g} (median {med:.3g})",
+                    "speedups.grad_clip.algorithm: norm (value 1.0), or agc (AdaptiveGradientClipping, no threshold to tune)",
+                    "runtime",
+                )
+            ],
+        )
     return Finding.ok(tip, f"no clipping; {rng}: no explosion seen")
 
 
@@ -104,23 +119,38 @@ def _clipped(trainer: Any, model: Any, callbacks: Any) -> None:
 TIP = Tip(
     id="T15",
     slug="grad-clipping",
-    title='Gradient clipping: norm, value, adaptive (AGC)',
-    seeds=('A#14',),
-    claim='faster convergence, avoids explosions',
+    title="Gradient clipping: norm, value, adaptive (AGC)",
+    seeds=("A#14",),
+    claim="faster convergence, avoids explosions",
     does="grad_clip norm / value sets the Trainer's gradient_clip_val and algorithm; agc adds AdaptiveGradientClipping (unit-wise, Brock et al. 2021), which skips the heads.",
-    gain='stable training at higher learning rates',
-    hurts='it changes the optimisation; clipping by norm costs a reduction over all gradients per step',
+    gain="stable training at higher learning rates",
+    hurts="it changes the optimisation; clipping by norm costs a reduction over all gradients per step",
     check=check,
     settings=(
-        Setting("grad_clip", ClipSettings, factory=ClipSettings, doc="T15. Norm, value or adaptive gradient clipping.", on=lambda v: v.algorithm != "off"),
+        Setting(
+            "grad_clip",
+            ClipSettings,
+            factory=ClipSettings,
+            doc="T15. Norm, value or adaptive gradient clipping.",
+            on=lambda v: v.algorithm != "off",
+        ),
     ),
     trainer_kwargs=trainer_kwargs,
     callbacks=callbacks,
-    parts=(ClipSettings, AdaptiveGradientClipping, adaptive_clip_grad_,),
+    parts=(
+        ClipSettings,
+        AdaptiveGradientClipping,
+        adaptive_clip_grad_,
+    ),
     bench=(BenchVariant({"grad_clip.algorithm": "norm"}, mode="target", name="norm"),),
-    not_timed='gradient clipping changes the optimisation, not the step time: judged by time to a target (bench --target), not samples/s',
+    not_timed="gradient clipping changes the optimisation, not the step time: judged by time to a target (bench --target), not samples/s",
     suite=(
-        SuiteCase("norm", settings={"grad_clip.algorithm": "norm"}, kinds=("cnn", "transformer", "configure_model", "scheduler"), acted=_clipped),
+        SuiteCase(
+            "norm",
+            settings={"grad_clip.algorithm": "norm"},
+            kinds=("cnn", "transformer", "configure_model", "scheduler"),
+            acted=_clipped,
+        ),
         SuiteCase("agc", settings={"grad_clip.algorithm": "agc", "grad_clip.agc_exclude": []}),
     ),
 )

@@ -9,6 +9,7 @@ Card:
     When it hurts: never changes the maths; nothing to gain on models without conv -> BatchNorm
     pairs.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -39,20 +40,32 @@ def check(facts: Facts) -> Finding:
         kinds = Counter(type(c).__name__ for c in convs)
         kind = " / ".join(kinds)
         pairs = [f"{c} -> {b}" for c, b in plan.pairs.items()]
-        return Finding.from_items(tip, [Item(
-            "low",
-            f"{len(convs)} {kind} layer{'s' if len(convs) != 1 else ''} feed a BatchNorm and keep a bias:"
-            f" {n_params:,} parameters ({names_text(pairs, 3)})",
-            "speedups.conv_bias: true (ConvBiasRemoval callback, outputs unchanged), or bias=False in those convolutions",
-        )], [f"{len(plan.skipped)} other biased convolution(s) keep their bias"] if plan.skipped else [])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "low",
+                    f"{len(convs)} {kind} layer{'s' if len(convs) != 1 else ''} feed a BatchNorm and keep a bias:"
+                    f" {n_params:,} parameters ({names_text(pairs, 3)})",
+                    "speedups.conv_bias: true (ConvBiasRemoval callback, outputs unchanged), or bias=False in those convolutions",
+                )
+            ],
+            [f"{len(plan.skipped)} other biased convolution(s) keep their bias"] if plan.skipped else [],
+        )
     if removed:
-        return Finding.ok(tip, f"ConvBiasRemoval removed {plural(len(removed), 'conv bias', 'conv biases')} ({names_text(removed, 3)})")
+        return Finding.ok(
+            tip,
+            f"ConvBiasRemoval removed {plural(len(removed), 'conv bias', 'conv biases')} ({names_text(removed, 3)})",
+        )
     n_convs = sum(n for t, n in facts.module_counts.items() if t.startswith("Conv"))
     if not n_convs:
         return Finding.ok(tip, "the model has no convolution")
     if plan.skipped:
         first, why = next(iter(plan.skipped.items()))
-        return Finding.ok(tip, f"no convolution feeds only a BatchNorm with a bias; {len(plan.skipped)} biased one(s) must keep it (e.g. {first}: {why})")
+        return Finding.ok(
+            tip,
+            f"no convolution feeds only a BatchNorm with a bias; {len(plan.skipped)} biased one(s) must keep it (e.g. {first}: {why})",
+        )
     return Finding.ok(tip, f"none of the {plural(n_convs, 'convolution')} keeps a bias in front of a BatchNorm")
 
 
@@ -64,18 +77,24 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T16",
     slug="conv-bias",
-    title='No bias in a convolution right before BatchNorm',
-    seeds=('A#15', 'B#17'),
-    claim='fewer parameters, less memory',
-    does='ConvBiasRemoval removes the bias of every convolution whose output feeds only a BatchNorm (found by fx data flow, per sub-module where the whole model does not trace), folding it into the running mean: outputs unchanged; checkpoints of the unchanged model still load.',
+    title="No bias in a convolution right before BatchNorm",
+    seeds=("A#15", "B#17"),
+    claim="fewer parameters, less memory",
+    does="ConvBiasRemoval removes the bias of every convolution whose output feeds only a BatchNorm (found by fx data flow, per sub-module where the whole model does not trace), folding it into the running mean: outputs unchanged; checkpoints of the unchanged model still load.",
     gain="fewer parameters and one add less per conv; a few percent of a CNN's step",
-    hurts='never changes the maths; nothing to gain on models without conv -> BatchNorm pairs',
+    hurts="never changes the maths; nothing to gain on models without conv -> BatchNorm pairs",
     check=check,
     settings=(
-        Setting("conv_bias", bool, False, doc="T16. Remove conv biases that feed only a BatchNorm (outputs unchanged)."),
+        Setting(
+            "conv_bias", bool, False, doc="T16. Remove conv biases that feed only a BatchNorm (outputs unchanged)."
+        ),
     ),
     callbacks=callbacks,
-    parts=(ConvBiasRemoval, remove_conv_bias, fold_conv_bias_state_dict,),
+    parts=(
+        ConvBiasRemoval,
+        remove_conv_bias,
+        fold_conv_bias_state_dict,
+    ),
     bench=BenchVariant({"conv_bias": True}, needs=("conv_bias",)),
     suite=(
         SuiteCase("callback", settings={"conv_bias": True}, maths="unchanged", kinds=("cnn",)),

@@ -8,6 +8,7 @@ Card:
     When it hurts: never; a model that needs gradients in evaluation (e.g. input gradients) is told,
     not changed.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,13 +29,18 @@ def check(facts: Facts) -> Finding:
         items = [Item(f.get("severity", "medium"), f["evidence"], f["fix"], "runtime") for f in facts.eval_findings]
         return Finding.from_items(tip, items)
     if facts.eval_batches_checked:
-        return Finding.ok(tip, f"{plural(facts.eval_batches_checked, 'validation batch', 'validation batches')} ran without autograd")
+        return Finding.ok(
+            tip, f"{plural(facts.eval_batches_checked, 'validation batch', 'validation batches')} ran without autograd"
+        )
     if facts.has_eval_loop is False:
         return Finding.not_checked(
-            tip, "the model has no validation loop (no validation_step or no val loader): nothing evaluates during fit",
+            tip,
+            "the model has no validation loop (no validation_step or no val loader): nothing evaluates during fit",
             "NoGradEvalCheck() on trainer.validate / test / predict",
         )
-    return Finding.not_checked(tip, facts.run_note() or "no validation batch ran in the watched steps", "trainer.num_sanity_val_steps > 0")
+    return Finding.not_checked(
+        tip, facts.run_note() or "no validation batch ran in the watched steps", "trainer.num_sanity_val_steps > 0"
+    )
 
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
@@ -49,18 +55,19 @@ _WITH_VALIDATION = {"limit_val_batches": 1, "val_check_interval": 1}
 TIP = Tip(
     id="T17",
     slug="no-grad-eval",
-    title='No gradients during validation / inference',
-    seeds=('A#16', 'B#14'),
-    claim='-',
-    does='NoGradEvalCheck (monitors.checks) watches validation and prediction and says when autograd records a graph there (EvalGradWatch), with the module that did it.',
-    gain='no autograd bookkeeping in evaluation: less time and memory',
-    hurts='never; a model that needs gradients in evaluation (e.g. input gradients) is told, not changed',
+    title="No gradients during validation / inference",
+    seeds=("A#16", "B#14"),
+    claim="-",
+    does="NoGradEvalCheck (monitors.checks) watches validation and prediction and says when autograd records a graph there (EvalGradWatch), with the module that did it.",
+    gain="no autograd bookkeeping in evaluation: less time and memory",
+    hurts="never; a model that needs gradients in evaluation (e.g. input gradients) is told, not changed",
     check=check,
-    uses=('monitors.checks',),
+    uses=("monitors.checks",),
     callbacks=callbacks,
-    parts=(NoGradEvalCheck, EvalGradWatch,),
-    not_timed='a check or lint rule (doctor / lint), nothing to time',
-    suite=(
-        SuiteCase("check", callback=NoGradEvalCheck, trainer=_WITH_VALIDATION),
+    parts=(
+        NoGradEvalCheck,
+        EvalGradWatch,
     ),
+    not_timed="a check or lint rule (doctor / lint), nothing to time",
+    suite=(SuiteCase("check", callback=NoGradEvalCheck, trainer=_WITH_VALIDATION),),
 )

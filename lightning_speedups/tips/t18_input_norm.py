@@ -9,6 +9,7 @@ Card:
     no bus to save).
     When it hurts: the dataset must hand over uint8 images; on CPU there is nothing to gain.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from lightning_speedups.callbacks import DeviceNormalize, InputStatsCheck
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes, missing_reason, plural
 from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+
 
 @dataclass
 class DeviceNormalizeSettings:
@@ -43,27 +45,31 @@ def check(facts: Facts) -> Finding:
         s = facts.input_stats.get(name)
         stats = f"mean {s.mean:.1f} and std {s.std:.1f} (min {s.min:.4g}, max {s.max:.4g})" if s is not None else ""
         raw = any("0..255" in p for p in problems)
-        items.append(Item(
-            "medium",
-            f"inputs of {name} have {stats} over {batches}: " + "; ".join(problems),
-            (
-                "hand uint8 images to the loader and add the DeviceNormalize(mean=..., std=...) callback (normalised on"
-                " the device, 4x fewer bytes over the bus), or normalise in the dataset: (x / 255 - mean) / std"
-                if raw else
-                "normalise in the dataset or the DataModule ((x - mean) / std per channel), or with the"
-                " DeviceNormalize callback"
-            ),
-            "runtime",
-        ))
+        items.append(
+            Item(
+                "medium",
+                f"inputs of {name} have {stats} over {batches}: " + "; ".join(problems),
+                (
+                    "hand uint8 images to the loader and add the DeviceNormalize(mean=..., std=...) callback (normalised on"
+                    " the device, 4x fewer bytes over the bus), or normalise in the dataset: (x / 255 - mean) / std"
+                    if raw
+                    else "normalise in the dataset or the DataModule ((x - mean) / std per channel), or with the"
+                    " DeviceNormalize callback"
+                ),
+                "runtime",
+            )
+        )
     if facts.on_cuda and not items:
         for t in facts.batch:
             if t.floating and len(t.shape) == 4 and t.shape[1] in (1, 3, 4) and t.dtype == "float32":
-                items.append(Item(
-                    "low",
-                    f"{t.name} crosses the bus as float32 images ({fmt_bytes(t.nbytes)} per batch): uint8 is 4x fewer bytes",
-                    "return uint8 images from the dataset and add DeviceNormalize(mean=..., std=...) (normalised on the device)",
-                    "runtime",
-                ))
+                items.append(
+                    Item(
+                        "low",
+                        f"{t.name} crosses the bus as float32 images ({fmt_bytes(t.nbytes)} per batch): uint8 is 4x fewer bytes",
+                        "return uint8 images from the dataset and add DeviceNormalize(mean=..., std=...) (normalised on the device)",
+                        "runtime",
+                    )
+                )
                 break
     if items:
         return Finding.from_items(tip, items)
@@ -89,22 +95,37 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T18",
     slug="input-norm",
-    title='Normalised inputs, normalisation on the device',
-    seeds=('A#17',),
-    claim='-',
+    title="Normalised inputs, normalisation on the device",
+    seeds=("A#17",),
+    claim="-",
     does="InputStatsCheck (monitors.input_stats) measures the inputs' mean and spread and says when they are not normalised; DeviceNormalize takes uint8 images from the loader and converts and normalises them on the device after the transfer.",
-    gain='uint8 over the bus is 4x fewer bytes than float32 (0.98x on CPU, where there is no bus to save)',
-    hurts='the dataset must hand over uint8 images; on CPU there is nothing to gain',
+    gain="uint8 over the bus is 4x fewer bytes than float32 (0.98x on CPU, where there is no bus to save)",
+    hurts="the dataset must hand over uint8 images; on CPU there is nothing to gain",
     check=check,
     settings=(
-        Setting("device_normalize", DeviceNormalizeSettings, factory=DeviceNormalizeSettings, doc="T18. uint8 images normalised on the device after the transfer.", on=lambda v: bool(v.mean)),
+        Setting(
+            "device_normalize",
+            DeviceNormalizeSettings,
+            factory=DeviceNormalizeSettings,
+            doc="T18. uint8 images normalised on the device after the transfer.",
+            on=lambda v: bool(v.mean),
+        ),
         Setting("monitors.input_stats", bool, False, doc="T18. Check that the inputs are normalised."),
     ),
     callbacks=callbacks,
-    parts=(InputStatsCheck, DeviceNormalize,),
-    not_timed='a check or lint rule (doctor / lint), nothing to time',
+    parts=(
+        InputStatsCheck,
+        DeviceNormalize,
+    ),
+    not_timed="a check or lint rule (doctor / lint), nothing to time",
     suite=(
-        SuiteCase("device_normalize", settings={"device_normalize.mean": [0.5], "device_normalize.std": [0.25]}, kinds=()),
-        SuiteCase("input_stats", settings={"monitors.input_stats": True}, kinds=("cnn", "manual", "configure_model", "scheduler")),
+        SuiteCase(
+            "device_normalize", settings={"device_normalize.mean": [0.5], "device_normalize.std": [0.25]}, kinds=()
+        ),
+        SuiteCase(
+            "input_stats",
+            settings={"monitors.input_stats": True},
+            kinds=("cnn", "manual", "configure_model", "scheduler"),
+        ),
     ),
 )

@@ -8,6 +8,7 @@ Card:
     Expected gain: an input-bound run goes as fast as its storage allows.
     When it hurts: never; the read test reads a few files once.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -29,13 +30,24 @@ def check(facts: Facts) -> Finding:
     rep = facts.storage
     if rep is not None:
         if rep.problems:
-            sev = "high" if (f is not None and f > 0.3) else "medium" if (rep.is_network or rep.is_fuse or rep.rotational) else "low"
-            return Finding.from_items(tip, [Item(
-                sev,
-                f"{rep.summary()}: " + "; ".join(rep.problems) + wait,
-                "copy the data to a local SSD (or node-local scratch) before training",
-                "static",
-            )])
+            sev = (
+                "high"
+                if (f is not None and f > 0.3)
+                else "medium"
+                if (rep.is_network or rep.is_fuse or rep.rotational)
+                else "low"
+            )
+            return Finding.from_items(
+                tip,
+                [
+                    Item(
+                        sev,
+                        f"{rep.summary()}: " + "; ".join(rep.problems) + wait,
+                        "copy the data to a local SSD (or node-local scratch) before training",
+                        "static",
+                    )
+                ],
+            )
         return Finding.ok(tip, rep.summary() + wait)
     if facts.storage_error:
         return Finding.not_checked(tip, f"could not inspect {facts.storage_root}: {facts.storage_error}")
@@ -56,22 +68,28 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T19",
     slug="fast-storage",
-    title='Data on fast local storage',
-    seeds=('B#1',),
-    claim='-',
+    title="Data on fast local storage",
+    seeds=("B#1",),
+    claim="-",
     does="StorageCheck (monitors.storage) finds where the dataset's files live, what file system that is and how fast it reads, and says when a network or rotational disk starves the loader; the data-wait share (T02) shows whether it matters.",
-    gain='an input-bound run goes as fast as its storage allows',
-    hurts='never; the read test reads a few files once',
+    gain="an input-bound run goes as fast as its storage allows",
+    hurts="never; the read test reads a few files once",
     check=check,
     settings=(
         Setting("monitors.storage", bool, False, doc="T19. Where the data lives and how fast it reads."),
-        Setting("monitors.storage_root", Optional[str], None, doc="T19. The data folder to check (default: the dataset's root attribute)."),
+        Setting(
+            "monitors.storage_root",
+            Optional[str],
+            None,
+            doc="T19. The data folder to check (default: the dataset's root attribute).",
+        ),
     ),
-    uses=('monitors.data_wait',),
+    uses=("monitors.data_wait",),
     callbacks=callbacks,
-    parts=(StorageCheck, storage_report,),
-    not_timed='a storage check; the data-wait column shows whether loading limits the step',
-    suite=(
-        SuiteCase("storage", settings={"monitors.storage": True, "monitors.storage_root": "."}),
+    parts=(
+        StorageCheck,
+        storage_report,
     ),
+    not_timed="a storage check; the data-wait column shows whether loading limits the step",
+    suite=(SuiteCase("storage", settings={"monitors.storage": True, "monitors.storage_root": "."}),),
 )

@@ -7,8 +7,8 @@ Card:
     Expected gain: one allocation instead of two and no host-to-device copy per call.
     When it hurts: moving a random constructor to the device changes the random stream.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 from lightning_speedups.inspection import Facts, Finding
 from lightning_speedups.tips.common import lint_only
@@ -23,13 +23,13 @@ def check(facts: Facts) -> Finding:
 TIP = Tip(
     id="T20",
     slug="on-device",
-    title='Create tensors directly on the device',
-    seeds=('B#4',),
-    claim='-',
-    does='lint finds tensors built on the CPU and then moved (torch.zeros(...).cuda(), .to(device) of a fresh tensor) in the step.',
-    gain='one allocation instead of two and no host-to-device copy per call',
-    hurts='moving a random constructor to the device changes the random stream',
+    title="Create tensors directly on the device",
+    seeds=("B#4",),
+    claim="-",
+    does="lint finds tensors built on the CPU and then moved (torch.zeros(...).cuda(), .to(device) of a fresh tensor) in the step.",
+    gain="one allocation instead of two and no host-to-device copy per call",
+    hurts="moving a random constructor to the device changes the random stream",
     check=check,
-    lint_rules=('LS203',),
-    not_timed='a check or lint rule (doctor / lint), nothing to time',
+    lint_rules=("LS203",),
+    not_timed="a check or lint rule (doctor / lint), nothing to time",
 )

@@ -9,6 +9,7 @@ Card:
     When it hurts: non_blocking only overlaps from pinned memory; reading the copied tensor on the
     host needs a sync.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -53,22 +54,20 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T21",
     slug="non-blocking",
-    title='Non-blocking copies from pinned memory',
-    seeds=('B#7',),
-    claim='-',
-    does='NonBlockingCheck (monitors.non_blocking) says when batches are copied with non_blocking=True from unpinned memory (no overlap) or blocking from pinned memory; loaders.pin_memory (T03) pins them.',
-    gain='the copy of the next batch overlaps the current step',
-    hurts='non_blocking only overlaps from pinned memory; reading the copied tensor on the host needs a sync',
+    title="Non-blocking copies from pinned memory",
+    seeds=("B#7",),
+    claim="-",
+    does="NonBlockingCheck (monitors.non_blocking) says when batches are copied with non_blocking=True from unpinned memory (no overlap) or blocking from pinned memory; loaders.pin_memory (T03) pins them.",
+    gain="the copy of the next batch overlaps the current step",
+    hurts="non_blocking only overlaps from pinned memory; reading the copied tensor on the host needs a sync",
     check=check,
     settings=(
         Setting("monitors.non_blocking", bool, False, doc="T21. Check non-blocking copies from unpinned memory."),
     ),
-    uses=('loaders.pin_memory',),
+    uses=("loaders.pin_memory",),
     callbacks=callbacks,
     parts=(NonBlockingCheck,),
-    lint_rules=('LS104',),
-    not_timed='covered by T03: non-blocking copies only overlap from pinned memory',
-    suite=(
-        SuiteCase("check", settings={"monitors.non_blocking": True}, kinds=()),
-    ),
+    lint_rules=("LS104",),
+    not_timed="covered by T03: non-blocking copies only overlap from pinned memory",
+    suite=(SuiteCase("check", settings={"monitors.non_blocking": True}, kinds=()),),
 )

@@ -10,6 +10,7 @@ Card:
     When it hurts: compile time (31-58 s here), recompiles on new shapes, slower on small CPU
     models.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from lightning_speedups.functional.precision import accelerator_is_cuda
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason, names_text, plural
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+
 
 @dataclass
 class CompileSettings:
@@ -36,6 +38,7 @@ class CompileSettings:
     fullgraph: bool = False
     modules: Optional[list[str]] = None
     backend: Optional[str] = None
+
 
 _ELEMENTWISE = (
     "ReLU", "ReLU6", "GELU", "SiLU", "Mish", "Hardswish", "Hardsigmoid", "Sigmoid", "Tanh", "LeakyReLU", "ELU",
@@ -55,12 +58,18 @@ def check(facts: Facts) -> Finding:
     fallback = {n: s for n, s in facts.compile_status.items() if s.startswith("eager")}
     if fallback:
         name, why = next(iter(fallback.items()))
-        return Finding.from_items(tip, [Item(
-            "low",
-            f"compilation fell back to eager for {names_text(list(fallback))} ({name}: {why})",
-            "fix the graph break named in the reason, or leave that module out: speedups.compile.modules: [...]",
-            "runtime",
-        )], [f"{len(compiled)} module(s) compiled"] if compiled else [])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "low",
+                    f"compilation fell back to eager for {names_text(list(fallback))} ({name}: {why})",
+                    "fix the graph break named in the reason, or leave that module out: speedups.compile.modules: [...]",
+                    "runtime",
+                )
+            ],
+            [f"{len(compiled)} module(s) compiled"] if compiled else [],
+        )
     if compiled:
         return Finding.ok(tip, f"{plural(len(compiled), 'module')} compiled ({names_text(compiled)})")
     elementwise = {t: n for t, n in facts.module_counts.items() if t in _ELEMENTWISE}
@@ -75,11 +84,16 @@ def check(facts: Facts) -> Finding:
         )
     if not total:
         return Finding.ok(tip, "no element-wise or normalisation modules to fuse")
-    return Finding.from_items(tip, [Item(
-        "low",
-        f"not compiled: {plural(total, 'element-wise / normalisation module')} ({desc}) run as separate kernels",
-        "speedups.compile.enabled: true (CompileModules callback; compile time is paid in the first steps: bench it)",
-    )])
+    return Finding.from_items(
+        tip,
+        [
+            Item(
+                "low",
+                f"not compiled: {plural(total, 'element-wise / normalisation module')} ({desc}) run as separate kernels",
+                "speedups.compile.enabled: true (CompileModules callback; compile time is paid in the first steps: bench it)",
+            )
+        ],
+    )
 
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
@@ -88,8 +102,12 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     if not c.enabled:
         return []
     if c.enabled == "auto" and not accelerator_is_cuda(ctx.accelerator):
-        ctx.note("compile (T22)", False, "skipped, `auto` compiles on CUDA only (on CPU it measured slower"
-                 " on a small transformer); set compile.enabled: true to force it, or bench it")
+        ctx.note(
+            "compile (T22)",
+            False,
+            "skipped, `auto` compiles on CUDA only (on CPU it measured slower"
+            " on a small transformer); set compile.enabled: true to force it, or bench it",
+        )
         return []
     extra = {"backend": c.backend} if c.backend else {}
     return [(80, CompileModules(modules=c.modules, mode=c.mode, dynamic=c.dynamic, fullgraph=c.fullgraph, **extra))]
@@ -98,20 +116,35 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
 TIP = Tip(
     id="T22",
     slug="fusion",
-    title='Fuse element-wise ops with torch.compile',
-    seeds=('B#8',),
-    claim='gelu 4x faster from 5 kernels in 1',
+    title="Fuse element-wise ops with torch.compile",
+    seeds=("B#8",),
+    claim="gelu 4x faster from 5 kernels in 1",
     does="CompileModules compiles the model's inner modules with torch.compile (state-dict keys unchanged), falling back to eager per module with the compiler's first line; enabled: auto compiles on CUDA only.",
-    gain='fused element-wise kernels on GPUs; on a 2-core CPU the compiled small transformer measured 1.5x slower (bench it)',
-    hurts='compile time (31-58 s here), recompiles on new shapes, slower on small CPU models',
+    gain="fused element-wise kernels on GPUs; on a 2-core CPU the compiled small transformer measured 1.5x slower (bench it)",
+    hurts="compile time (31-58 s here), recompiles on new shapes, slower on small CPU models",
     check=check,
     settings=(
-        Setting("compile", CompileSettings, factory=CompileSettings, doc="T22. ``torch.compile`` of inner modules.", on=lambda v: bool(v.enabled)),
+        Setting(
+            "compile",
+            CompileSettings,
+            factory=CompileSettings,
+            doc="T22. ``torch.compile`` of inner modules.",
+            on=lambda v: bool(v.enabled),
+        ),
     ),
     callbacks=callbacks,
-    parts=(CompileModules, compile_modules,),
+    parts=(
+        CompileModules,
+        compile_modules,
+    ),
     bench=BenchVariant({"compile.enabled": True}, needs=("compile",)),
     suite=(
-        SuiteCase("aot_eager", settings={"compile.enabled": True, "compile.backend": "aot_eager"}, maths="unchanged", kinds=("cnn", "transformer"), compose=False),
+        SuiteCase(
+            "aot_eager",
+            settings={"compile.enabled": True, "compile.backend": "aot_eager"},
+            maths="unchanged",
+            kinds=("cnn", "transformer"),
+            compose=False,
+        ),
     ),
 )

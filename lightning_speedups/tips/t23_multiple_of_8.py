@@ -8,8 +8,8 @@ Card:
     Expected gain: tensor cores used fully on GPUs with fp16/bf16.
     When it hurts: padding adds parameters; nothing to gain on CPUs.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 from lightning_speedups.functional import find_misaligned, pad_embedding, pad_linear_out
 from lightning_speedups.inspection import Facts, Finding, Item
@@ -32,25 +32,36 @@ def check(facts: Facts) -> Finding:
             text += f"; {plural(len(found), 'size')} not a multiple of 8: {listed}"
         return Finding.not_checked(tip, text, "run the doctor on the GPU machine with speedups.precision: auto")
     if not found:
-        return Finding.ok(tip, "every Linear / Conv / Embedding size, the batch size and the input sizes are multiples of 8")
-    return Finding.from_items(tip, [Item(
-        "medium" if facts.half_precision else "low",
-        f"{plural(len(found), 'size')} not a multiple of 8: {listed}",
-        "round them up (the suggested value after each ->); for a vocabulary or class count use"
-        " lightning_speedups.functional.alignment.pad_embedding / pad_linear_out (outputs unchanged)",
-    )])
+        return Finding.ok(
+            tip, "every Linear / Conv / Embedding size, the batch size and the input sizes are multiples of 8"
+        )
+    return Finding.from_items(
+        tip,
+        [
+            Item(
+                "medium" if facts.half_precision else "low",
+                f"{plural(len(found), 'size')} not a multiple of 8: {listed}",
+                "round them up (the suggested value after each ->); for a vocabulary or class count use"
+                " lightning_speedups.functional.alignment.pad_embedding / pad_linear_out (outputs unchanged)",
+            )
+        ],
+    )
 
 
 TIP = Tip(
     id="T23",
     slug="multiple-of-8",
-    title='Sizes that are multiples of 8 for tensor cores',
-    seeds=('B#9', 'B#10'),
-    claim='-',
-    does='find_misaligned lists the batch, channel, hidden and vocabulary sizes not divisible by 8; pad_embedding and pad_linear_out pad a vocabulary or an output layer (extra logits masked).',
-    gain='tensor cores used fully on GPUs with fp16/bf16',
-    hurts='padding adds parameters; nothing to gain on CPUs',
+    title="Sizes that are multiples of 8 for tensor cores",
+    seeds=("B#9", "B#10"),
+    claim="-",
+    does="find_misaligned lists the batch, channel, hidden and vocabulary sizes not divisible by 8; pad_embedding and pad_linear_out pad a vocabulary or an output layer (extra logits masked).",
+    gain="tensor cores used fully on GPUs with fp16/bf16",
+    hurts="padding adds parameters; nothing to gain on CPUs",
     check=check,
-    parts=(find_misaligned, pad_embedding, pad_linear_out,),
-    not_timed='a check or lint rule (doctor / lint), nothing to time',
+    parts=(
+        find_misaligned,
+        pad_embedding,
+        pad_linear_out,
+    ),
+    not_timed="a check or lint rule (doctor / lint), nothing to time",
 )

@@ -7,6 +7,7 @@ Card:
     Expected gain: 1.2x measured on a small CNN on CPU; 8%-35% with AMP on tensor cores.
     When it hurts: models with few convolutions gain nothing and pay layout conversions.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,15 +48,23 @@ def check(facts: Facts) -> Finding:
             text = f"{counted([t for _, t in nchw])} of {len(mods)} layers with 4D/5D weights still hold NCHW weights"
         return Finding.from_items(tip, [Item(sev, f"{text}{input_text}; {where}", fix)])
     if inputs and cl:
-        return Finding.from_items(tip, [Item(
-            "low",
-            f"the model's {len(cl)} layers with 4D/5D weights are channels_last but {input_text[2:]}: the first"
-            " convolution converts them every step",
-            fix,
-            "runtime",
-        )])
+        return Finding.from_items(
+            tip,
+            [
+                Item(
+                    "low",
+                    f"the model's {len(cl)} layers with 4D/5D weights are channels_last but {input_text[2:]}: the first"
+                    " convolution converts them every step",
+                    fix,
+                    "runtime",
+                )
+            ],
+        )
     if not cl:
-        return Finding.ok(tip, f"the {plural(len(mods), 'layer')} with 4D/5D weights are the same in both layouts (one input channel, 1x1 kernels)")
+        return Finding.ok(
+            tip,
+            f"the {plural(len(mods), 'layer')} with 4D/5D weights are the same in both layouts (one input channel, 1x1 kernels)",
+        )
     return Finding.ok(tip, f"{plural(len(cl), 'layer')} with 4D/5D weights in channels_last")
 
 
@@ -69,24 +78,31 @@ def _nhwc(model: Any) -> bool:
     import torch
 
     to_channels_last(model)
-    return any(p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous() for p in model.parameters())
+    return any(
+        p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous()
+        for p in model.parameters()
+    )
 
 
 TIP = Tip(
     id="T24",
     slug="channels-last",
-    title='channels_last memory format for 4D/5D tensors',
-    seeds=('B#16',),
-    claim='8% to 35% with AMP',
+    title="channels_last memory format for 4D/5D tensors",
+    seeds=("B#16",),
+    claim="8% to 35% with AMP",
     does="ChannelsLast puts the model's 4D/5D weights and the batches in channels_last (NHWC) memory format: outputs unchanged.",
-    gain='1.2x measured on a small CNN on CPU; 8%-35% with AMP on tensor cores',
-    hurts='models with few convolutions gain nothing and pay layout conversions',
+    gain="1.2x measured on a small CNN on CPU; 8%-35% with AMP on tensor cores",
+    hurts="models with few convolutions gain nothing and pay layout conversions",
     check=check,
     settings=(
         Setting("channels_last", bool, False, doc="T24. Model and 4D/5D batches in channels_last memory format."),
     ),
     callbacks=callbacks,
-    parts=(ChannelsLast, to_channels_last, batch_to_channels_last,),
+    parts=(
+        ChannelsLast,
+        to_channels_last,
+        batch_to_channels_last,
+    ),
     bench=BenchVariant({"channels_last": True}, needs=("convs",)),
     suite=(
         SuiteCase("callback", settings={"channels_last": True}, maths="unchanged", kinds=("cnn",)),

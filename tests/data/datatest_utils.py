@@ -169,9 +169,7 @@ class LoaderDataModule(pl.LightningDataModule):
 def tensor_loader(n: int = 32, **kw: Any) -> DataLoader:
     g = torch.Generator().manual_seed(0)
     return DataLoader(
-        TensorDataset(
-            torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g)
-        ),
+        TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g)),
         **kw,
     )
 

@@ -26,9 +26,7 @@ def test_convert_shares_memory_with_the_arrays():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     b = np.arange(3)
     out = zero_copy_convert({"x": a, "y": [b, "name"]})
-    assert (
-        out["x"].data_ptr() == a.ctypes.data and out["y"][0].data_ptr() == b.ctypes.data
-    )
+    assert out["x"].data_ptr() == a.ctypes.data and out["y"][0].data_ptr() == b.ctypes.data
     assert np.shares_memory(out["x"].numpy(), a)
     a[0, 0] = 42.0  # the same memory: the tensor sees the change
     assert out["x"][0, 0].item() == 42.0
@@ -50,9 +48,7 @@ def test_as_tensor_no_copy_only_copies_what_cannot_be_shared():
 
 def test_collate_makes_exactly_one_copy(monkeypatch):
     samples = [(np.full((2, 3), i, np.float32), np.array([i, -i])) for i in range(4)]
-    reference = torch.utils.data.default_collate(
-        [tuple(torch.from_numpy(a) for a in s) for s in samples]
-    )
+    reference = torch.utils.data.default_collate([tuple(torch.from_numpy(a) for a in s) for s in samples])
 
     # every intermediate copy path (torch.tensor, as_tensor, np.array / ascontiguousarray) is forbidden:
     # the only copy left is np.stack writing straight into the batch tensor, once per field
@@ -73,12 +69,8 @@ def test_collate_makes_exactly_one_copy(monkeypatch):
     monkeypatch.setattr(np, "stack", counting_stack)
     batch = zero_copy_collate(samples)
     monkeypatch.undo()
-    assert len(stacks) == 2 and all(
-        o is not None for o in stacks
-    )  # one copy per field, into the batch
-    assert np.shares_memory(stacks[0], batch[0].numpy()) and np.shares_memory(
-        stacks[1], batch[1].numpy()
-    )
+    assert len(stacks) == 2 and all(o is not None for o in stacks)  # one copy per field, into the batch
+    assert np.shares_memory(stacks[0], batch[0].numpy()) and np.shares_memory(stacks[1], batch[1].numpy())
     assert torch.equal(batch[0], reference[0]) and torch.equal(batch[1], reference[1])
     assert not any(np.shares_memory(batch[0].numpy(), x) for x, _ in samples)
     # numbers and strings are batched as default_collate does
@@ -96,16 +88,11 @@ class NumpyImages(Dataset):
 
 @pytest.mark.timeout(60)
 def test_collate_in_a_worker_writes_to_shared_memory():
-    dl = DataLoader(
-        NumpyImages(), batch_size=4, num_workers=1, collate_fn=zero_copy_collate
-    )
+    dl = DataLoader(NumpyImages(), batch_size=4, num_workers=1, collate_fn=zero_copy_collate)
     batches = list(dl)
     # a batch built in shared memory reaches the main process without another copy
     assert all(b[0].is_shared() for b in batches)
-    assert (
-        batches[1][0][:, 0, 0, 0].tolist() == [4, 5, 6, 7]
-        and batches[0][0].dtype == torch.uint8
-    )
+    assert batches[1][0][:, 0, 0, 0].tolist() == [4, 5, 6, 7] and batches[0][0].dtype == torch.uint8
     assert batches[0][1].tolist() == [0, 1, 0, 1]
 
 
@@ -118,9 +105,7 @@ def test_collate_errors_are_clear():
         zero_copy_collate([object(), object()])
     with pytest.raises(CollateTypeError, match="non-empty"):
         zero_copy_collate([])
-    out = zero_copy_collate(
-        [{"a": torch.ones(2), "b": 1.5}, {"a": torch.zeros(2), "b": 2.5}]
-    )
+    out = zero_copy_collate([{"a": torch.ones(2), "b": 1.5}, {"a": torch.zeros(2), "b": 2.5}])
     assert out["a"].shape == (2, 2) and out["b"].dtype == torch.float64
 
 
@@ -147,9 +132,7 @@ def test_normalize_uint8_equals_cpu_normalisation_and_moves_4x_fewer_bytes():
     )
     assert imgs.nbytes * 4 == per_sample.nbytes
     nhwc = normalize_uint8(imgs.permute(0, 2, 3, 1), MEAN, STD, channel_dim=-1)
-    torch.testing.assert_close(
-        nhwc.permute(0, 3, 1, 2), per_sample, rtol=1e-6, atol=1e-6
-    )
+    torch.testing.assert_close(nhwc.permute(0, 3, 1, 2), per_sample, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="3 channels"):
         normalize_uint8(imgs, (0.5, 0.5), (0.5, 0.5))
 
@@ -157,9 +140,7 @@ def test_normalize_uint8_equals_cpu_normalisation_and_moves_4x_fewer_bytes():
 def test_normalizer_leaves_labels_and_validates():
     batch = (torch.zeros(2, 3, 2, 2, dtype=torch.uint8), torch.tensor([1, 2]))
     out = DeviceNormalizer(MEAN, STD)(batch)
-    assert (
-        isinstance(out, tuple) and out[0].dtype == torch.float32 and out[1] is batch[1]
-    )
+    assert isinstance(out, tuple) and out[0].dtype == torch.float32 and out[1] is batch[1]
     with pytest.raises(ValueError, match="std"):
         DeviceNormalizer(0.5, 0.0)
     with pytest.raises(TypeError, match="dtype"):
@@ -187,9 +168,7 @@ class ImageModel(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         self.train_seen.append(batch[0].detach().clone())
-        return torch.nn.functional.cross_entropy(
-            self.layer(batch[0].flatten(1)), batch[1]
-        )
+        return torch.nn.functional.cross_entropy(self.layer(batch[0].flatten(1)), batch[1])
 
     def validation_step(self, batch, batch_idx):
         self.val_seen.append(batch[0].clone())
@@ -207,16 +186,12 @@ class ImageModel(pl.LightningModule):
 def test_device_normalize_in_fit_equals_cpu_normalisation_in_every_stage():
     model = ImageModel()
     cb = DeviceNormalize(MEAN, STD)
-    trainer(max_steps=2, limit_val_batches=1, val_check_interval=2, callbacks=[cb]).fit(
-        model
-    )
+    trainer(max_steps=2, limit_val_batches=1, val_check_interval=2, callbacks=[cb]).fit(model)
     ds = UInt8Images()
     expected = torch.stack([cpu_reference(ds.x[i]) for i in range(4)])
     assert model.train_seen[0].dtype == torch.float32
     torch.testing.assert_close(model.train_seen[0], expected, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(
-        model.val_seen[0], expected, rtol=1e-6, atol=1e-6
-    )  # same first 4 samples
+    torch.testing.assert_close(model.val_seen[0], expected, rtol=1e-6, atol=1e-6)  # same first 4 samples
     assert cb.active and "batch[0]" in cb.status[1]
     assert "on_after_batch_transfer" not in vars(model)  # restored
 
@@ -236,15 +211,11 @@ class DMWithHook(pl.LightningDataModule):
 
 def test_device_normalize_wraps_the_datamodule_hook_when_it_has_one():
     model, dm = ImageModel(), DMWithHook()
-    trainer(max_steps=1, callbacks=[DeviceNormalize(MEAN, STD)]).fit(
-        model, datamodule=dm
-    )
+    trainer(max_steps=1, callbacks=[DeviceNormalize(MEAN, STD)]).fit(model, datamodule=dm)
     assert dm.calls == 1 and model.train_seen[0].dtype == torch.float32
     assert "on_after_batch_transfer" not in vars(dm)
 
 
 def test_device_normalize_says_when_nothing_was_converted():
     with pytest.warns(UserWarning, match="no uint8 image"):
-        trainer(
-            max_steps=1, limit_val_batches=0, callbacks=[DeviceNormalize(0.5, 0.5)]
-        ).fit(LoaderModel())
+        trainer(max_steps=1, limit_val_batches=0, callbacks=[DeviceNormalize(0.5, 0.5)]).fit(LoaderModel())

@@ -56,9 +56,7 @@ def test_cgroup_v1_quota(tmp_path):
 
 
 def test_available_cpus_is_capped_by_the_quota(monkeypatch):
-    monkeypatch.setattr(
-        fl.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False
-    )
+    monkeypatch.setattr(fl.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setattr(fl, "cgroup_cpu_quota", lambda: 1.5)
     c = fl.available_cpus()
     assert (c.count, c.affinity) == (1, 8)
@@ -93,20 +91,11 @@ def test_auto_num_workers_keeps_0_for_streams_and_in_memory_tensors():
         def __iter__(self):
             yield from range(3)
 
-    assert (
-        auto_num_workers(accelerator="cuda", cpus=16, dataset=Stream()).num_workers == 0
-    )
+    assert auto_num_workers(accelerator="cuda", cpus=16, dataset=Stream()).num_workers == 0
     tds = TensorDataset(torch.zeros(4))
-    choice = auto_num_workers(
-        accelerator="cuda", cpus=16, dataset=torch.utils.data.Subset(tds, [0, 1])
-    )
+    choice = auto_num_workers(accelerator="cuda", cpus=16, dataset=torch.utils.data.Subset(tds, [0, 1]))
     assert choice.num_workers == 0 and "TensorDataset" in choice.reason
-    assert (
-        auto_num_workers(
-            accelerator="cuda", cpus=16, dataset=WorkerIdDataset()
-        ).num_workers
-        == 4
-    )
+    assert auto_num_workers(accelerator="cuda", cpus=16, dataset=WorkerIdDataset()).num_workers == 4
 
 
 def test_auto_num_workers_rejects_bad_input():
@@ -130,9 +119,7 @@ def test_settings_validation_names_the_argument():
 
 def test_resolve_pins_only_for_cuda_and_says_so():
     dl = DataLoader(WorkerIdDataset(), batch_size=4)
-    r = resolve_loader_settings(
-        LoaderSettings(num_workers=0), dl, accelerator="cpu", cpus=2
-    )
+    r = resolve_loader_settings(LoaderSettings(num_workers=0), dl, accelerator="cpu", cpus=2)
     assert r.kwargs == {
         "num_workers": 0,
         "pin_memory": False,
@@ -146,9 +133,7 @@ def test_resolve_pins_only_for_cuda_and_says_so():
         "persistent_workers": True,
         "prefetch_factor": None,
     }
-    r = resolve_loader_settings(
-        LoaderSettings(pin_memory=True), dl, accelerator="cpu", cpus=2
-    )
+    r = resolve_loader_settings(LoaderSettings(pin_memory=True), dl, accelerator="cpu", cpus=2)
     assert r.kwargs["pin_memory"] is False
     assert any("pin_memory=True ignored" in w for w in r.warnings)
 
@@ -161,12 +146,8 @@ def test_resolve_drops_worker_only_settings_without_workers():
         persistent_workers=True,
         prefetch_factor=4,
     )
-    r = resolve_loader_settings(
-        LoaderSettings(num_workers=0, persistent_workers=True, prefetch_factor=8), dl
-    )
-    assert (
-        r.kwargs["persistent_workers"] is False and r.kwargs["prefetch_factor"] is None
-    )
+    r = resolve_loader_settings(LoaderSettings(num_workers=0, persistent_workers=True, prefetch_factor=8), dl)
+    assert r.kwargs["persistent_workers"] is False and r.kwargs["prefetch_factor"] is None
     # None keeps the loader's own values
     r = resolve_loader_settings(LoaderSettings(None, None, None, None), dl, cpus=8)
     assert r.kwargs == {
@@ -205,9 +186,7 @@ class Unpicklable(torch.utils.data.Dataset):
 
 
 def test_unpicklable_dataset_with_spawn_falls_back_to_0_workers():
-    dl = DataLoader(
-        Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="spawn"
-    )
+    dl = DataLoader(Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="spawn")
     r = resolve_loader_settings(LoaderSettings(num_workers=2), dl, cpus=8)
     assert r.kwargs["num_workers"] == 0 and r.kwargs["persistent_workers"] is False
     assert any("cannot be pickled" in w and "dataset" in w for w in r.warnings)
@@ -215,15 +194,8 @@ def test_unpicklable_dataset_with_spawn_falls_back_to_0_workers():
     assert new.num_workers == 0 and new.multiprocessing_context is None
     assert [b.tolist() for b in new] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
     # fork workers inherit the dataset: nothing to fall back from
-    dl = DataLoader(
-        Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="fork"
-    )
-    assert (
-        resolve_loader_settings(LoaderSettings(num_workers=2), dl, cpus=8).kwargs[
-            "num_workers"
-        ]
-        == 2
-    )
+    dl = DataLoader(Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="fork")
+    assert resolve_loader_settings(LoaderSettings(num_workers=2), dl, cpus=8).kwargs["num_workers"] == 2
 
 
 # --------------------------------------------------------------------------- rebuilding
@@ -277,9 +249,7 @@ def test_rebuild_keeps_a_custom_batch_sampler():
 
     mine = MyBatchSampler(SequentialSampler(range(10)), 3, False)
     for sampler in (bs, mine):
-        dl = DataLoader(
-            WorkerIdDataset(10), batch_sampler=sampler, collate_fn=keep_collate
-        )
+        dl = DataLoader(WorkerIdDataset(10), batch_sampler=sampler, collate_fn=keep_collate)
         new = rebuild_dataloader(dl, num_workers=0, persistent_workers=False)
         assert new.batch_sampler is sampler
         assert [len(b[0]) for b in new] == [3, 3, 3, 1]
@@ -305,12 +275,7 @@ class HiddenArgLoader(DataLoader):
 def test_rebuild_custom_subclasses():
     dl = ExtraArgLoader(WorkerIdDataset(8), "hello", batch_size=2)
     new = rebuild_dataloader(dl, num_workers=1)
-    assert (
-        type(new) is ExtraArgLoader
-        and new.tag == "hello"
-        and new.num_workers == 1
-        and new.batch_size == 2
-    )
+    assert type(new) is ExtraArgLoader and new.tag == "hello" and new.num_workers == 1 and new.batch_size == 2
 
     with pytest.raises(LoaderRebuildError, match="ignored `num_workers=2`"):
         rebuild_dataloader(HardCodedLoader(WorkerIdDataset(8)), num_workers=2)
@@ -330,9 +295,7 @@ def test_rebuild_from_lightning_saved_args_keeps_positional_args_and_subclass():
         _replace_dunder_methods(DataLoader, "dataset"),
         _replace_dunder_methods(BatchSampler),
     ):
-        dl = ExtraArgLoader(
-            ds, "t", batch_size=4, shuffle=True, collate_fn=keep_collate
-        )
+        dl = ExtraArgLoader(ds, "t", batch_size=4, shuffle=True, collate_fn=keep_collate)
         new = rebuild_dataloader(
             dl,
             num_workers=1,
@@ -341,20 +304,14 @@ def test_rebuild_from_lightning_saved_args_keeps_positional_args_and_subclass():
             prefetch_factor=3,
         )
     assert hasattr(new, "__pl_saved_args")
-    assert (
-        type(new) is ExtraArgLoader
-        and new.tag == "t"
-        and new.collate_fn is keep_collate
-    )
+    assert type(new) is ExtraArgLoader and new.tag == "t" and new.collate_fn is keep_collate
     assert (new.num_workers, new.persistent_workers, new.prefetch_factor) == (
         1,
         True,
         3,
     )
     # Lightning can still inject its distributed sampler into the tuned loader, keeping the settings
-    ddp = _update_dataloader(
-        new, DistributedSampler(ds, num_replicas=2, rank=0, shuffle=True)
-    )
+    ddp = _update_dataloader(new, DistributedSampler(ds, num_replicas=2, rank=0, shuffle=True))
     assert isinstance(ddp.sampler, DistributedSampler)
     assert (ddp.num_workers, ddp.persistent_workers, ddp.prefetch_factor, ddp.tag) == (
         1,
@@ -365,16 +322,10 @@ def test_rebuild_from_lightning_saved_args_keeps_positional_args_and_subclass():
 
 
 def test_machine_cpus_come_from_available_cpus(monkeypatch):
-    monkeypatch.setattr(
-        loaders_mod, "available_cpus", lambda: CpuCount(2, 2, None, "2 CPUs")
-    )
-    r = resolve_loader_settings(
-        LoaderSettings(), DataLoader(WorkerIdDataset(), batch_size=4)
-    )
+    monkeypatch.setattr(loaders_mod, "available_cpus", lambda: CpuCount(2, 2, None, "2 CPUs"))
+    r = resolve_loader_settings(LoaderSettings(), DataLoader(WorkerIdDataset(), batch_size=4))
     assert r.kwargs["num_workers"] == 0
-    monkeypatch.setattr(
-        loaders_mod, "available_cpus", lambda: CpuCount(16, 16, None, "16 CPUs")
-    )
+    monkeypatch.setattr(loaders_mod, "available_cpus", lambda: CpuCount(16, 16, None, "16 CPUs"))
     r = resolve_loader_settings(
         LoaderSettings(),
         DataLoader(WorkerIdDataset(), batch_size=4),

@@ -125,9 +125,7 @@ class PixelData(Recorder):
             x = torch.randint(0, 256, (32, 16), generator=g).float()
         else:
             x = torch.randn(32, 16, generator=g)
-        return DataLoader(
-            TensorDataset(x, torch.randint(0, 2, (32,), generator=g)), batch_size=8
-        )
+        return DataLoader(TensorDataset(x, torch.randint(0, 2, (32,), generator=g)), batch_size=8)
 
 
 def test_input_stats_flags_raw_pixels_and_names_the_tensor():
@@ -148,9 +146,7 @@ def test_input_stats_quiet_on_normalised_inputs():
         warnings.simplefilter("always")
         trainer(max_steps=3, callbacks=[check]).fit(PixelData(1))
     assert not [w for w in rec if "InputStatsCheck" in str(w.message)]
-    assert (
-        check.problems == {} and check.active and "look normalised" in check.status[1]
-    )
+    assert check.problems == {} and check.active and "look normalised" in check.status[1]
 
 
 def test_input_stats_validates_arguments():
@@ -168,12 +164,8 @@ def test_non_blocking_check_skips_on_cpu_and_names_unpinned_tensors():
         "skipped",
         "batches stay on cpu: no host-to-device copies to overlap",
     )
-    with pytest.warns(
-        UserWarning, match=r"batch\[0\], batch\[1\] from unpinned memory"
-    ):
-        assert check.check(
-            [torch.zeros(2), torch.zeros(2)], "cuda", "train loader 0"
-        ) == ["batch[0]", "batch[1]"]
+    with pytest.warns(UserWarning, match=r"batch\[0\], batch\[1\] from unpinned memory"):
+        assert check.check([torch.zeros(2), torch.zeros(2)], "cuda", "train loader 0") == ["batch[0]", "batch[1]"]
 
 
 @pytest.mark.gpu
@@ -257,9 +249,7 @@ def test_storage_report_classifies_file_systems(tmp_path, fs, network, fuse):
 
 def test_find_mount_longest_prefix_and_escaped_spaces(tmp_path):
     mounts = tmp_path / "mounts"
-    mounts.write_text(
-        "/dev/a / ext4 rw 0 0\n/dev/b /mnt/my\\040data xfs rw 0 0\n/dev/c /mnt ext4 rw 0 0\n"
-    )
+    mounts.write_text("/dev/a / ext4 rw 0 0\n/dev/b /mnt/my\\040data xfs rw 0 0\n/dev/c /mnt ext4 rw 0 0\n")
     assert find_mount("/mnt/my data/x", mounts).fs_type == "xfs"
     assert find_mount("/mnt/other", mounts).device == "/dev/c"
     assert find_mount("/mnt/my datax", mounts).device == "/dev/c"
@@ -280,10 +270,7 @@ def test_find_data_root_follows_attributes(tmp_path):
     class WithRoot:
         data_dir = str(root)
 
-    assert (
-        find_data_root(torch.utils.data.ConcatDataset([TensorDataset(torch.zeros(1))]))
-        is None
-    )
+    assert find_data_root(torch.utils.data.ConcatDataset([TensorDataset(torch.zeros(1))])) is None
     assert find_data_root(WithRoot()) == root
 
 
@@ -298,9 +285,7 @@ def test_storage_check_callback_reads_the_datamodule_root(tmp_path):
 
     check = StorageCheck(sample_files=2)
     trainer(max_steps=1, callbacks=[check]).fit(Recorder(), datamodule=DM())
-    assert (
-        check.active and check.result.files_read == 2 and str(root) in check.status[1]
-    )
+    assert check.active and check.result.files_read == 2 and str(root) in check.status[1]
     none = StorageCheck()
     trainer(max_steps=1, callbacks=[none]).fit(FastData())
     assert none.status[0] == "skipped"

@@ -39,10 +39,7 @@ def two_cpus(monkeypatch):
 
 
 def _flat(loaders):
-    return list(
-        getattr(loaders, "flattened", None)
-        or (loaders if isinstance(loaders, list) else [loaders])
-    )
+    return list(getattr(loaders, "flattened", None) or (loaders if isinstance(loaders, list) else [loaders]))
 
 
 def test_arguments_are_validated():
@@ -76,19 +73,11 @@ def test_module_loaders_are_rebuilt_with_auto_settings_and_everything_else_kept(
             dl.prefetch_factor,
             dl.pin_memory,
         ) == (0, False, None, False)
-        assert (
-            dl.collate_fn is keep_collate
-            and dl.batch_size == orig.batch_size
-            and dl.drop_last == orig.drop_last
-        )
+        assert dl.collate_fn is keep_collate and dl.batch_size == orig.batch_size and dl.drop_last == orig.drop_last
         assert type(dl.sampler) is type(orig.sampler)
     assert type(train.sampler).__name__ == "RandomSampler"
     assert set(model.pids) == {os.getpid()}  # loaded in the main process
-    assert (
-        "train" in cb.choices
-        and "val" in cb.choices
-        and "num_workers=0" in cb.choices["train"]
-    )
+    assert "train" in cb.choices and "val" in cb.choices and "num_workers=0" in cb.choices["train"]
     assert cb.active
     # hooks restored
     assert "train_dataloader" not in vars(model) and "val_dataloader" not in vars(model)
@@ -102,10 +91,7 @@ def test_workers_really_load_the_batches():
         callbacks=[LoaderTuning(num_workers=1, stages=("train",))],
     )
     t.fit(model)
-    assert (
-        t.train_dataloader.num_workers == 1
-        and t.train_dataloader.persistent_workers is True
-    )
+    assert t.train_dataloader.num_workers == 1 and t.train_dataloader.persistent_workers is True
     assert model.pids and os.getpid() not in set(model.pids)
 
 
@@ -149,10 +135,7 @@ def test_custom_subclass_keeps_its_class_and_arguments():
         callbacks=[LoaderTuning(num_workers=0, persistent_workers=False)],
     )
     t.fit(model)
-    assert (
-        type(t.train_dataloader) is ExtraArgLoaderBase
-        and t.train_dataloader.tag == "user"
-    )
+    assert type(t.train_dataloader) is ExtraArgLoaderBase and t.train_dataloader.tag == "user"
 
 
 class Unpicklable(torch.utils.data.Dataset):
@@ -168,9 +151,7 @@ class Unpicklable(torch.utils.data.Dataset):
 
 class SpawnModel(Recorder):
     def train_dataloader(self):
-        return DataLoader(
-            Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="spawn"
-        )
+        return DataLoader(Unpicklable(), batch_size=4, num_workers=1, multiprocessing_context="spawn")
 
 
 def test_unpicklable_dataset_falls_back_to_0_workers_and_trains():
@@ -222,17 +203,13 @@ class NumpyCollateModel(Recorder):
 
 def test_collate_returning_non_tensors_is_named():
     with pytest.warns(UserWarning, match=r"batch\[0\] is numpy.ndarray"):
-        trainer(max_steps=1, callbacks=[LoaderTuning(num_workers=0)]).fit(
-            NumpyCollateModel()
-        )
+        trainer(max_steps=1, callbacks=[LoaderTuning(num_workers=0)]).fit(NumpyCollateModel())
 
 
 # --------------------------------------------------------------------------- SpeedDataModule
 def test_speed_datamodule_wraps_a_dataset_with_a_seeded_split(two_cpus):
     ds = WorkerIdDataset(40)
-    dm = SpeedDataModule.wrap(
-        ds, val_fraction=0.25, batch_size=8, collate_fn=keep_collate, seed=1
-    )
+    dm = SpeedDataModule.wrap(ds, val_fraction=0.25, batch_size=8, collate_fn=keep_collate, seed=1)
     t = trainer(max_steps=2, limit_val_batches=1)
     t.fit(Recorder(), datamodule=dm)
     assert (len(dm.train_dataset), len(dm.val_dataset)) == (30, 10)
@@ -250,15 +227,10 @@ def test_speed_datamodule_wraps_a_dataset_with_a_seeded_split(two_cpus):
 
 
 def test_speed_datamodule_without_val_and_bad_args():
-    dm = SpeedDataModule(
-        WorkerIdDataset(16), batch_size=4, num_workers=1, collate_fn=keep_collate
-    )
+    dm = SpeedDataModule(WorkerIdDataset(16), batch_size=4, num_workers=1, collate_fn=keep_collate)
     t = trainer(max_steps=2)
     t.fit(Recorder(), datamodule=dm)
-    assert (
-        t.train_dataloader.num_workers == 1
-        and t.train_dataloader.persistent_workers is True
-    )
+    assert t.train_dataloader.num_workers == 1 and t.train_dataloader.persistent_workers is True
     assert dm.val_dataloader() == []
     with pytest.raises(ValueError, match="batch_size"):
         SpeedDataModule(batch_size=0)

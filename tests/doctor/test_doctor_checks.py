@@ -187,7 +187,13 @@ def test_user_source_files_skip_libraries():
 
 
 def cuda_facts(**kwargs):
-    base = {"collected": True, "device_type": "cuda", "device_name": "NVIDIA H100", "precision": "32-true", "steps_run": 3}
+    base = {
+        "collected": True,
+        "device_type": "cuda",
+        "device_name": "NVIDIA H100",
+        "precision": "32-true",
+        "steps_run": 3,
+    }
     base.update(kwargs)
     return Facts(**base)
 
@@ -208,7 +214,9 @@ def test_cuda_memory_headroom_and_pressure():
     t04 = CHECK["T04"](cuda_facts(peak_memory=4 * gib, total_memory=80 * gib, batch_size=32))
     assert t04.status == "finding" and t04.severity == "medium" and "(5%) at batch size 32" in t04.evidence
     assert CHECK["T04"](cuda_facts(peak_memory=60 * gib, total_memory=80 * gib)).status == "ok"
-    t09 = CHECK["T09"](cuda_facts(peak_memory=76 * gib, total_memory=80 * gib, checkpoint_candidates=["layers.0", "layers.1"]))
+    t09 = CHECK["T09"](
+        cuda_facts(peak_memory=76 * gib, total_memory=80 * gib, checkpoint_candidates=["layers.0", "layers.1"])
+    )
     assert t09.status == "finding" and "checkpointing.targets: [auto]" in t09.fix
     assert CHECK["T09"](cuda_facts(peak_memory=10 * gib, total_memory=80 * gib)).status == "ok"
 

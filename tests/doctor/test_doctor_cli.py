@@ -105,7 +105,9 @@ def test_exit_codes_follow_fail_on(default_result):
     t05 = by_tip(default_result)["T05"]
     high = default_result.facts.on_cuda and t05.severity == "high"
     assert default_result.exit_code("high") == (1 if high else 0)
-    assert default_result.exit_code("medium") == (1 if high or (not default_result.facts.on_cuda and cpu_fast_bf16()) else 0)
+    assert default_result.exit_code("medium") == (
+        1 if high or (not default_result.facts.on_cuda and cpu_fast_bf16()) else 0
+    )
     assert default_result.exit_code("low") == 1
     assert default_result.exit_code("never") == 0
 
@@ -226,7 +228,15 @@ def test_cli_dispatches_doctor(capsys):
 
 
 def test_training_steps_that_fail_exit_2_and_still_report(capsys):
-    code = main(["--model=doctor_models.BrokenStepCNN", "--data=doctor_models.PixelData", "--data.raw=false", "--json", "--no-lint"])
+    code = main(
+        [
+            "--model=doctor_models.BrokenStepCNN",
+            "--data=doctor_models.PixelData",
+            "--data.raw=false",
+            "--json",
+            "--no-lint",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 2
     assert "error: the training steps failed: RuntimeError: boom in training_step" in captured.err
