@@ -94,9 +94,20 @@ class SpeedupsDDPStrategy(DDPStrategy):
         # decided once the Trainer (its accumulation and callbacks) exists.
         kwargs = self._ddp_kwargs
         source = accumulation_source(trainer)
-        if kwargs.get("static_graph") and source is not None:
+        manual = not getattr(trainer.lightning_module, "automatic_optimization", True)
+        if kwargs.get("static_graph") and manual:
+            # each optimizer's backward reaches only its own parameters (a GAN's G and D steps): the
+            # graph is not static and DDP must look for the parameters a backward did not reach
+            kwargs["static_graph"] = False
+            kwargs["find_unused_parameters"] = True
+            self.static_graph_note = (
+                "static graph off and unused parameters searched: the model uses manual optimization, where"
+                " each optimizer's backward reaches only its own parameters"
+            )
+        elif kwargs.get("static_graph") and source is not None:
             kwargs["static_graph"] = False
             self.static_graph_note = f"{STATIC_GRAPH_ACCUMULATION} (accumulation from {source})"
+        if self.static_graph_note is not None:
             summary = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, SpeedupsSummary)), None)
             if summary is not None:
                 summary.notes.append(("ddp static_graph (T11)", False, self.static_graph_note))

@@ -98,6 +98,15 @@ def fsdp_mixed_precision(precision: str) -> tuple[Optional[Any], str]:
     )
 
 
+#: The fsdp preset and manual optimization (one message: the CLI skips the preset, this strategy refuses).
+FSDP_MANUAL_ERROR = (
+    "speedups.fsdp: the model uses manual optimization, and Lightning's FSDPStrategy (FSDP1) fails when"
+    " manual_backward runs inside the root unit's forward (a GAN's two backward passes per batch). Fix: train"
+    " this model with the ddp preset instead, or build the preset with the model"
+    " (preset(...).trainer_kwargs(model=model) skips fsdp for it, as the CLI does)"
+)
+
+
 class SpeedupsFSDPStrategy(FSDPStrategy):
     """Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` wrapped at the model's repeated
     blocks, with a mixed-precision policy that follows the Trainer's precision.
@@ -115,6 +124,8 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
+        if not getattr(trainer.lightning_module, "automatic_optimization", True):
+            raise ValueError(FSDP_MANUAL_ERROR)
         notes = []
         if isinstance(self.block_policy, BlockWrapPolicy):
             assert self.lightning_module is not None

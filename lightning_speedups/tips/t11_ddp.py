@@ -167,6 +167,9 @@ def fsdp_conflicts(s: Any) -> list[str]:
 def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     """The Trainer arguments T11 sets before the Trainer exists."""
     f = s.fsdp
+    if f.enabled and ctx.manual_optimization:
+        ctx.note("fsdp (T11)", False, f"skipped, {FSDP_MANUAL}")
+        return
     if f.enabled:
         problems = fsdp_conflicts(s)
         if problems:
@@ -192,6 +195,13 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     )
     ctx.trainer_kwargs["strategy"] = strategy
     ctx.note("ddp (T11)", True, reason)
+
+
+#: Why the fsdp preset is not applied to a model with manual optimization (one line).
+FSDP_MANUAL = (
+    "the model uses manual optimization: Lightning's FSDPStrategy (FSDP1) fails when manual_backward runs"
+    " inside the root unit's forward (two backward passes per batch, as a GAN's); train it with the ddp preset"
+)
 
 
 def _ddp(trainer: Any, model: Any, callbacks: Any) -> None:
