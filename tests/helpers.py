@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_speedups.bench import speedups_defaults
+
 QUIET = dict(
     accelerator="cpu",
     devices=1,
@@ -101,3 +103,55 @@ class TinyTransformer(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+class FakeLauncher:
+    """A bench launcher that returns made-up samples/s by variant name (``baseline`` for every baseline)
+    and records the order of the runs; its ``clock`` advances ``wall`` seconds a run. A rate may be a
+    list: one figure per repeat of that variant. ``mems``: training-memory bytes by variant name."""
+
+    def __init__(self, rates, losses=None, fail=(), wall=1.0, mems=None):
+        self.rates = rates
+        self.mems = mems or {}
+        self.losses = losses or {}
+        self.fail = set(fail)
+        self.wall = wall
+        self.calls: list[str] = []
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def run(self, spec, name, timeout=None):
+        v = spec["variant"]
+        self.calls.append(v)
+        self.now += self.wall
+        if v in self.fail:
+            return {"status": "failed", "reason": "out of memory (OutOfMemoryError: boom)", "wall_s": self.wall}
+        key = v if v in self.rates else ("baseline" if v.startswith("baseline") else v)
+        rate = self.rates.get(key, 100.0)
+        if isinstance(rate, (list, tuple)):  # one figure per repeat, in the order the runs come
+            rate = rate[(self.calls.count(v) - 1) % len(rate)]
+        overrides = spec["speedups_overrides"]
+        section = dict(speedups_defaults())
+        section.update(overrides)
+        nested: dict = {}
+        for k, val in section.items():
+            node = nested
+            *head, last = k.split(".")
+            for h in head:
+                node = node.setdefault(h, {})
+            node[last] = val
+        return {
+            "status": "ok",
+            "samples_per_s": rate,
+            "step_s": 64 / rate,
+            "step_times": [64 / rate] * 3,
+            "data_wait_fraction": 0.01,
+            "warmup_s": 0.5,
+            "warmup_excess_s": 0.2,
+            "train_mem_bytes": self.mems.get(key, 1000 if "precision" not in overrides else 500),
+            "loss": self.losses.get(key, 2.0),
+            "speedups": nested,
+            "wall_s": self.wall,
+        }

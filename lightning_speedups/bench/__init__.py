@@ -26,6 +26,7 @@ from lightning_speedups.bench.command import main, options_from_argv, parser, ru
 from lightning_speedups.bench.launcher import Launcher
 from lightning_speedups.bench.machine import machine_meta, resolve_device
 from lightning_speedups.bench.options import (
+    BASELINES,
     DEVICES,
     ISOLATIONS,
     MIN_BUDGET_S,
@@ -51,6 +52,7 @@ from lightning_speedups.bench.variants import (
 
 __all__ = [
     "BASELINE",
+    "BASELINES",
     "DEVICES",
     "ISOLATIONS",
     "MEMORY_FIGURE",

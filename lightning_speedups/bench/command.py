@@ -11,6 +11,7 @@ from rich.console import Console
 
 from lightning_speedups.bench import report
 from lightning_speedups.bench.options import (
+    BASELINES,
     DEVICES,
     ISOLATIONS,
     BenchError,
@@ -139,6 +140,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the A/A pair of baselines that measures this run's noise floor",
     )
+    p.add_argument(
+        "--baseline",
+        choices=BASELINES,
+        default="reset",
+        help="reset (default): every speed-up your config sets is turned off in the baseline;"
+        " yours: your config as given is the baseline and each tip is added on top",
+    )
     return p
 
 
@@ -171,6 +179,7 @@ def options_from_argv(argv: Sequence[str]) -> tuple[BenchOptions, argparse.Names
         target_max_time=ns.target_max_time,
         target_every=ns.target_every,
         noise_pair=not ns.no_noise_pair,
+        baseline=ns.baseline,
     )
     return options, ns
 

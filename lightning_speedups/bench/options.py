@@ -6,9 +6,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-__all__ = ["DEVICES", "ISOLATIONS", "MIN_BUDGET_S", "BenchError", "BenchOptions"]
+__all__ = ["BASELINES", "DEVICES", "ISOLATIONS", "MIN_BUDGET_S", "BenchError", "BenchOptions"]
 
 ISOLATIONS = ("forkserver", "subprocess")
+#: what the baseline is: ``reset`` every speed-up off (plain Lightning), ``yours`` the config as given
+BASELINES = ("reset", "yours")
 DEVICES = ("auto", "cpu", "cuda")
 #: the smallest --budget that can hold a baseline run and one variant (process start, build, steps)
 MIN_BUDGET_S = 20.0
@@ -52,6 +54,9 @@ class BenchOptions:
     target_every: Optional[int] = None
     #: the A/A pair of baselines that measures the run's noise floor
     noise_pair: bool = True
+    #: ``reset``: the baseline turns every ``speedups:`` key the config sets back off; ``yours``: the
+    #: baseline is the config as given and each variant adds its tip on top (what ``doctor --verify`` times)
+    baseline: str = "reset"
 
     @property
     def target_mode_on(self) -> bool:
@@ -77,6 +82,8 @@ class BenchOptions:
             raise BenchError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}.")
         if self.isolation not in ISOLATIONS:
             raise BenchError(f"--isolation must be one of {', '.join(ISOLATIONS)}, got {self.isolation!r}.")
+        if self.baseline not in BASELINES:
+            raise BenchError(f"--baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}.")
         if self.compile_cache not in ("fresh", "shared"):
             raise BenchError(f"--compile-cache must be 'fresh' or 'shared', got {self.compile_cache!r}.")
         if self.budget is not None:

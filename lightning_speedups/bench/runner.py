@@ -156,7 +156,8 @@ class Bench:
         os.makedirs(self.root, exist_ok=True)
         self.trainer_overrides = trainer_overrides(o, self.device, os.path.join(self.root, "trainer"))
         self.user_keys = user_speedups_keys(o.args)
-        self.reset = reset_args(self.user_keys)
+        # baseline "yours": the config as given is the baseline, each variant adds its tip on top
+        self.reset = reset_args(self.user_keys) if o.baseline == "reset" else []
         model = self._build_once()
         self.info = inspect_setup(model, self.device)
         for part, error in self.info.errors.items():
@@ -168,7 +169,12 @@ class Bench:
         else:
             self.timed_tips, self.skipped_tips = plan_tips(self.info, self.selected)
             self.variants = build_variants(
-                self.info, self.timed_tips, self.skipped_tips, self.presets, extras=o.extras, yours=bool(self.user_keys)
+                self.info,
+                self.timed_tips,
+                self.skipped_tips,
+                self.presets,
+                extras=o.extras,
+                yours=bool(self.user_keys) and o.baseline == "reset",
             )
             self.variants = [
                 preset_variant(v.presets[0]) if v.kind == "preset" and "+" in v.presets[0] else v for v in self.variants

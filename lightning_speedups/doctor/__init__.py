@@ -5,6 +5,8 @@
   pack's monitors attached, and reports one result per tip (:mod:`lightning_speedups.doctor.runner`).
 - :class:`~lightning_speedups.advisor.SpeedAdvisor` runs the same checks inside a user's own ``fit``
   and prints the report at the end (``speedups.monitors.advisor: true`` in a preset).
+- ``doctor --verify`` (:func:`~lightning_speedups.doctor.verify.verify_findings`) then times each
+  finding's fix with bench on this setup, shows the measured gain and demotes what does not pay.
 - :func:`~lightning_speedups.advisor.run_checks` turns collected
   :class:`~lightning_speedups.inspection.Facts` into one :class:`Finding` per tip; each tip's
   record (``lightning_speedups/tips/tNN_*.py``) holds its check.
@@ -24,11 +26,23 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DoctorResult", "Finding", "Item", "SpeedAdvisor", "diagnose", "main", "run_checks"]
+__all__ = [
+    "DoctorResult",
+    "Finding",
+    "Item",
+    "Measured",
+    "SpeedAdvisor",
+    "VerifyOptions",
+    "VerifyReport",
+    "diagnose",
+    "main",
+    "run_checks",
+    "verify_findings",
+]
 
 
 def __getattr__(name: str) -> Any:  # lazy: `import lightning_speedups.doctor` stays cheap
-    if name in ("Finding", "Item"):
+    if name in ("Finding", "Item", "Measured"):
         from lightning_speedups import inspection
 
         return getattr(inspection, name)
@@ -40,4 +54,8 @@ def __getattr__(name: str) -> Any:  # lazy: `import lightning_speedups.doctor` s
         from lightning_speedups.doctor import runner
 
         return getattr(runner, name)
+    if name in ("VerifyOptions", "VerifyReport", "verify_findings"):
+        from lightning_speedups.doctor import verify
+
+        return getattr(verify, name)
     raise AttributeError(f"module 'lightning_speedups.doctor' has no attribute {name!r}")

@@ -1,5 +1,9 @@
 """``python -m lightning_speedups doctor``: build a config as ``fit`` would, run a few steps, report.
 
+With ``--verify``, each finding whose fix bench can time is then timed on this setup
+(:mod:`lightning_speedups.doctor.verify`): the measured gain is shown beside it, and advice that does
+not pay here is demoted with the figure.
+
 The doctor builds the model, data and Trainer of the config with
 :func:`lightning_speedups.session.build` (so presets, the ``speedups:`` section and the embedded default
 behave exactly as in ``fit``), overrides only what keeps the run short and silent (``max_steps``,
@@ -31,6 +35,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.advisor import LINT_SEVERITY, SpeedAdvisor, run_checks
+from lightning_speedups.doctor.verify import VerifyOptions, VerifyReport, verify_findings
 from lightning_speedups.inspection import Facts, Finding, print_report, to_json
 from lightning_speedups.session import UsageError, build, resolve_config_args
 
@@ -79,6 +84,7 @@ class DoctorResult:
     seconds: float = 0.0
     error: str | None = None  # a config that did not build: no findings then
     run_error: str | None = None  # training steps that failed: static findings only
+    verify: VerifyReport | None = None  # what --verify timed (None: not asked)
 
     def exit_code(self, fail_on: str = "high") -> int:
         if self.error or self.run_error:
@@ -158,7 +164,11 @@ def _prepare_trainer(trainer: Any, advisor: Any, batches: int | None = None) -> 
 
 
 def diagnose(
-    args: Sequence[str] = (), steps: int = 5, lint: bool = True, clock: Callable[[], float] = time.perf_counter
+    args: Sequence[str] = (),
+    steps: int = 5,
+    lint: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+    verify: VerifyOptions | bool | None = None,
 ) -> DoctorResult:
     """Build the config given by ``args`` as ``fit`` would, run ``steps`` training steps, check every tip.
 
@@ -168,6 +178,9 @@ def diagnose(
         steps: training steps to watch (>= 1).
         lint: lint the source files of the model and data classes.
         clock: the seconds counter of every timing (the run, the data wait); tests pass a fake one.
+        verify: time each finding's fix with bench on this setup and demote what does not pay
+            (``True``: :class:`~lightning_speedups.doctor.verify.VerifyOptions` defaults). Not done when
+            the training steps failed.
 
     Returns:
         A :class:`DoctorResult`; ``error`` is set (and ``findings`` empty) when the config does not build.
@@ -234,6 +247,10 @@ def diagnose(
             advisor.findings = run_checks(facts)
     result.findings = advisor.findings
     result.facts = advisor.facts
+    if verify and result.run_error is None:
+        result.verify = verify_findings(
+            result.findings, argv, verify if isinstance(verify, VerifyOptions) else VerifyOptions()
+        )
     result.seconds = clock() - t0
     result.facts.seconds = result.seconds
     return result
@@ -278,6 +295,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-lint", action="store_true", help="do not lint the source files of the model and data classes")
     p.add_argument("--hide-ok", action="store_true", help="do not list the tips that were checked and found fine")
+    v = p.add_argument_group(
+        "verify (time each finding's fix on this setup with bench, show the gain, demote what does not pay)"
+    )
+    v.add_argument(
+        "--verify",
+        action="store_true",
+        help="after the checks, time every fix bench can time (each in its own process, paired repeats, an"
+        " A/A noise floor); a fix that is slower or within the noise here drops to low, with the figure",
+    )
+    v.add_argument("--verify-steps", type=int, default=20, metavar="N", help="timed batches per run (default 20)")
+    v.add_argument("--verify-repeats", type=int, default=3, metavar="N", help="paired repeats (default 3)")
+    v.add_argument(
+        "--verify-budget", type=float, default=None, metavar="SECONDS", help="time for the whole verification"
+    )
+    v.add_argument(
+        "--min-gain",
+        type=float,
+        default=0.02,
+        help="relative gain a fix must bring to count as paying (default 0.02)",
+    )
     return p
 
 
@@ -292,12 +329,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.steps < 1:
         print(f"error: --steps must be at least 1, got {ns.steps}", file=sys.stderr)
         return 2
+    verify: VerifyOptions | None = None
+    if ns.verify:
+        if ns.verify_steps < 1 or ns.verify_repeats < 1:
+            print(
+                f"error: --verify-steps and --verify-repeats must be at least 1, got {ns.verify_steps} and"
+                f" {ns.verify_repeats} (--verify-repeats 2 or more gives an interval)",
+                file=sys.stderr,
+            )
+            return 2
+        if ns.min_gain < 0:
+            print(f"error: --min-gain must be >= 0, got {ns.min_gain}", file=sys.stderr)
+            return 2
+        verify = VerifyOptions(
+            steps=ns.verify_steps,
+            repeats=ns.verify_repeats,
+            budget=ns.verify_budget,
+            min_gain=ns.min_gain,
+            progress=not ns.json and sys.stderr.isatty(),
+        )
     build_args: list[str] = []
     for c in ns.config:
         build_args += ["--config", c]
     build_args += rest
     try:
-        result = diagnose(build_args, steps=ns.steps, lint=not ns.no_lint)
+        result = diagnose(build_args, steps=ns.steps, lint=not ns.no_lint, verify=verify)
     except SystemExit as exc:  # jsonargparse printed why the config does not parse (or its --help)
         if exc.code in (0, None):
             return 0
@@ -319,4 +375,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_report(result.findings, result.facts, show_ok=not ns.hide_ok, result=result, fail_on=ns.fail_on)
     if result.run_error:
         print(f"error: {result.run_error}", file=sys.stderr)
+    if result.verify is not None and result.verify.error:
+        print(f"error: --verify: {result.verify.error}", file=sys.stderr)
     return code

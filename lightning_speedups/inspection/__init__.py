@@ -20,12 +20,14 @@ from lightning_speedups.inspection.facts import (
     user_source_files,
 )
 from lightning_speedups.inspection.findings import (
+    MEASURED_VERDICTS,
     PRINCIPLE_OF,
     PRINCIPLES,
     SEVERITIES,
     STATUSES,
     Finding,
     Item,
+    Measured,
     severity_rank,
     worst,
 )
@@ -61,6 +63,7 @@ from lightning_speedups.inspection.words import (
 )
 
 __all__ = [
+    "MEASURED_VERDICTS",
     "NEEDS",
     "NEED_PARTS",
     "PARTS",
@@ -71,6 +74,7 @@ __all__ = [
     "Facts",
     "Finding",
     "Item",
+    "Measured",
     "ModelFacts",
     "SetupInfo",
     "TensorInfo",

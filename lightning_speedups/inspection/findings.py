@@ -11,7 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["PRINCIPLES", "PRINCIPLE_OF", "SEVERITIES", "STATUSES", "Finding", "Item", "severity_rank", "worst"]
+__all__ = [
+    "MEASURED_VERDICTS",
+    "PRINCIPLES",
+    "PRINCIPLE_OF",
+    "SEVERITIES",
+    "STATUSES",
+    "Finding",
+    "Item",
+    "Measured",
+    "severity_rank",
+    "worst",
+]
 
 #: Severities, highest first (the same words as the runtime guards use).
 SEVERITIES = ("high", "medium", "low")
@@ -66,6 +77,50 @@ class Item:
         return {"severity": self.severity, "evidence": self.evidence, "fix": self.fix, "source": self.source}
 
 
+#: What ``doctor --verify`` measured for a finding: ``pays`` (a gain clear of the noise), ``no-gain``
+#: (within the noise or below ``--min-gain``), ``slower`` (the interval lies below 1.0), ``failed`` (the
+#: fix did not run here), ``not-timed`` (bench cannot time this tip on this setup, with the reason).
+MEASURED_VERDICTS = ("pays", "no-gain", "slower", "failed", "not-timed")
+#: the verdicts that demote a finding: measured here, it does not pay
+DEMOTING = ("no-gain", "slower", "failed")
+
+
+@dataclass
+class Measured:
+    """The measured gain of one finding's fix on the user's own setup (``doctor --verify``).
+
+    Attributes:
+        verdict: one of :data:`MEASURED_VERDICTS`.
+        figure: the measurement in words, e.g. ``"1.18x samples/s (95% CI 1.10-1.25, 3 paired repeats)"``;
+            for ``not-timed`` the reason.
+        ratio: the gain (> 1 is better: samples/s for a speed tip, memory saved for a memory tip).
+        ci: its 95% interval from the paired repeats.
+        goal: ``"speed"`` or ``"memory"``: what the ratio measures.
+        severity_before: the finding's severity before a demotion.
+    """
+
+    verdict: str
+    figure: str
+    ratio: float | None = None
+    ci: tuple[float | None, float | None] = (None, None)
+    goal: str = "speed"
+    severity_before: str | None = None
+
+    @property
+    def demotes(self) -> bool:
+        return self.verdict in DEMOTING
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "figure": self.figure,
+            "ratio": self.ratio,
+            "ci95": list(self.ci),
+            "goal": self.goal,
+            "severity_before": self.severity_before,
+        }
+
+
 @dataclass
 class Finding:
     """What the doctor says about one tip.
@@ -82,6 +137,7 @@ class Finding:
             filled in with the slug).
         items: the individual pieces of evidence of a finding.
         notes: extra context (what was fine, what could not be checked).
+        measured: what ``doctor --verify`` measured for the fix on this setup (``None``: not verified).
     """
 
     tip: str
@@ -94,14 +150,20 @@ class Finding:
     check: str = ""
     items: list[Item] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    measured: Measured | None = None
+
+    @property
+    def demoted(self) -> bool:
+        """Measured on this setup (``doctor --verify``), the fix does not pay: it no longer counts for ``--fail-on``."""
+        return self.measured is not None and self.measured.demotes
 
     @property
     def principle(self) -> str:
         return PRINCIPLE_OF.get(self.tip, "compute")
 
     def at_least(self, severity: str) -> bool:
-        """Whether this is a finding of ``severity`` or higher."""
-        return self.status == "finding" and severity_rank(self.severity) >= severity_rank(severity)
+        """Whether this is a finding of ``severity`` or higher (a demoted one never is)."""
+        return self.status == "finding" and not self.demoted and severity_rank(self.severity) >= severity_rank(severity)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +178,7 @@ class Finding:
             "check": self.check,
             "items": [i.to_dict() for i in self.items],
             "notes": list(self.notes),
+            "measured": self.measured.to_dict() if self.measured is not None else None,
         }
 
     # -- constructors -------------------------------------------------------------------------------

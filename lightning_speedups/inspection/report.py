@@ -14,12 +14,16 @@ that were checked and found fine, then those not checked here with the reason.
 
     {"tool": "lightning_speedups doctor", "version": 1, "model": ..., "device": ..., "steps": ...,
      "exit_code": 0, "fail_on": "high", "counts": {"high": 0, "medium": 1, "low": 3, "ok": 12,
-     "not-checked": 8}, "principles": {...}, "error": null,
+     "not-checked": 8, "demoted": 0}, "principles": {...}, "error": null, "verify": null,
      "findings": [{"tip": "T01", "slug": "lr-schedule", "status": "finding", "severity": "low",
                    "evidence": "...", "fix": "...", "title": ..., "principle": ..., "check": ...,
-                   "items": [...], "notes": [...]}, ...]}
+                   "items": [...], "notes": [...], "measured": null}, ...]}
 
-with exactly one entry per tip T01-T24 in ``findings``.
+with exactly one entry per tip T01-T24 in ``findings``. With ``doctor --verify``, ``verify`` says what
+was timed (``timed``, ``repeats``, ``steps``, ``noise_floor``, ``seconds``, ``notes``, ``error``) and
+each finding's ``measured`` holds its ``verdict`` (``pays`` / ``no-gain`` / ``slower`` / ``failed`` /
+``not-timed``), ``figure``, ``ratio``, ``ci95`` and, when demoted, ``severity_before``. A demoted
+finding is listed apart in the terminal report and never counts for ``--fail-on``.
 """
 
 from __future__ import annotations
@@ -42,10 +46,11 @@ _STYLE = {"high": "bold red", "medium": "bold yellow", "low": "cyan"}
 def counts(findings: Sequence[Finding]) -> dict[str, int]:
     """How many findings of each severity, and how many ok / not-checked."""
     out = {s: 0 for s in SEVERITIES}
-    out.update({"ok": 0, "not-checked": 0})
+    out.update({"ok": 0, "not-checked": 0, "demoted": 0})
     for f in findings:
         if f.status == "finding" and f.severity in out:
             out[f.severity] += 1
+            out["demoted"] += int(f.demoted)
         elif f.status in out:
             out[f.status] += 1
     return out
@@ -121,6 +126,7 @@ def to_dict(result: Any, fail_on: str = "high") -> dict[str, Any]:
             "error": result.error or result.run_error,
             "counts": counts(findings),
             "principles": principle_summary(findings, facts) if findings else {},
+            "verify": result.verify.to_dict() if getattr(result, "verify", None) is not None else None,
             "findings": [f.to_dict() for f in findings],
         }
     )
@@ -182,6 +188,9 @@ def print_report(
             head.append("\nconfig: none, the embedded default (DigitsCNN on the scikit-learn digits)")
         if opts:
             head.append("\noptions: " + " ".join(opts))
+        verified = getattr(result, "verify", None)
+        if verified is not None:
+            head.append("\n" + _verify_line(verified))
     if facts.run_error:
         head.append(f"\nthe training steps failed: {facts.run_error}", style="bold red")
     con.print(Panel(head, title=title, expand=False))
@@ -200,12 +209,20 @@ def print_report(
     con.print(table)
     con.print()
 
-    # findings by severity
-    for sev in SEVERITIES:
-        group = [f for f in findings if f.status == "finding" and f.severity == sev]
+    # findings by severity, then those their measurement demoted
+    groups = [
+        (
+            sev.upper(),
+            _STYLE[sev],
+            [f for f in findings if f.status == "finding" and f.severity == sev and not f.demoted],
+        )
+        for sev in SEVERITIES
+    ]
+    groups.append(("MEASURED HERE, DOES NOT PAY (demoted)", "bold blue", [f for f in findings if f.demoted]))
+    for label, style, group in groups:
         if not group:
             continue
-        con.print(Text(f"{sev.upper()} ({len(group)})", style=_STYLE[sev]))
+        con.print(Text(f"{label} ({len(group)})", style=style))
         for f in group:
             line = Text("  ")
             line.append(f"{f.tip} {f.slug}", style="bold")
@@ -220,6 +237,8 @@ def print_report(
                 fx = Text("      fix: ", style="green")
                 fx.append(item.fix)
                 con.print(fx)
+            if f.measured is not None:
+                con.print(_measured_text(f))
             for note in f.notes:
                 con.print(Text(f"    note: {note}", style="dim"))
         con.print()
@@ -248,7 +267,44 @@ def print_report(
     c = counts(findings)
     tail = Text(
         f"{c['high']} high, {c['medium']} medium, {c['low']} low; {c['ok']} fine; {c['not-checked']} not checked here"
+        + (f"; {c['demoted']} demoted by measurement" if c["demoted"] else "")
     )
     if result is not None and fail_on is not None:
         tail.append(f"  ·  exit {result.exit_code(fail_on)} (--fail-on {fail_on})")
     con.print(tail)
+
+
+_VERDICT_WORDS = {
+    "pays": ("measured here", "bold green"),
+    "no-gain": ("measured here, no gain", "blue"),
+    "slower": ("measured here, slower", "bold blue"),
+    "failed": ("measured here, failed", "bold blue"),
+    "not-timed": ("not timed", "dim"),
+}
+
+
+def _measured_text(f: Finding) -> Any:
+    from rich.text import Text
+
+    m = f.measured
+    assert m is not None
+    words, style = _VERDICT_WORDS.get(m.verdict, (m.verdict, ""))
+    out = Text("    ")
+    out.append(f"{words}: ", style=style)
+    out.append(m.figure)
+    if m.demotes and m.severity_before:
+        advice = "do not apply it on this setup" if m.verdict != "no-gain" else "no measurable gain here"
+        out.append(f" (was {m.severity_before}; {advice})", style="dim")
+    return out
+
+
+def _verify_line(v: Any) -> str:
+    if v.error:
+        return f"--verify: {v.error}"
+    if not v.timed:
+        return "--verify: " + ("; ".join(v.notes) or "nothing timed")
+    noise = f", noise floor {100 * v.noise:.1f}%" if v.noise is not None else ""
+    return (
+        f"--verify: timed {', '.join(v.timed)} with bench ({v.repeats} paired repeat(s) x {v.steps} batches,"
+        f" baseline = this config{noise}) in {v.seconds:.0f} s"
+    )

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import yaml
+from helpers import FakeLauncher
 
 from lightning_speedups.bench import (
     Bench,
@@ -13,7 +14,6 @@ from lightning_speedups.bench import (
     BenchOptions,
     main,
     reset_args,
-    speedups_defaults,
     user_speedups_keys,
 )
 from lightning_speedups.bench.report import (
@@ -152,53 +152,6 @@ def test_greedy_search_nothing_helps_and_budget_stops():
 
 
 # ------------------------------------------------------------------------------------ the runner, with a fake launcher
-
-
-class FakeLauncher:
-    """Returns made-up results by variant name; records the order of the runs."""
-
-    def __init__(self, rates, losses=None, fail=(), wall=1.0):
-        self.rates = rates
-        self.losses = losses or {}
-        self.fail = set(fail)
-        self.wall = wall
-        self.calls: list[str] = []
-        self.now = 0.0
-
-    def clock(self):
-        return self.now
-
-    def run(self, spec, name, timeout=None):
-        v = spec["variant"]
-        self.calls.append(v)
-        self.now += self.wall
-        if v in self.fail:
-            return {"status": "failed", "reason": "out of memory (OutOfMemoryError: boom)", "wall_s": self.wall}
-        key = "baseline" if v.startswith("baseline") else v
-        rate = self.rates.get(key, 100.0)
-        overrides = spec["speedups_overrides"]
-        section = {k: v for k, v in speedups_defaults().items()}
-        section.update(overrides)
-        nested: dict = {}
-        for k, val in section.items():
-            node = nested
-            *head, last = k.split(".")
-            for h in head:
-                node = node.setdefault(h, {})
-            node[last] = val
-        return {
-            "status": "ok",
-            "samples_per_s": rate,
-            "step_s": 64 / rate,
-            "step_times": [64 / rate] * 3,
-            "data_wait_fraction": 0.01,
-            "warmup_s": 0.5,
-            "warmup_excess_s": 0.2,
-            "train_mem_bytes": 1000 if "precision" not in overrides else 500,
-            "loss": self.losses.get(key, 2.0),
-            "speedups": nested,
-            "wall_s": self.wall,
-        }
 
 
 @pytest.fixture(autouse=True)
