@@ -117,6 +117,7 @@ class FakeLauncher:
         self.fail = set(fail)
         self.wall = wall
         self.calls: list[str] = []
+        self.specs: list[dict] = []
         self.now = 0.0
 
     def clock(self):
@@ -125,6 +126,7 @@ class FakeLauncher:
     def run(self, spec, name, timeout=None):
         v = spec["variant"]
         self.calls.append(v)
+        self.specs.append(spec)
         self.now += self.wall
         if v in self.fail:
             return {"status": "failed", "reason": "out of memory (OutOfMemoryError: boom)", "wall_s": self.wall}

@@ -334,3 +334,35 @@ def test_transformer_setup_skips_conv_tips():
     idle = next(v for v in bench.variants if v.kind == "idle")
     assert idle.overrides["channels_last"] is True and idle.overrides["conv_bias"] is True
     assert math.isfinite(len(bench.variants))
+
+
+@pytest.mark.parametrize("baseline", ["reset", "yours"])
+def test_baseline_yours_keeps_the_users_speedups_and_adds_each_tip_on_top(baseline):
+    """``--baseline reset`` turns off what the user's config turns on; ``yours`` keeps it (doctor --verify)."""
+    fake = FakeLauncher({"baseline": 100.0})
+    options = BenchOptions(
+        args=["--speedups.channels_last=true"],
+        tips=["T16"],
+        presets=["none"],
+        repeats=1,
+        steps=2,
+        warmup=0,
+        search=False,
+        extras=False,
+        progress=False,
+        noise_pair=False,
+        baseline=baseline,
+    )
+    Bench(options, launcher=fake, clock=fake.clock).run()
+    by_name = {spec["variant"]: spec for spec in fake.specs}
+    # "yours" is a variant of its own beside a reset baseline, and not beside a baseline that is yours
+    assert set(by_name) == {"baseline", "T16 conv-bias"} | ({"yours"} if baseline == "reset" else set())
+    base_args, tip_args = by_name["baseline"]["args"], by_name["T16 conv-bias"]["args"]
+    reset = "--speedups.channels_last=false"
+    assert (reset in base_args) == (baseline == "reset") and (reset in tip_args) == (baseline == "reset")
+    assert by_name["T16 conv-bias"]["speedups_overrides"] == {"conv_bias": True}
+
+
+def test_an_unknown_baseline_is_refused_with_the_choices():
+    with pytest.raises(BenchError, match="--baseline must be one of reset, yours"):
+        BenchOptions(baseline="mine").validate()
