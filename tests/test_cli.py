@@ -217,3 +217,16 @@ def test_a_class_path_that_does_not_import_says_why(elsewhere, capsys):
     assert main(["fit", "--config", bad]) == 2
     err = capsys.readouterr().err
     assert "nowhere_pkg.Model" in err and "No module named 'nowhere_pkg'" in err and "mine.yaml" in err
+
+
+def test_a_second_fit_without_logger_in_the_same_directory_says_how_to_keep_the_first(elsewhere, capsys):
+    """Lightning's SaveConfigCallback refuses to overwrite the first run's config.yaml: one line with the fix."""
+    args = ["fit", "--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--trainer.logger=false"]
+    args += ["--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false"]
+    assert main(args) == 0
+    first = (elsewhere / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "config.yaml is the saved config of an earlier run" in err and "--trainer.default_root_dir" in err
+    assert "Traceback" not in err and (elsewhere / "config.yaml").read_text() == first  # nothing lost
