@@ -15,6 +15,22 @@ Card:
     When it hurts: every block's parameters are all-gathered in forward and backward: slower than
     DDP for a model that fits one device; norm clipping by Lightning and AGC do not apply to shards.
 
+Manual optimization: Lightning runs ``training_step`` through the wrapped model's ``forward``, so with
+the whole LightningModule in one FSDP unit ``manual_backward`` runs inside that unit's forward, and
+FSDP1 stops ("Expects BACKWARD_PRE or BACKWARD_POST state but got HandleTrainingState.FORWARD";
+Lightning issues 19626 and 19685). For a model with manual optimization the LightningModule itself is
+therefore not wrapped: each top-level sub-module that owns parameters (a GAN's generator and
+discriminator) is its own FSDP root, wrapped at its repeated blocks, so ``training_step`` runs outside
+every FSDP forward and each backward meets finished units, as in a plain PyTorch FSDP GAN.
+
+Twin networks: a DQN's ``target_net`` (or a teacher / momentum encoder) is a copy of another top-level
+sub-module, synced in place during ``training_step`` (``target_net.load_state_dict(net.state_dict())``).
+In one FSDP unit both networks' parameters are views of one flat parameter, so that in-place copy
+invalidates the online network's tensors saved for backward ("... is a view and its base or another
+view of its base has been modified inplace"). Top-level sub-modules with the same parameters (names,
+shapes, dtypes) as another are therefore FSDP units of their own, and the sync goes through FSDP's own
+state-dict hooks.
+
 Why FSDPStrategy (FSDP1) and not ModelParallelStrategy (FSDP2, ``fully_shard``): Lightning's
 ModelParallelStrategy requires the LightningModule's own ``configure_model`` to call ``fully_shard``;
 a preset must work on any model, on every torch from 2.4 on. A model whose ``configure_model``
@@ -66,10 +82,67 @@ class BlockWrapPolicy:
         self._ids = {id(m) for _, m in blocks}
         return self.names
 
+    def include(self, model: nn.Module, names: list[str]) -> None:
+        """Also wrap the sub-modules ``names`` of ``model`` (after :meth:`resolve`)."""
+        self._ids |= {id(model.get_submodule(n)) for n in names}
+
     def __call__(self, module: nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
         if recurse:
             return True  # look inside every module for blocks
         return id(module) in self._ids
+
+
+def owning_children(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The top-level sub-modules of ``model`` that own parameters, in registration order.
+
+    Example:
+        >>> from torch import nn
+        >>> m = nn.Module(); m.g = nn.Linear(2, 2); m.act = nn.ReLU(); m.d = nn.Linear(2, 1)
+        >>> [n for n, _ in owning_children(m)]
+        ['g', 'd']
+    """
+    return [(n, c) for n, c in model.named_children() if next(c.parameters(), None) is not None]
+
+
+def twin_children(model: nn.Module) -> list[str]:
+    """Top-level sub-networks (modules made of modules) with the same parameters (names, shapes, dtypes)
+    as another one: a DQN's ``net`` and ``target_net``, a student and its teacher, an encoder and its
+    momentum copy. Single layers (two ``nn.Linear(8, 8)`` of a flat MLP) are not twins.
+
+    Example:
+        >>> from torch import nn
+        >>> def mlp(): return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        >>> m = nn.Module(); m.net = mlp(); m.target_net = mlp(); m.fc1 = nn.Linear(2, 2); m.fc2 = nn.Linear(2, 2)
+        >>> twin_children(m)
+        ['net', 'target_net']
+    """
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for name, child in owning_children(model):
+        if next(child.children(), None) is None:
+            continue
+        key = tuple((n, tuple(p.shape), p.dtype) for n, p in child.named_parameters())
+        groups.setdefault(key, []).append(name)
+    return [n for names in groups.values() if len(names) > 1 for n in names]
+
+
+def manual_layout_problems(model: nn.Module) -> list[str]:
+    """Why ``model`` cannot be sharded one FSDP root per top-level sub-module (empty when it can):
+    parameters registered on the model itself, or a parameter shared by two sub-modules."""
+    out = []
+    own = [n for n, _ in model.named_parameters(recurse=False)]
+    if own:
+        out.append(
+            f"the LightningModule holds parameters of its own ({', '.join(own)}), outside every sub-module:"
+            " they would be neither sharded nor averaged across processes"
+        )
+    owner: dict[int, str] = {}
+    for name, child in owning_children(model):
+        for p in child.parameters():
+            other = owner.setdefault(id(p), name)
+            if other != name:
+                out.append(f"`{other}` and `{name}` share a parameter (one FSDP root cannot hold another's)")
+                break
+    return out
 
 
 def fsdp_mixed_precision(precision: str) -> tuple[Optional[Any], str]:
@@ -98,18 +171,23 @@ def fsdp_mixed_precision(precision: str) -> tuple[Optional[Any], str]:
     )
 
 
-#: The fsdp preset and manual optimization (one message: the CLI skips the preset, this strategy refuses).
-FSDP_MANUAL_ERROR = (
-    "speedups.fsdp: the model uses manual optimization, and Lightning's FSDPStrategy (FSDP1) fails when"
-    " manual_backward runs inside the root unit's forward (a GAN's two backward passes per batch). Fix: train"
-    " this model with the ddp preset instead, or build the preset with the model"
-    " (preset(...).trainer_kwargs(model=model) skips fsdp for it, as the CLI does)"
-)
+def fsdp_manual_error(problems: list[str]) -> str:
+    """The refusal for a manual-optimization model that cannot be laid out one FSDP root per sub-module."""
+    return (
+        "speedups.fsdp: the model uses manual optimization, so the fsdp preset shards each top-level"
+        " sub-module as its own FSDP root (FSDP1 cannot run manual_backward inside an FSDP unit's forward,"
+        " where Lightning runs training_step); here " + "; ".join(problems) + ". Fix: keep each parameter in"
+        " exactly one top-level sub-module (parameters registered on the LightningModule itself go into an"
+        " nn.Module attribute), or train this model with the ddp preset"
+        " (speedups.fsdp.enabled: false, speedups.ddp.enabled: true)"
+    )
 
 
 class SpeedupsFSDPStrategy(FSDPStrategy):
     """Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` wrapped at the model's repeated
-    blocks, with a mixed-precision policy that follows the Trainer's precision.
+    blocks (and twin sub-networks), with a mixed-precision policy that follows the Trainer's precision.
+    Under manual optimization each top-level sub-module is its own FSDP root (see the module docstring);
+    a model that cannot be laid out so is refused in ``setup``, before any ``training_step``.
 
     Args:
         kwargs: as for ``FSDPStrategy`` (``cpu_offload``, ``sharding_strategy``, ``state_dict_type``,
@@ -120,22 +198,39 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
         self.block_policy = kwargs.pop("auto_wrap_policy", None) or BlockWrapPolicy()
         super().__init__(auto_wrap_policy=self.block_policy, **kwargs)
         self.setup_notes: list[str] = []
+        self.manual = False
         self.threads = ThreadsRestore()
 
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        if not getattr(trainer.lightning_module, "automatic_optimization", True):
-            raise ValueError(FSDP_MANUAL_ERROR)
+        model = self.lightning_module
+        assert model is not None
+        self.manual = not getattr(model, "automatic_optimization", True)
         notes = []
-        if isinstance(self.block_policy, BlockWrapPolicy):
-            assert self.lightning_module is not None
-            names = self.block_policy.resolve(self.lightning_module)
-            shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        if self.manual:
+            problems = manual_layout_problems(model)
+            if problems:
+                raise ValueError(fsdp_manual_error(problems))
+            roots = [n for n, _ in owning_children(model)]
             notes.append(
-                f"{len(names)} blocks in their own FSDP units ({shown})"
-                if names
-                else "no repeated blocks found: the whole model is one FSDP unit"
+                f"manual optimization: {', '.join(roots)} each its own FSDP root (training_step, where"
+                " manual_backward runs, is inside no FSDP unit)"
             )
+        if isinstance(self.block_policy, BlockWrapPolicy):
+            names = self.block_policy.resolve(model)
+            twins = [] if self.manual else twin_children(model)
+            shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            if names:
+                notes.append(f"{len(names)} blocks in their own FSDP units ({shown})")
+            else:
+                whole = "" if self.manual or twins else ": the whole model is one FSDP unit"
+                notes.append(f"no repeated blocks found{whole}")
+            if twins:
+                self.block_policy.include(model, twins)
+                notes.append(
+                    f"twin sub-networks {', '.join(twins)} in their own FSDP units (an in-place copy of one into"
+                    " another, such as a target-network sync, goes through FSDP's state dict)"
+                )
         if self.mixed_precision is None:
             self.mixed_precision, why = fsdp_mixed_precision(self.precision_plugin.precision)
             notes.append(why)
@@ -145,25 +240,46 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
             summary.notes.append(("fsdp units (T11)", True, "; ".join(notes)))
         super().setup(trainer)
 
+    def _wrap(self, module: nn.Module) -> nn.Module:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel(
+            module=module,
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=self.root_device if self.root_device.type == "cpu" else self.root_device.index,
+            **self.kwargs,
+        )
+
+    def _move_unwrapped(self, model: nn.Module) -> None:
+        """Move what no FSDP root holds (sub-modules without parameters, the model's own buffers) to the
+        device: each root moves its own module, and nothing wraps the LightningModule itself."""
+        for _, child in model.named_children():
+            if next(child.parameters(), None) is None:
+                child.to(self.root_device)
+        for name, buf in list(model.named_buffers(recurse=False)):
+            setattr(model, name, buf.to(self.root_device))  # a registered buffer stays one (persistence kept)
+
     @override
     def _setup_model(self, model: nn.Module) -> nn.Module:
         # private: Lightning's FSDPStrategy wraps the model in `_setup_model` with device_id=root_device.index,
         # which is None on the CPU, and FSDP then refuses ("FSDP needs a non-CPU accelerator device"). On
         # the CPU the model is wrapped here with device_id=cpu, and Lightning's own `_setup_model` then
         # takes the already-wrapped model (activation checkpointing policy, metrics) as for a user's own
-        # wrapping; no public hook chooses FSDP's device.
+        # wrapping; no public hook chooses FSDP's device. Under manual optimization each top-level
+        # sub-module is wrapped here (see the module docstring), on every device.
         from torch.distributed.fsdp import FullyShardedDataParallel
 
-        if self.root_device.type == "cpu" and not any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
-            model = FullyShardedDataParallel(
-                module=model,
-                cpu_offload=self.cpu_offload,
-                mixed_precision=self.mixed_precision_config,
-                sharding_strategy=self.sharding_strategy,
-                device_id=self.root_device,
-                **self.kwargs,
-            )
-            self.kwargs.pop("auto_wrap_policy", None)  # applied above; Lightning would warn it is ignored
+        if not any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            if getattr(self, "manual", False):
+                for name, child in owning_children(model):
+                    setattr(model, name, self._wrap(child))
+                self.kwargs.pop("auto_wrap_policy", None)  # applied above; Lightning would warn it is ignored
+                self._move_unwrapped(model)
+            elif self.root_device.type == "cpu":
+                model = self._wrap(model)
+                self.kwargs.pop("auto_wrap_policy", None)
         return super()._setup_model(model)
 
     @override

@@ -20,6 +20,7 @@ from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.memory import FIT_SHARE, estimate_fit
 from lightning_speedups.inspection.words import fmt_bytes, names_text
 from lightning_speedups.strategies import ddp_strategy, fsdp_strategy
+from lightning_speedups.strategies.fsdp import fsdp_manual_error, manual_layout_problems
 from lightning_speedups.tips.record import BuildContext, Setting, SuiteCase, Tip
 
 
@@ -36,8 +37,10 @@ class DDPSettings:
 
 @dataclass
 class FSDPSettings:
-    """T11 under FSDP: Lightning's FSDPStrategy wrapped at the repeated blocks, sharded checkpoints,
-    mixed precision from ``speedups.precision``; checkpoint the blocks with ``checkpointing.targets: [auto]``."""
+    """T11 under FSDP: Lightning's FSDPStrategy wrapped at the repeated blocks (and at twin sub-networks,
+    such as a DQN's target network), sharded checkpoints, mixed precision from ``speedups.precision``;
+    checkpoint the blocks with ``checkpointing.targets: [auto]``. Under manual optimization each
+    top-level sub-module is its own FSDP root (``training_step`` runs outside every FSDP forward)."""
 
     enabled: bool = False
     cpu_offload: bool = False
@@ -167,8 +170,9 @@ def fsdp_conflicts(s: Any) -> list[str]:
 def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     """The Trainer arguments T11 sets before the Trainer exists."""
     f = s.fsdp
-    if f.enabled and ctx.manual_optimization:
-        ctx.note("fsdp (T11)", False, f"skipped, {FSDP_MANUAL}")
+    layout = manual_layout_problems(ctx.model) if f.enabled and ctx.manual_optimization else []
+    if layout:  # the strategy would refuse it in setup; with the model known, skip with the reason
+        ctx.note("fsdp (T11)", False, f"skipped, {fsdp_manual_error(layout).removeprefix('speedups.fsdp: ')}")
         return
     if f.enabled:
         problems = fsdp_conflicts(s)
@@ -195,13 +199,6 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     )
     ctx.trainer_kwargs["strategy"] = strategy
     ctx.note("ddp (T11)", True, reason)
-
-
-#: Why the fsdp preset is not applied to a model with manual optimization (one line).
-FSDP_MANUAL = (
-    "the model uses manual optimization: Lightning's FSDPStrategy (FSDP1) fails when manual_backward runs"
-    " inside the root unit's forward (two backward passes per batch, as a GAN's); train it with the ddp preset"
-)
 
 
 def _ddp(trainer: Any, model: Any, callbacks: Any) -> None:

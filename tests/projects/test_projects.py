@@ -25,24 +25,12 @@ from projects.matrix import PROJECTS, fit_python, presets
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_FSDP_MANUAL = (
-    "fsdp preset under manual optimization: manual_backward runs inside FSDP's root forward (Lightning calls"
-    " training_step through the wrapped module), so FSDP asserts 'Expects BACKWARD_PRE or BACKWARD_POST state';"
-    " the t11 record / strategies/fsdp.py should skip fsdp when the model uses manual optimization (FSDP engineer)"
-)
-#: (project, preset) -> why it fails today (owner: the strategies' engineer; see the suite's T11 gap)
-KNOWN: dict[tuple[str, str], str] = {
-    ("gan", "fsdp"): _FSDP_MANUAL,
-    ("autoencoder", "fsdp"): _FSDP_MANUAL,
-    ("dqn", "fsdp"): (
-        "fsdp preset on a DQN: FSDP returns the target network's output as a view, and the user's in-place"
-        " `next_q[dones] = 0.0` (the public DQN examples' line) raises; strategies/fsdp.py (FSDP engineer)"
-    ),
-}
+#: (project, preset) -> why it fails today (owner: the strategies' engineer; see the suite's known gaps)
+KNOWN: dict[tuple[str, str], str] = {}
 
-#: KNOWN pairs the CLI path handles: it knows the model before the Trainer exists and skips fsdp for a
-#: model with manual optimization, with the reason (the Python API without ``model=`` cannot)
-CLI_HANDLES = {("gan", "fsdp"), ("autoencoder", "fsdp")}
+#: KNOWN pairs the CLI path handles (it knows the model before the Trainer exists and skips a part for
+#: it with the reason, where the Python API without ``model=`` cannot)
+CLI_HANDLES: set[tuple[str, str]] = set()
 
 PRESETS = presets()
 

@@ -25,12 +25,6 @@ GAPS: dict[tuple[str, str, str], str] = {
         "a resumed 1-process DDP run differs from the uninterrupted one by ~1e-2; plain Lightning"
         " DDPStrategy() (no pack settings) differs the same, so the cause is Lightning/torch DDP resume"
     ),
-    # T11: FSDP (Lightning's FSDPStrategy, FSDP1) on a GAN with two optimizers in manual optimization
-    ("T11-fsdp_one_process", "manual", "acted"): (
-        "fsdp preset on a GAN (manual optimization, two backward passes per batch) built without the model:"
-        " FSDP1 cannot train it, so the strategy stops with a clear error naming speedups.fsdp and the fix"
-        " (with the model, as the CLI builds it, the preset is skipped with the reason)"
-    ),
     # T11: exact in-process resume with a one-process FSDP strategy (the 2-process run in tests/distributed
     # resumes bit-identically from its sharded checkpoint)
     **{
