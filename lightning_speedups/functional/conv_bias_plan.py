@@ -21,7 +21,9 @@ from torch.nn.parameter import is_lazy
 from lightning_speedups.functional.conv_bias_source import (
     ast_pairs,
     class_trees,
+    dead_methods,
     reaches_in,
+    referenced_names,
 )
 
 __all__ = ["ConvBiasPlan", "forward_args", "plan_conv_bias_removal"]
@@ -344,6 +346,7 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
     visit(model, "")
 
     # safety filters on the candidates
+    referenced: Optional[frozenset[str]] = None  # names in the model's source, read once when needed
     for cname, (bname, decider) in list(found.items()):
         conv, bn = model.get_submodule(cname), model.get_submodule(bname)
         reason = None
@@ -365,7 +368,16 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
                 if trees is None:
                     reason = f"source of the untraceable {where} is unavailable to check direct accesses"
                 else:
-                    hit = reaches_in(trees, tokens, dec_rel)
+                    if referenced is None:
+                        referenced = referenced_names(model)
+                    dead = dead_methods(anc, trees, referenced)
+                    note = (
+                        f"methods of the untraceable {where} that training never calls (not named in the"
+                        f" model's source) were not searched for direct accesses: {', '.join(sorted(dead))}"
+                    )
+                    if dead and note not in plan.notes:
+                        plan.notes.append(note)
+                    hit = reaches_in(trees, tokens, dec_rel, dead)
                     if hit:
                         reason = f"the untraceable {where} may use it directly: {hit}"
         if reason is None and (_lazy(conv) or _lazy(bn)):

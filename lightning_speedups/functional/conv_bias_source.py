@@ -15,7 +15,7 @@ from typing import Optional
 
 from torch import nn
 
-__all__ = ["ast_pairs", "class_trees", "reaches_in"]
+__all__ = ["ast_pairs", "class_trees", "dead_methods", "reaches_in", "referenced_names"]
 
 # source scans ignore classes defined by these libraries (their code never reaches into user modules)
 _LIBRARY_PREFIXES = ("torch", "lightning", "pytorch_lightning", "builtins", "typing", "abc")
@@ -48,12 +48,13 @@ def _class_trees_of(module_cls: type) -> Optional[tuple[ast.AST, ...]]:
     return tuple(trees)
 
 
-def _walk(trees: list[ast.AST]) -> Iterator[ast.AST]:
-    """Walk the class sources, skipping ``__init__`` (it has run before the surgery) and stores."""
+def _walk(trees: list[ast.AST], skip: frozenset[str] = frozenset()) -> Iterator[ast.AST]:
+    """Walk the class sources, skipping ``__init__`` (it has run before the surgery), the methods in
+    ``skip`` (they do not run in training, :func:`dead_methods`) and stores."""
     stack = list(trees)
     while stack:
         node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__init__":
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (node.name == "__init__" or node.name in skip):
             continue
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _is_self(node.value):
             continue
@@ -78,14 +79,88 @@ def _chain(node: ast.AST) -> Optional[list[str]]:
     return parts[::-1] if _is_self(node) else None
 
 
-def reaches_in(trees: list[ast.AST], tokens: set[str], path: list[str]) -> Optional[str]:
+def referenced_names(model: nn.Module) -> frozenset[str]:
+    """Every attribute name and string constant in the source of the model's own classes (``None``
+    sources are skipped): the methods a class's code can call by name."""
+    out: set[str] = set()
+    seen: set[type] = set()
+    for module in model.modules():
+        if type(module) in seen:
+            continue
+        seen.add(type(module))
+        for node in _walk(class_trees(module) or []):
+            if isinstance(node, ast.Attribute):
+                out.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                out.add(node.value)
+    return frozenset(out)
+
+
+#: methods a LightningModule's trainer calls by name (none of them is named in the user's source)
+_LIGHTNING_HOOKS = ("training_step", "validation_step", "test_step", "predict_step", "configure_")
+
+
+def dead_methods(module: nn.Module, trees: list[ast.AST], referenced: frozenset[str]) -> frozenset[str]:
+    r"""Methods of ``module``'s classes that a training run never calls: not ``forward``, not a dunder
+    or an ``nn.Module`` method torch calls itself (``train``, ``_load_from_state_dict``, ...), not a
+    LightningModule's (Lightning calls its hooks by name), and never named in the model's source
+    (``referenced``, :func:`referenced_names`). timm's ``forward_intermediates`` and
+    ``prune_intermediate_layers`` are such methods: feature-extraction APIs a plain training step does
+    not run. Nothing is dead when the class calls methods by a computed name (``getattr(self, name)``).
+
+    Example:
+        >>> import ast
+        >>> from torch import nn
+        >>> class Net(nn.Module):
+        ...     def forward(self, x): return self.head(x)
+        ...     def head(self, x): return x
+        ...     def taps(self, x): return [layer(x) for layer in self.features[:2]]
+        >>> tree = ast.parse("class Net:\n def forward(self, x): return self.head(x)\n def head(self, x): return x\n"
+        ...                  " def taps(self, x): return [layer(x) for layer in self.features[:2]]")
+        >>> sorted(dead_methods(Net(), [tree], frozenset({"head"})))
+        ['taps']
+    """
+    if any(hasattr(cls, "training_step") for cls in type(module).__mro__):
+        return frozenset()
+    names: list[str] = []
+    for tree in trees:
+        for cls_node in ast.walk(tree):
+            if not isinstance(cls_node, ast.ClassDef):
+                continue
+            for fn in cls_node.body:
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.append(fn.name)
+                for node in ast.walk(fn):
+                    if (
+                        isinstance(node, ast.Call)
+                        and isinstance(node.func, ast.Name)
+                        and node.func.id == "getattr"
+                        and len(node.args) >= 2
+                        and not isinstance(node.args[1], ast.Constant)
+                    ):
+                        return frozenset()
+    return frozenset(
+        n
+        for n in names
+        if n != "forward"
+        and not (n.startswith("__") and n.endswith("__"))
+        and not hasattr(nn.Module, n)
+        and not n.startswith(_LIGHTNING_HOOKS)
+        and n not in referenced
+    )
+
+
+def reaches_in(
+    trees: list[ast.AST], tokens: set[str], path: list[str], skip: frozenset[str] = frozenset()
+) -> Optional[str]:
     """Find code in an untraceable ancestor that reaches below the submodule at ``path`` (relative).
 
     Flags ``self.<path>.<token>`` / ``self.<path>[<token>]`` chains, any ``<expr>.<token>`` attribute
-    access not rooted at ``self`` and any string equal to a non-numeric token.
+    access not rooted at ``self`` and any string equal to a non-numeric token, outside the methods in
+    ``skip`` (those a training run never calls, :func:`dead_methods`).
     """
     named = {t for t in tokens if not t.isdigit()}
-    for node in _walk(trees):
+    for node in _walk(trees, skip):
         chain = _chain(node) if isinstance(node, (ast.Attribute, ast.Subscript)) else None
         if chain is not None:
             n = len(path)

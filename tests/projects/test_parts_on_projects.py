@@ -3,12 +3,15 @@ bias in a model fx cannot trace whole, refused Trainer flags skipped before the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning.pytorch as pl
 import torch
 from torch import nn
 
 from lightning_speedups import preset
 from lightning_speedups.callbacks import ActivationCheckpointing, ChannelsLast, ConvBiasRemoval, LoaderTuning
+from lightning_speedups.functional import remove_conv_bias
 from lightning_speedups.functional.conv_bias_plan import plan_conv_bias_removal
 from projects.dqn import DQN
 from projects.gan import DCGAN
@@ -61,7 +64,46 @@ def test_conv_bias_in_a_vgg_shaped_model_fx_cannot_trace_whole():
     assert set(plan.skipped) == {"pre_logits.fc1", "pre_logits.fc2"}
     assert all("untraceable forward of 'pre_logits'" in why for why in plan.skipped.values())
     assert any("cannot be traced" in note for note in plan.notes)
+    # the feature-extraction methods that reach into `features` never run in training: said, not searched
+    (note,) = [n for n in plan.notes if "training never calls" in n]
+    assert "forward_intermediates" in note and "prune_intermediate_layers" in note and "forward_head" not in note
     assert plan.summary() == "8 conv bias(es) folded into BatchNorm, 2 kept"
+
+
+def test_conv_bias_in_a_vgg_shaped_model_keeps_the_outputs():
+    torch.manual_seed(0)
+    model, x = VGGish(), torch.randn(4, 3, 32, 32)
+    model.train()
+    with torch.no_grad():
+        model(torch.randn(8, 3, 32, 32))  # running statistics that are not the initial ones
+    expected = {}
+    for mode in ("train", "eval"):
+        getattr(model, mode)()
+        with torch.no_grad():
+            expected[mode] = model(x)
+    assert len(remove_conv_bias(model)) == 8 and model.features[0].bias is None
+    for mode in ("eval", "train"):
+        getattr(model, mode)()
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), expected[mode], rtol=1e-5, atol=1e-5)
+
+
+class _Distiller(pl.LightningModule):
+    """A training step that does call the feature-extraction API: the reach into `features` runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = VGGish()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        _, taps = self.net.forward_intermediates(batch[0])
+        return sum(t.mean() for t in taps)
+
+
+def test_conv_bias_keeps_the_biases_a_called_feature_extraction_method_reads():
+    plan = plan_conv_bias_removal(_Distiller())
+    assert not plan.pairs, plan.pairs
+    assert all("accessed directly" in plan.skipped[f"net.{c}"] for c in ("features.0", "features.4")), plan.skipped
 
 
 def test_clipping_for_a_gan_is_skipped_before_the_trainer_exists():

@@ -6,7 +6,10 @@
 - ``forward_features`` may hand ``self.features`` to a checkpointing helper instead of calling it;
 - ``init_weights`` walks ``self.modules()`` and reads ``m.bias``;
 - ``feature_info`` and ``group_matcher`` name layers of ``features`` in strings (``"features.4"``,
-  ``r"^features\.(\d+)"``) for feature extraction and layer-wise learning rates.
+  ``r"^features\.(\d+)"``) for feature extraction and layer-wise learning rates;
+- ``forward_intermediates`` and ``prune_intermediate_layers`` (feature-extraction APIs that a plain
+  training step never calls) slice ``self.features`` and call its layers one by one: that reach into
+  ``features`` is what kept every bias of the real ``vgg11_bn``.
 """
 
 from __future__ import annotations
@@ -73,6 +76,23 @@ class VGGish(nn.Module):
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
         """Parameter groups by layer (the stem, then each block), as regular expressions over names."""
         return {"stem": r"^features\.0", "blocks": r"^features\.(\d+)"}
+
+    def forward_intermediates(self, x: torch.Tensor, stop_at: int = -1) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The output of each stage (before its max-pool) beside the final features."""
+        ends = [int(str(info["module"]).split(".")[1]) for info in self.feature_info]
+        layers = self.features if stop_at < 0 else self.features[: ends[stop_at] + 1]
+        taps = []
+        for i, layer in enumerate(layers):
+            x = layer(x)
+            if i in ends:
+                taps.append(x)
+        return x, taps
+
+    def prune_intermediate_layers(self, keep: int) -> None:
+        """Drop the layers after stage ``keep`` and the head (a backbone for a detector)."""
+        end = int(str(self.feature_info[keep]["module"]).split(".")[1])
+        self.features = self.features[: end + 1]
+        self.pre_logits, self.head = nn.Identity(), nn.Identity()  # type: ignore[assignment]
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         if self.grad_checkpointing and torch.is_grad_enabled():
