@@ -8,11 +8,22 @@ by repeat (the same Student's t on log ratios that bench uses).
 
     python benchmarks/fit_check.py --base "--config benchmarks/fmnist.yaml" \
         --pick "--config benchmarks/fmnist.yaml --config fast" --steps 30 120 --repeats 3 --threads 1
+
+With ``--to-target val_acc=0.85`` it checks a time-to-target claim instead: each config is trained by
+``fit`` with Lightning's ``EarlyStopping(stopping_threshold=...)`` (validation every ``--every``
+batches, seed = repeat, as bench's seeds), and the whole process is timed; :class:`StopReport` writes
+the optimizer steps at the stop and the seconds spent in validation, so the figure is given both as
+whole-process wall time and without validation (bench's time to target excludes validation, includes
+nothing of the start-up).
+
+    python benchmarks/fit_check.py --to-target val_acc=0.85 --every 50 --base "--config benchmarks/fmnist.yaml" \
+        --pick "--config benchmarks/fmnist.yaml --config fast --config converge" --repeats 3 --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -20,7 +31,100 @@ import sys
 import tempfile
 import time
 
+from lightning.pytorch.callbacks import Callback
+
 from lightning_speedups.bench.stats import ratio_interval
+
+
+class StopReport(Callback):
+    """Writes ``{"steps", "validation_s", "metrics"}`` at the end of fit to ``$FIT_CHECK_REPORT``."""
+
+    def __init__(self) -> None:
+        self.validation_s = 0.0
+        self._t = 0.0
+
+    def on_validation_start(self, trainer, pl_module) -> None:  # type: ignore[no-untyped-def]
+        self._t = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:  # type: ignore[no-untyped-def]
+        self.validation_s += time.perf_counter() - self._t
+
+    def on_fit_end(self, trainer, pl_module) -> None:  # type: ignore[no-untyped-def]
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        with open(os.environ["FIT_CHECK_REPORT"], "w", encoding="utf-8") as fh:
+            json.dump({"steps": trainer.global_step, "validation_s": self.validation_s, "metrics": metrics}, fh)
+
+
+def fit_to_target(args: list[str], metric: str, value: float, every: int, seed: int, threads: int) -> dict:
+    """One ``fit`` until ``metric`` reaches ``value`` (EarlyStopping), timed whole; its StopReport."""
+    root = tempfile.mkdtemp(prefix="fit_check_")
+    report = os.path.join(root, "report.json")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.getcwd(), FIT_CHECK_REPORT=report)
+    mode = "min" if "loss" in metric else "max"
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightning_speedups",
+        "fit",
+        *args,
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        "--trainer.num_sanity_val_steps=0",
+        f"--trainer.val_check_interval={every}",
+        "--trainer.check_val_every_n_epoch=null",
+        f"--trainer.default_root_dir={root}",
+        f"--seed_everything={seed}",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
+        f"--trainer.callbacks.monitor={metric}",
+        f"--trainer.callbacks.mode={mode}",
+        f"--trainer.callbacks.stopping_threshold={value}",
+        "--trainer.callbacks.patience=100000",
+        "--trainer.callbacks+=benchmarks.fit_check.StopReport",
+    ]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    with open(report, encoding="utf-8") as fh:
+        out = json.load(fh)
+    out["wall_s"] = wall
+    out["reached"] = (
+        (out["metrics"].get(metric, float("nan")) >= value)
+        if mode == "max"
+        else (out["metrics"].get(metric, float("nan")) <= value)
+    )
+    return out
+
+
+def _interval(ratios: list[float]) -> str:
+    g, lo, hi = ratio_interval(ratios)
+    ci = f" [{lo:.2f}-{hi:.2f}]" if lo is not None else ""
+    return f"{g:.2f}x{ci} (paired ratios {', '.join(f'{x:.2f}' for x in ratios)})"
+
+
+def check_target(a: argparse.Namespace) -> None:
+    metric, value = a.to_target.split("=", 1)
+    runs: dict[str, list[dict]] = {"base": [], "pick": []}
+    for r in range(a.repeats):
+        order = ("base", "pick") if r % 2 == 0 else ("pick", "base")
+        for name in order:
+            out = fit_to_target(shlex.split(getattr(a, name)), metric, float(value), a.every, r, a.threads)
+            runs[name].append(out)
+            print(
+                f"repeat {r + 1} (seed {r}) {name}: {out['wall_s']:.1f} s whole, {out['validation_s']:.1f} s of it"
+                f" validating, stopped at step {out['steps']} with {metric}={out['metrics'].get(metric, float('nan')):.4f}"
+                + ("" if out["reached"] else " (MISSED)"),
+                flush=True,
+            )
+    whole = [b["wall_s"] / q["wall_s"] for b, q in zip(runs["base"], runs["pick"])]
+    train = [
+        (b["wall_s"] - b["validation_s"]) / (q["wall_s"] - q["validation_s"])
+        for b, q in zip(runs["base"], runs["pick"])
+    ]
+    print(f"time-to-target speed-up of the pick, whole fit process: {_interval(whole)}")
+    print(f"time-to-target speed-up of the pick, validation excluded: {_interval(train)}")
+
 
 COMMON = [
     "--trainer.logger=false",
@@ -58,9 +162,14 @@ def main() -> None:
     p.add_argument("--steps", type=int, nargs=2, default=(30, 120))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--to-target", default=None, metavar="METRIC=VALUE", help="check a time-to-target claim")
+    p.add_argument("--every", type=int, default=50, help="--to-target: batches between validations")
     a = p.parse_args()
+    if a.to_target:
+        check_target(a)
+        return
     n1, n2 = a.steps
-    step = {"base": [], "pick": []}
+    step: dict[str, list[float]] = {"base": [], "pick": []}
     for r in range(a.repeats):
         order = ("base", "pick") if r % 2 == 0 else ("pick", "base")
         for name in order:
