@@ -105,6 +105,20 @@ class TinyTransformer(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
+def nested_speedups(overrides):
+    """The ``speedups:`` section a bench run reports: every default, ``overrides`` (dotted keys) on top, nested."""
+    section = dict(speedups_defaults())
+    section.update(overrides)
+    out: dict = {}
+    for k, val in section.items():
+        node = out
+        *head, last = k.split(".")
+        for h in head:
+            node = node.setdefault(h, {})
+        node[last] = val
+    return out
+
+
 class FakeLauncher:
     """A bench launcher that returns made-up samples/s by variant name (``baseline`` for every baseline)
     and records the order of the runs; its ``clock`` advances ``wall`` seconds a run. A rate may be a
@@ -135,15 +149,6 @@ class FakeLauncher:
         if isinstance(rate, (list, tuple)):  # one figure per repeat, in the order the runs come
             rate = rate[(self.calls.count(v) - 1) % len(rate)]
         overrides = spec["speedups_overrides"]
-        section = dict(speedups_defaults())
-        section.update(overrides)
-        nested: dict = {}
-        for k, val in section.items():
-            node = nested
-            *head, last = k.split(".")
-            for h in head:
-                node = node.setdefault(h, {})
-            node[last] = val
         return {
             "status": "ok",
             "samples_per_s": rate,
@@ -154,6 +159,6 @@ class FakeLauncher:
             "warmup_excess_s": 0.2,
             "train_mem_bytes": self.mems.get(key, 1000 if "precision" not in overrides else 500),
             "loss": self.losses.get(key, 2.0),
-            "speedups": nested,
+            "speedups": nested_speedups(overrides),
             "wall_s": self.wall,
         }

@@ -9,9 +9,9 @@ import struct
 import numpy as np
 import pytest
 import yaml
+from helpers import nested_speedups
 
 from lightning_speedups.bench import Bench, BenchError, BenchOptions
-from lightning_speedups.bench.args import speedups_defaults
 from lightning_speedups.bench.report import markdown, summary_lines, write_preset
 from lightning_speedups.bench.stats import VariantSummary, pick_verdict, ratio_interval
 from lightning_speedups.bench.target import Target, TargetProbe, parse_target
@@ -24,19 +24,6 @@ TINY_CNN = ["--model=helpers.TinyCNN"]
 @pytest.fixture(autouse=True)
 def _bench_dir(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-
-
-def _nested(overrides):
-    section = dict(speedups_defaults())
-    section.update(overrides)
-    out: dict = {}
-    for k, val in section.items():
-        node = out
-        *head, last = k.split(".")
-        for h in head:
-            node = node.setdefault(h, {})
-        node[last] = val
-    return out
 
 
 class FakeLauncher:
@@ -59,7 +46,7 @@ class FakeLauncher:
         self.now += 1.0
         key = "baseline" if v.startswith("baseline") else v
         value = self.figures.get(key, self.figures["baseline"])[repeat]
-        out = {"status": "ok", "speedups": _nested(spec["speedups_overrides"]), "wall_s": 1.0, "loss": 2.0}
+        out = {"status": "ok", "speedups": nested_speedups(spec["speedups_overrides"]), "wall_s": 1.0, "loss": 2.0}
         if self.target:
             out.update(
                 reached=value is not None,

@@ -17,6 +17,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from fsdp_manual_worker import dqn, gan
+from helpers import quiet_trainer
 from launch import HERE, run_workers
 from torch import nn
 
@@ -127,15 +128,7 @@ class _Buffers(pl.LightningModule):
 def test_buffers_outside_the_fsdp_roots_stay_registered_and_used():
     model = _Buffers()
     p = preset("fsdp")
-    trainer = pl.Trainer(
-        **p.trainer_kwargs(accelerator="cpu"),
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        callbacks=p.callbacks(),
-    )
+    trainer = quiet_trainer(**p.trainer_kwargs(accelerator="cpu"), max_epochs=1, callbacks=p.callbacks())
     trainer.fit(model)
     assert float(model.seen) == 2
     keys = set(model.state_dict())
@@ -145,15 +138,7 @@ def test_buffers_outside_the_fsdp_roots_stay_registered_and_used():
 def test_a_model_that_cannot_be_sharded_per_sub_module_is_refused_before_training():
     model = _OwnParameter()
     p = preset("fsdp")
-    trainer = pl.Trainer(
-        **p.trainer_kwargs(accelerator="cpu"),
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        callbacks=p.callbacks(),
-    )
+    trainer = quiet_trainer(**p.trainer_kwargs(accelerator="cpu"), max_epochs=1, callbacks=p.callbacks())
     with pytest.raises(ValueError, match=r"speedups\.fsdp: .*parameters of its own \(temperature\).*Fix: "):
         trainer.fit(model)
     assert model.steps == 0
