@@ -57,24 +57,10 @@ class StopReport(Callback):
 
 def fit_to_target(args: list[str], metric: str, value: float, every: int, seed: int, threads: int) -> dict:
     """One ``fit`` until ``metric`` reaches ``value`` (EarlyStopping), timed whole; its StopReport."""
-    root = tempfile.mkdtemp(prefix="fit_check_")
-    report = os.path.join(root, "report.json")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.getcwd(), FIT_CHECK_REPORT=report)
     mode = "min" if "loss" in metric else "max"
-    cmd = [
-        sys.executable,
-        "-m",
-        "lightning_speedups",
-        "fit",
-        *args,
-        "--trainer.logger=false",
-        "--trainer.enable_checkpointing=false",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
-        "--trainer.num_sanity_val_steps=0",
+    extra = [
         f"--trainer.val_check_interval={every}",
         "--trainer.check_val_every_n_epoch=null",
-        f"--trainer.default_root_dir={root}",
         f"--seed_everything={seed}",
         "--trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
         f"--trainer.callbacks.monitor={metric}",
@@ -83,10 +69,8 @@ def fit_to_target(args: list[str], metric: str, value: float, every: int, seed: 
         "--trainer.callbacks.patience=100000",
         "--trainer.callbacks+=benchmarks.fit_check.StopReport",
     ]
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
-    with open(report, encoding="utf-8") as fh:
+    wall, root = run_fit(args, extra, threads, report=True)
+    with open(os.path.join(root, "report.json"), encoding="utf-8") as fh:
         out = json.load(fh)
     out["wall_s"] = wall
     out["reached"] = (
@@ -126,33 +110,34 @@ def check_target(a: argparse.Namespace) -> None:
     print(f"time-to-target speed-up of the pick, validation excluded: {_interval(train)}")
 
 
-COMMON = [
+#: every fit of the check: silent, nothing written but the saved config
+QUIET = [
     "--trainer.logger=false",
     "--trainer.enable_checkpointing=false",
     "--trainer.enable_progress_bar=false",
-    "--trainer.limit_val_batches=0",
     "--trainer.num_sanity_val_steps=0",
-    "--trainer.max_epochs=-1",
     "--trainer.enable_model_summary=false",
 ]
 
 
-def timed_fit(args: list[str], steps: int, threads: int) -> float:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.getcwd())
+def run_fit(args: list[str], extra: list[str], threads: int, report: bool = False) -> tuple[float, str]:
+    """``python -m lightning_speedups fit ARGS QUIET EXTRA`` in a root of its own, timed whole; (seconds, root).
+
+    With ``report``, :class:`StopReport` writes ``report.json`` into the root."""
     root = tempfile.mkdtemp(prefix="fit_check_")  # fit's SaveConfigCallback refuses an existing config.yaml
-    cmd = [
-        sys.executable,
-        "-m",
-        "lightning_speedups",
-        "fit",
-        *args,
-        *COMMON,
-        f"--trainer.max_steps={steps}",
-        f"--trainer.default_root_dir={root}",
-    ]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.getcwd())
+    if report:
+        env["FIT_CHECK_REPORT"] = os.path.join(root, "report.json")
+    cmd = [sys.executable, "-m", "lightning_speedups", "fit", *args, *QUIET, *extra]
+    cmd.append(f"--trainer.default_root_dir={root}")
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, root
+
+
+def timed_fit(args: list[str], steps: int, threads: int) -> float:
+    extra = ["--trainer.limit_val_batches=0", "--trainer.max_epochs=-1", f"--trainer.max_steps={steps}"]
+    return run_fit(args, extra, threads)[0]
 
 
 def main() -> None:
@@ -181,9 +166,7 @@ def main() -> None:
                 flush=True,
             )
     ratios = [b / q for b, q in zip(step["base"], step["pick"])]
-    g, lo, hi = ratio_interval(ratios)
-    ci = f" [{lo:.2f}-{hi:.2f}]" if lo is not None else ""
-    print(f"steady-state speed-up of the pick: {g:.2f}x{ci} (paired ratios {', '.join(f'{x:.2f}' for x in ratios)})")
+    print(f"steady-state speed-up of the pick: {_interval(ratios)}")
 
 
 if __name__ == "__main__":
