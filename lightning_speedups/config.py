@@ -31,7 +31,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning_speedups.advisor import SpeedAdvisor
 from lightning_speedups.callbacks import AutomaticOptimizationFlags, SpeedupsSummary
 from lightning_speedups.tips import TIPS
-from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting
+from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting, SettingError
 from lightning_speedups.tips.t01_lr_schedule import ScheduleSettings
 from lightning_speedups.tips.t02_loader_workers import LoaderSettings
 from lightning_speedups.tips.t04_max_batch import LargestBatchSettings
@@ -119,6 +119,12 @@ class SpeedupsBase:
         def __init__(self, **settings: Any) -> None: ...
 
         def __getattr__(self, name: str) -> Any: ...
+
+    def __post_init__(self) -> None:
+        """Refuse a value out of the range its record declares, before any work (one line: key, value, fix)."""
+        problems = [p for _, s in all_settings() for p in s.problems(self.setting_value(s.path))]
+        if problems:
+            raise SettingError("; ".join(problems))
 
     def setting_value(self, path: str) -> Any:
         """The value of a dotted key (``"monitors.sync_guard"``)."""

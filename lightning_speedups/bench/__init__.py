@@ -19,6 +19,7 @@ from lightning_speedups.bench.args import (
     reset_args,
     speedups_defaults,
     trainer_overrides,
+    user_speedups,
     user_speedups_keys,
     variant_args,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "run_bench",
     "speedups_defaults",
     "trainer_overrides",
+    "user_speedups",
     "user_speedups_keys",
     "variant_args",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "reset_args",
     "speedups_defaults",
     "trainer_overrides",
+    "user_speedups",
     "user_speedups_keys",
     "variant_args",
 ]
@@ -68,16 +69,20 @@ def speedups_defaults() -> dict[str, Any]:
     return flatten(dataclasses.asdict(cast("DataclassInstance", Speedups())))
 
 
-def user_speedups_keys(args: Sequence[str]) -> list[str]:
-    """The ``speedups`` keys the user's configs and command-line arguments set (dotted, no prefix)."""
-    keys: list[str] = []
+def user_speedups(args: Sequence[str]) -> dict[str, Any]:
+    """The ``speedups`` keys the user's configs and command-line arguments set (dotted, no prefix), with
+    the value each last set (a later config or argument wins, as in the parser; a group key set whole on
+    the command line is listed leaf by leaf with the value ``None``, its leaves not being read here)."""
+    out: dict[str, Any] = {}
     defaults = speedups_defaults()
 
-    def add(key: str) -> None:
-        matches = [k for k in defaults if k == key or k.startswith(key + ".")]
-        for k in matches or [key]:
-            if k not in keys:
-                keys.append(k)
+    def add(key: str, value: Any) -> None:
+        matches = [k for k in defaults if k.startswith(key + ".")]
+        if matches:
+            for k in matches:
+                out[k] = value.get(k[len(key) + 1 :]) if isinstance(value, dict) else None
+        else:
+            out[key] = value
 
     args = list(args)
     for i, arg in enumerate(args):
@@ -87,7 +92,12 @@ def user_speedups_keys(args: Sequence[str]) -> list[str]:
         elif arg.startswith("--config="):
             path = arg.split("=", 1)[1]
         elif arg.startswith("--speedups."):
-            add(arg[len("--speedups.") :].split("=", 1)[0])
+            key, _, text = arg[len("--speedups.") :].partition("=")
+            try:
+                value = yaml.safe_load(text) if text else None
+            except yaml.YAMLError:
+                value = text
+            add(key, flatten(value) if isinstance(value, dict) else value)
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as fh:
@@ -96,9 +106,14 @@ def user_speedups_keys(args: Sequence[str]) -> list[str]:
                 continue
             section = data.get("speedups") if isinstance(data, dict) else None
             if isinstance(section, dict):
-                for key in flatten(section):
-                    add(key)
-    return keys
+                for key, value in flatten(section).items():
+                    add(key, value)
+    return out
+
+
+def user_speedups_keys(args: Sequence[str]) -> list[str]:
+    """The ``speedups`` keys the user's configs and command-line arguments set (dotted, no prefix)."""
+    return list(user_speedups(args))
 
 
 def reset_args(keys: Sequence[str]) -> list[str]:

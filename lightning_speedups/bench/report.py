@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 import time
 from typing import Any, Optional
 
-from lightning_speedups.bench.args import flatten, speedups_defaults
+from lightning_speedups.bench.args import flatten, preset_speedups, speedups_defaults
 from lightning_speedups.bench.results import MEMORY_FIGURE, BenchResult, VariantRecord
 
 MiB = 2**20
@@ -329,24 +330,54 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def decided_speedups(record: VariantRecord) -> dict[str, Any]:
+    """The ``speedups`` keys a variant decides (dotted): what its presets set, then its own overrides.
+
+    The user's other keys are not the variant's decision: a preset written from it leaves them out, so
+    that ``--config yours.yaml --config picked.yaml`` keeps them as the user's config sets them."""
+    out: dict[str, Any] = {}
+    for section in preset_speedups(record.variant):
+        out.update(flatten(section))
+    out.update(record.variant.overrides)
+    out.pop("summary", None)
+    return out
+
+
+def _replaced(result: BenchResult, decided: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{key: (the user's value, bench's value)}`` for the user's keys the pick sets to another value."""
+    return {
+        k: (result.user_speedups.get(k), v)
+        for k, v in decided.items()
+        if k in result.user_speedups_keys and result.user_speedups.get(k) != v
+    }
+
+
 def preset_dict(result: BenchResult, record: Optional[VariantRecord] = None) -> dict[str, Any]:
-    """The ``speedups:`` section of a variant, as a preset that composes after the user's config:
-    every key the variant sets away from the default, plus every key the user's config set (so that
-    ``--config yours.yaml --config picked.yaml`` runs exactly the variant)."""
+    """The ``speedups:`` section bench decided, as a preset that composes after the user's config.
+
+    Only the keys the picked variant sets (its presets' and its own, see :func:`decided_speedups`) are
+    written, and of those only the ones that change something (away from the default, or away from the
+    user's value): ``fit --config yours.yaml --config picked.yaml`` is the user's config plus the pick."""
     record = record or result.pick
     if record is None:
         raise ValueError("no variant to write: the bench ran nothing.")
-    section = next((r.get("speedups") for r in record.runs if r.get("status") == "ok" and r.get("speedups")), None)
-    if section is None:
+    if record.variant.kind not in ("baseline", "yours") and not any(r.get("status") == "ok" for r in record.runs):
         raise ValueError(f"variant {record.variant.name!r} has no completed run to take its settings from.")
     defaults = speedups_defaults()
-    flat = flatten(section)
-    keep = {k: v for k, v in flat.items() if k in result.user_speedups_keys or defaults.get(k, object()) != v}
+    decided = decided_speedups(record) if record.variant.kind not in ("baseline", "yours") else {}
+    keep = {
+        k: v
+        for k, v in decided.items()
+        if defaults.get(k, object()) != v or (k in result.user_speedups_keys and result.user_speedups.get(k) != v)
+    }
     return {"speedups": _nest(keep)}
 
 
 def write_preset(result: BenchResult, path: str, record: Optional[VariantRecord] = None) -> str:
-    """Write the picked (or given) variant as a YAML preset that ``fit --config`` accepts; returns the path."""
+    """Write the picked (or given) variant as a YAML preset that ``fit --config`` accepts; returns the path.
+
+    Its header says what bench measured, which of the user's own keys the pick sets to another value
+    (and to what), and that the user's other keys are left as their config sets them."""
     import yaml
 
     record = record or result.pick
@@ -360,12 +391,34 @@ def write_preset(result: BenchResult, path: str, record: Optional[VariantRecord]
         f"# that passed the sanity check on this setup: {record.variant.name} ({figure}, {result.info.device},",
         f"# {result.meta.get('cpu') or result.meta.get('gpu') or 'this machine'}).",
         "# Use: python -m lightning_speedups fit --config YOUR.yaml --config THIS.yaml",
+        "# Only what bench decided is here; every other setting stays as YOUR.yaml has it.",
     ]
-    if not data["speedups"]:
+    written = flatten(data["speedups"])
+    replaced = _replaced(result, written)
+    for key, (mine, theirs) in replaced.items():
+        header.append(
+            f"# speedups.{key}: bench's pick sets {_yaml_value(theirs)} in place of your {_yaml_value(mine)}"
+            f" (measured with {record.variant.name}); delete that key below to keep yours."
+        )
+    kept = [k for k in result.user_speedups_keys if k not in written and k != "summary"]
+    if kept:
+        how = (
+            " (bench timed every variant with them off: --baseline reset; --baseline yours times each tip on top of them)"
+            if result.options.baseline == "reset"
+            else ""
+        )
+        text = f"Yours, not judged here and left as you set them: {', '.join(kept)}{how}."
+        header += ["# " + line for line in textwrap.wrap(text, 100, break_on_hyphens=False)]
+    if record.variant.kind == "yours":
+        header.append("# Your config's own speedups section was fastest: nothing to change.")
+    elif not data["speedups"]:
         header.append("# The baseline was fastest: nothing to turn on.")
-        data["speedups"] = {"summary": True}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(header) + "\n")
         yaml.safe_dump(data, fh, sort_keys=False, default_flow_style=False)
     return path
+
+
+def _yaml_value(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value

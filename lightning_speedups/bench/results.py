@@ -53,6 +53,8 @@ class BenchResult:
     target: Any = None
     #: the A/A pair's distance from 1.0 (``None``: not measured)
     noise: Optional[float] = None
+    #: the values the user's configs and arguments set for those keys (dotted)
+    user_speedups: dict[str, Any] = field(default_factory=dict)
 
     def noise_record(self) -> Optional[VariantRecord]:
         return next((r for r in self.records if r.variant.kind == "aa"), None)

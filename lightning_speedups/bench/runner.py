@@ -40,7 +40,7 @@ from lightning_speedups.bench.args import (
     preset_speedups,
     reset_args,
     trainer_overrides,
-    user_speedups_keys,
+    user_speedups,
     variant_args,
 )
 from lightning_speedups.bench.launcher import Launcher
@@ -155,7 +155,8 @@ class Bench:
             self._own_tmp = self.root
         os.makedirs(self.root, exist_ok=True)
         self.trainer_overrides = trainer_overrides(o, self.device, os.path.join(self.root, "trainer"))
-        self.user_keys = user_speedups_keys(o.args)
+        self.user_values = user_speedups(o.args)
+        self.user_keys = list(self.user_values)
         # baseline "yours": the config as given is the baseline, each variant adds its tip on top
         self.reset = reset_args(self.user_keys) if o.baseline == "reset" else []
         model = self._build_once()
@@ -492,6 +493,7 @@ class Bench:
             noise=self.noise() if self.options.noise_pair else None,
             notes=self.notes,
             user_speedups_keys=self.user_keys,
+            user_speedups=self.user_values,
         )
 
     def cleanup(self) -> None:

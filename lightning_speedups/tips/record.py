@@ -36,6 +36,65 @@ Placed = tuple[int, "Callback"]
 Note = tuple[str, bool, str]
 
 
+class SettingError(ValueError):
+    """A ``speedups:`` value out of its declared range: the message names the key, the value and the fix."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The range of a number setting (``None``, a string such as ``auto`` and booleans are not numbers
+    and pass). Declared on a :class:`Setting` (``bounds=``) or on a group field (:func:`bounded`).
+
+    Example:
+        >>> Bounds(gt=0).problem(-1.0)
+        'must be > 0'
+        >>> Bounds(ge=0, lt=1).problem(0.5) is None
+        True
+    """
+
+    gt: Optional[float] = None
+    ge: Optional[float] = None
+    lt: Optional[float] = None
+    le: Optional[float] = None
+
+    def problem(self, value: Any) -> Optional[str]:
+        """What is wrong with ``value``, or with any number of a list (``None``: nothing)."""
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if v != v or not (
+                (self.gt is None or v > self.gt)
+                and (self.ge is None or v >= self.ge)
+                and (self.lt is None or v < self.lt)
+                and (self.le is None or v <= self.le)
+            ):
+                return f"must be {self.text()}"
+        return None
+
+    def text(self) -> str:
+        """``"> 0 and <= 1"``."""
+        limits = ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
+        return " and ".join(f"{sign} {limit:g}" for sign, limit in limits if limit is not None)
+
+
+def bounded(default: Any = None, *, factory: Optional[Callable[[], Any]] = None, **limits: float) -> Any:
+    """A group dataclass field whose numbers must lie in a range (:class:`Bounds` keywords: ``gt``, ``ge``,
+    ``lt``, ``le``); the ``speedups:`` section checks it when it is built.
+
+    Example:
+        >>> from dataclasses import dataclass, fields
+        >>> @dataclass
+        ... class S:
+        ...     steps: int = bounded(10, ge=1)
+        >>> fields(S)[0].metadata["bounds"].problem(0)
+        'must be >= 1'
+    """
+    meta = {"bounds": Bounds(**limits)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
 class Setting:
     """One ``speedups:`` key owned by a tip.
@@ -49,6 +108,9 @@ class Setting:
         doc: one line for ``--help`` and the README.
         on: whether a value turns the part on (default: it differs from the default). The name of
             an active part is the setting's ``path``.
+        bounds: the range of a number setting (a group's fields declare theirs with :func:`bounded`).
+        validate: ``validate(value) -> problem or None`` for relations within the value (a group's
+            fields that must agree); the problem names the fix.
     """
 
     path: str
@@ -57,6 +119,8 @@ class Setting:
     factory: Optional[Callable[[], Any]] = None
     doc: str = ""
     on: Optional[Callable[[Any], bool]] = None
+    bounds: Optional[Bounds] = None
+    validate: Optional[Callable[[Any], Optional[str]]] = None
 
     def default_value(self) -> Any:
         return self.factory() if self.factory is not None else self.default
@@ -70,6 +134,29 @@ class Setting:
         if self.factory is not None:
             return field(default_factory=self.factory)
         return field(default=self.default)
+
+    def problems(self, value: Any) -> list[str]:
+        """Every problem of ``value`` (``speedups.<key>: <value> <what is wrong>; fix: ...``), from its
+        bounds, its group's field bounds and its ``validate``."""
+        import dataclasses
+
+        out: list[str] = []
+
+        def fix(key: str, bounds: Bounds) -> str:
+            return f"fix: set speedups.{key} to a value {bounds.text()}, or leave it out for the default"
+
+        if self.bounds is not None and (why := self.bounds.problem(value)):
+            out.append(f"speedups.{self.path}: {value!r} {why}; {fix(self.path, self.bounds)}")
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                bounds = f.metadata.get("bounds")
+                v = getattr(value, f.name)
+                if bounds is not None and (why := bounds.problem(v)):
+                    key = f"{self.path}.{f.name}"
+                    out.append(f"speedups.{key}: {v!r} {why}; {fix(key, bounds)}")
+        if not out and self.validate is not None and (why := self.validate(value)):
+            out.append(f"speedups.{self.path}: {why}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -319,12 +406,15 @@ __all__ = [
     "AUTOMATIC_ONLY",
     "KINDS",
     "BenchVariant",
+    "Bounds",
     "BuildContext",
     "Deferred",
     "Note",
     "Placed",
     "Setting",
+    "SettingError",
     "SuiteCase",
     "Tip",
+    "bounded",
     "manual_refusal",
 ]

@@ -20,7 +20,7 @@ from typing import Any, Literal, Optional, Union
 from lightning_speedups.callbacks import LRSchedule
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
 
 
 @dataclass
@@ -30,18 +30,18 @@ class ScheduleSettings:
     name: Literal["off", "onecycle", "cyclic"] = "off"
     #: peak learning rate: a number, ``None`` (the optimizer's lr) or ``"auto"`` (an LR range test at the
     #: start of fit, Lightning's ``LearningRateFinder``, picks it; the chosen lr is printed)
-    max_lr: Union[float, Literal["auto"], None] = None
-    pct_start: float = 0.25
-    div_factor: float = 25.0
-    final_div_factor: float = 1e4
+    max_lr: Union[float, Literal["auto"], None] = bounded(None, gt=0)
+    pct_start: float = bounded(0.25, gt=0, lt=1)
+    div_factor: float = bounded(25.0, gt=0)
+    final_div_factor: float = bounded(1e4, gt=0)
     anneal_strategy: Literal["cos", "linear"] = "cos"
-    base_lr: Optional[float] = None
-    cycles: int = 2
+    base_lr: Optional[float] = bounded(None, gt=0)
+    cycles: int = bounded(2, ge=1)
     mode: Literal["triangular", "triangular2", "exp_range"] = "triangular"
     #: ``max_lr: auto``: optimizer steps of the range test (undone afterwards; its time counts)
-    range_test_steps: int = 100
+    range_test_steps: int = bounded(100, ge=10)
     #: share of the run's optimizer steps the schedule spans (a one-cycle then holds its final lr)
-    horizon: float = 1.0
+    horizon: float = bounded(1.0, gt=0, le=1)
 
 
 def check(facts: Facts) -> Finding:

@@ -22,7 +22,7 @@ from lightning_speedups.callbacks import DataWaitMonitor, LoaderTuning
 from lightning_speedups.functional import auto_num_workers
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import loader_label, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
 
 
 @dataclass
@@ -37,10 +37,10 @@ class LoaderSettings:
         prefetch_factor: batches loaded ahead by each worker (only with workers).
     """
 
-    num_workers: Union[int, Literal["auto"], None] = None
+    num_workers: Union[int, Literal["auto"], None] = bounded(None, ge=0)
     pin_memory: Union[bool, Literal["auto"], None] = None
     persistent_workers: Union[bool, Literal["auto"], None] = None
-    prefetch_factor: Optional[int] = None
+    prefetch_factor: Optional[int] = bounded(None, ge=1)
 
     def enabled(self) -> bool:
         return any(v is not None for v in dataclasses.astuple(self))

@@ -19,7 +19,7 @@ from lightning_speedups.callbacks import LargestBatch
 from lightning_speedups.functional import find_largest_batch_size
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
 
 
 @dataclass
@@ -29,13 +29,13 @@ class LargestBatchSettings:
 
     enabled: bool = False
     memory_budget: Union[int, float, str, None] = None
-    multiple: int = 8
+    multiple: int = bounded(8, ge=1)
     lr_rule: Literal["linear", "sqrt", "off"] = "linear"
-    base_batch_size: Optional[int] = None
+    base_batch_size: Optional[int] = bounded(None, ge=1)
     keep_effective_batch: bool = False
-    max_batch_size: Optional[int] = None
-    margin: float = 0.1
-    batch_size: Optional[int] = None
+    max_batch_size: Optional[int] = bounded(None, ge=1)
+    margin: float = bounded(0.1, ge=0, lt=1)
+    batch_size: Optional[int] = bounded(None, ge=1)
 
 
 def check(facts: Facts) -> Finding:

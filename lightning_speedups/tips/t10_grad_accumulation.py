@@ -18,7 +18,7 @@ from typing import Any, Optional
 from lightning_speedups.callbacks import EffectiveBatchSize
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import plural
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import Bounds, BuildContext, Placed, Setting, SuiteCase, Tip
 
 _BATCHNORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
 
@@ -80,6 +80,7 @@ TIP = Tip(
             Optional[int],
             None,
             doc="T10. Sets ``accumulate_grad_batches`` to reach this many samples per optimizer step.",
+            bounds=Bounds(ge=1),
         ),
     ),
     callbacks=callbacks,

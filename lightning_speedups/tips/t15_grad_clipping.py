@@ -19,7 +19,7 @@ from lightning_speedups.callbacks import AdaptiveGradientClipping
 from lightning_speedups.functional import adaptive_clip_grad_
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
 
 
 @dataclass
@@ -30,8 +30,8 @@ class ClipSettings:
     ``agc`` (default 0.01)."""
 
     algorithm: Literal["off", "norm", "value", "agc"] = "off"
-    value: Optional[float] = None
-    agc_eps: float = 1e-3
+    value: Optional[float] = bounded(None, gt=0)
+    agc_eps: float = bounded(1e-3, gt=0)
     agc_exclude: Optional[list[str]] = field(default_factory=lambda: ["fc", "classifier", "head"])
 
 

@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 from lightning_speedups.callbacks import DeviceNormalize, InputStatsCheck
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes, missing_reason, plural
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip, bounded
 
 
 @dataclass
@@ -28,8 +28,18 @@ class DeviceNormalizeSettings:
     ``keys`` names the batch entries to convert (dict keys or positions); default: every uint8 image."""
 
     mean: list[float] = field(default_factory=list)
-    std: list[float] = field(default_factory=list)
+    std: list[float] = bounded(factory=list, gt=0)
     keys: Optional[list[Union[str, int]]] = None
+
+
+def _normalize_problem(s: DeviceNormalizeSettings) -> Optional[str]:
+    """mean and std: one number per channel each, both or neither."""
+    if len(s.mean) != len(s.std):
+        return (
+            f"mean has {len(s.mean)} value(s) and std {len(s.std)}; fix: give one mean and one std per channel"
+            " (e.g. mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]), or neither to turn it off"
+        )
+    return None
 
 
 def check(facts: Facts) -> Finding:
@@ -109,6 +119,7 @@ TIP = Tip(
             factory=DeviceNormalizeSettings,
             doc="T18. uint8 images normalised on the device after the transfer.",
             on=lambda v: bool(v.mean),
+            validate=_normalize_problem,
         ),
         Setting("monitors.input_stats", bool, False, doc="T18. Check that the inputs are normalised."),
     ),
