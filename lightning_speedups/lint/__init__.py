@@ -14,7 +14,7 @@ Example:
 from lightning_speedups.lint.command import main
 from lightning_speedups.lint.rules import RULES, rules_for_tip
 from lightning_speedups.lint.rules.base import Rule
-from lightning_speedups.lint.runner import Finding, LintResult, lint_paths, lint_source, select_rules
+from lightning_speedups.lint.runner import Finding, LintResult, lint_paths, lint_source, lint_sources, select_rules
 
 __all__ = [
     "RULES",
@@ -23,6 +23,7 @@ __all__ = [
     "Rule",
     "lint_paths",
     "lint_source",
+    "lint_sources",
     "main",
     "rules_for_tip",
     "select_rules",

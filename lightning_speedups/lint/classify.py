@@ -145,6 +145,8 @@ class Classifiers:
                 return self.is_tensor(func.value, depth + 1)
             return False
         if isinstance(node, ast.Attribute):
+            if node.attr == "grad" and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                return True  # p.grad: a parameter's gradient (a tensor wherever it is read)
             return node.attr in _TENSOR_ATTRS and self.is_tensor(node.value, depth + 1)
         if isinstance(node, ast.Subscript):
             return self.is_tensor(node.value, depth + 1)

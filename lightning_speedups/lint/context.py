@@ -31,6 +31,7 @@ from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for th
     terminal_name,
 )
 from lightning_speedups.lint.classify import Classifiers
+from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.where import Where
 
 # Fields of an ast node that hold no child node the rules need: strings, ints, the Load/Store
@@ -153,6 +154,8 @@ class FileContext(Classifiers, Where):
         self._self_attrs: dict[ast.ClassDef, tuple[dict[str, list[ast.AST]], set[str]]] = {}
         self._training_loop: dict[ast.AST, bool] = {}
         self._runs: dict[ast.AST, object] = {}
+        #: the :class:`~lightning_speedups.lint.graph.Project` of the run (callers in other files).
+        self.project: Optional[Project] = None
 
     # ------------------------------------------------------------------ names
     def imports_name(self, name: str) -> bool:
@@ -200,6 +203,13 @@ class FileContext(Classifiers, Where):
             if isinstance(anc, SCOPE_TYPES):
                 return anc
         return self.tree
+
+    def enclosing_function(self, node: ast.AST) -> Optional[ast.AST]:
+        """The innermost ``def`` around ``node`` (``None`` at module level)."""
+        for anc, _ in self.ancestors(node):
+            if isinstance(anc, DEF_TYPES):
+                return anc
+        return None
 
     def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]:
         for anc, _ in self.ancestors(node):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from lightning_speedups.lint.context import FileContext
+from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.rules import RULES, Rule
 from lightning_speedups.lint.rules.base import WARNING
 
@@ -43,6 +44,8 @@ class Finding:
     end_line: int = field(default=0, compare=False, repr=False)
     runs: str = field(default="per batch", compare=False)
     severity: str = field(default=WARNING, compare=False)
+    #: the source text that replaces lines ``line``..``end_line`` from ``col`` (a mechanical fix), or ``None``.
+    replacement: Optional[str] = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -135,14 +138,20 @@ def lint_tree(
     *,
     noqa: bool = True,
     include_tests: bool = False,
+    project: Optional[Project] = None,
 ) -> list[Finding]:
     """Run ``rules`` (default: all) on a parsed file.
 
     Test files (``test_*.py``, ``*_test.py``, ``conftest.py``, under ``tests/``) are not training
     runs: they get no findings, unless ``include_tests`` (the doctor lints the files that define the
-    user's model and data, wherever they live).
+    user's model and data, wherever they live). ``project`` holds the other files of the run: how
+    often a function runs is then decided over all of them (see ``graph.py``).
     """
-    ctx = FileContext(tree, path, source)
+    if project is not None and str(path) in project._files:
+        ctx = project.context(str(path))
+    else:
+        ctx = FileContext(tree, path, source)
+        (project or Project({str(path): (tree, source)})).adopt(ctx, str(path))
     if ctx.is_test_file and not include_tests:
         return []
     display = str(path)
@@ -153,6 +162,7 @@ def lint_tree(
             fix = hit[2] if len(hit) > 2 and hit[2] else rule.fix  # type: ignore[misc]
             runs = hit[3] if len(hit) > 3 else "per batch"  # type: ignore[misc]
             severity = hit[4] if len(hit) > 4 else WARNING  # type: ignore[misc]
+            replacement = hit[5] if len(hit) > 5 else None  # type: ignore[misc]
             found.add(
                 Finding(
                     code=rule.code,
@@ -165,6 +175,7 @@ def lint_tree(
                     end_line=getattr(node, "end_lineno", None) or node.lineno,  # type: ignore[attr-defined]
                     runs=runs,
                     severity=severity,
+                    replacement=replacement,
                 )
             )
     findings = sorted(found, key=lambda f: (f.line, f.col, f.code))
@@ -203,6 +214,33 @@ def lint_source(
         tree = ast.parse(source, filename=str(path))
         text = source
     return lint_tree(tree, text, path, select_rules(select, ignore), noqa=noqa)
+
+
+def lint_sources(
+    sources: dict[str, str],
+    *,
+    select: Optional[Iterable[str]] = None,
+    ignore: Optional[Iterable[str]] = None,
+    noqa: bool = True,
+) -> list[Finding]:
+    """Lint several source texts as one project (``{path: source}``): calls between them count.
+
+    Example:
+        >>> train = "import torch\nfrom meter import Meter\ndef fit(loader, net, opt):\n    m = Meter()\n    for x in loader:\n        loss = net(x).sum()\n        loss.backward()\n        opt.step()\n        m.update(loss)\n    torch.cuda.empty_cache()\n"
+        >>> meter = "class Meter:\n    def update(self, v):\n        self.total += v.item()\n"
+        >>> [(f.path, f.line, f.code) for f in lint_sources({"train.py": train, "meter.py": meter})]
+        [('meter.py', 3, 'LS206')]
+
+    Raises:
+        SyntaxError: a source does not parse.
+    """
+    rules = select_rules(select, ignore)
+    files = {path: (ast.parse(text, filename=path), text) for path, text in sources.items()}
+    project = Project(files)
+    out: list[Finding] = []
+    for path, (tree, text) in files.items():
+        out.extend(lint_tree(tree, text, path, triggered_rules(text, rules), noqa=noqa, project=project))
+    return out
 
 
 def iter_python_files(paths: Iterable[Union[str, os.PathLike]]) -> tuple[list[Path], list[str]]:
@@ -260,20 +298,16 @@ def lint_paths(
     rules = select_rules(select, ignore)
     files, errors = iter_python_files(paths)
     findings: list[Finding] = []
-    linted = 0
+    parsed: dict[str, tuple[ast.Module, str]] = {}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # ast trees hold no cycles: collecting while a large file parses only costs time
     try:
-        for path in files:
+        for path in files:  # every file is parsed: a syntax error is reported whatever the file holds
             try:
                 data = path.read_bytes()
                 text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
                 if "\x00" in text:
                     raise ValueError("source code string cannot contain null bytes")
-                chosen = triggered_rules(text, rules)
-                if not chosen:  # no selected rule can fire on this text: no need to parse it
-                    linted += 1
-                    continue
                 tree = ast.parse(data, filename=str(path))
             except SyntaxError as exc:
                 where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
@@ -282,9 +316,13 @@ def lint_paths(
             except (OSError, ValueError, UnicodeError) as exc:
                 errors.append(f"{path}: cannot read: {exc}")
                 continue
-            linted += 1
-            findings.extend(lint_tree(tree, text, path, chosen, include_tests=include_tests))
+            parsed[str(path)] = (tree, text)
+        project = Project(parsed)
+        for display, (tree, text) in parsed.items():
+            chosen = triggered_rules(text, rules)
+            if chosen:  # no selected rule can fire on this text: its context is built only if a caller needs it
+                findings.extend(lint_tree(tree, text, display, chosen, include_tests=include_tests, project=project))
     finally:
         if gc_was_enabled:
             gc.enable()
-    return LintResult(findings=findings, files=linted, errors=errors)
+    return LintResult(findings=findings, files=len(parsed), errors=errors)

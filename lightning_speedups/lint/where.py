@@ -27,7 +27,7 @@ Mixed into :class:`~lightning_speedups.lint.context.FileContext`. The answer for
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, terminal_name
@@ -55,6 +55,8 @@ _ONCE_NAMES = frozenset(
 _ONCE_PREFIXES = ("build_", "_build_", "setup_", "_setup_", "init_", "_init_", "create_model", "get_model", "load_")
 _EXIT_CALLS = frozenset({"exit", "quit", "_exit", "abort"})
 _LOADER_WORDS = ("loader", "batch", "dl")
+#: How many calls deep a line's frequency is followed (memoised per function, so this is cheap).
+_MAX_DEPTH = 24
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,14 @@ class Runs:
     how: str
     where: str
     training: bool = False
+    #: ``path:line`` of the call in another file through which this line runs per step ("" when the
+    #: file shows it by itself): LS206 reports syncs reached that way.
+    via: str = ""
+    #: the training loop that makes it per step lives in a file that never leaves the CPU.
+    root_cpu: bool = False
 
     def every_n(self) -> Runs:
-        return Runs(EVERY_N, self.where, self.training) if self.how in (PER_BATCH, PER_SAMPLE) else self
+        return replace(self, how=EVERY_N) if self.how in (PER_BATCH, PER_SAMPLE) else self
 
 
 def _text(node: Optional[ast.AST]) -> str:
@@ -293,7 +300,7 @@ class Where:
                     every_n = True
             if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):  # type: ignore[attr-defined]
                 if self.is_training_loop(anc):
-                    base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True)
+                    base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True, root_cpu=self.cpu_only)  # type: ignore[attr-defined]
                 elif self.is_epoch_loop(anc) or self._contains_training_loop(anc):
                     base = Runs(PER_EPOCH, f"a loop over epochs (line {anc.lineno})")
                 elif self.is_batch_loop(anc):
@@ -339,26 +346,43 @@ class Where:
         if "epoch" in name and (name.startswith("on_") or name.endswith(("_epoch_end", "_epoch_start"))):
             return Runs(PER_EPOCH, name)
         best: Optional[Runs] = None
-        if depth < 4:
+        cross = False
+        seen: set[ast.AST] = set()
+        if depth < _MAX_DEPTH:
             for call in self.call_sites.get(name, ()):
                 if self._helper(call) is not fn:
                     continue
+                seen.add(call)
                 r = self.runs(call, depth + 1)
                 if best is None or _ORDER.index(r.how) < _ORDER.index(best.how):
                     best = r
+            project = getattr(self, "project", None)
+            if project is not None:
+                for other, call in project.callers(self, fn):
+                    if call in seen:
+                        continue
+                    r = other.runs(call, depth + 1)
+                    if other is not self and r.how in (PER_BATCH, PER_SAMPLE, EVERY_N) and not r.via:
+                        r = replace(r, via=f"{other.path}:{call.lineno}")
+                    if best is None or _ORDER.index(r.how) < _ORDER.index(best.how):
+                        best, cross = r, other is not self
         if self.is_step_function(fn):
             if best is not None and best.how == PER_EPOCH:
                 # called once per epoch: full-batch training, where a step is an epoch
                 return Runs(PER_EPOCH, f"{name}() (one optimizer step per epoch)")
-            return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True)
+            return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True, root_cpu=self.cpu_only)  # type: ignore[attr-defined]
         if best is None:
             if "epoch" in name or self._runs_training_loop(fn):
                 return Runs(PER_EPOCH, f"{name}() (around a training loop)")
-            return Runs(UNKNOWN, f"{name}()")
+            files = len(getattr(self, "project", None) or ()) or 1
+            return Runs(UNKNOWN, f"{name}(): no call of it in the {files} file{'s' if files != 1 else ''} linted")
         if best.how in (PER_BATCH, PER_SAMPLE, EVERY_N):
-            return Runs(best.how, f"{name}() (called from {best.where})", best.training)
+            where = f"{best.where} in {best.via.rsplit(':', 1)[0]}" if cross else best.where
+            return replace(best, where=f"{name}() (called from {where})")
         if "epoch" in name and best.how in (ONCE, UNKNOWN):
             return Runs(PER_EPOCH, f"{name}()")
+        if best.how == UNKNOWN:
+            return Runs(UNKNOWN, f"{name}() (called only from {best.where})")
         return Runs(best.how, f"{name}()")
 
     def hot_context(self, node: ast.AST, step_methods: frozenset = STEP_METHODS) -> Optional[str]:
@@ -367,9 +391,16 @@ class Where:
         r = self.runs(node)
         if r.how != PER_BATCH or not r.training:
             return None
-        if r.where not in step_methods and self.cpu_only:  # type: ignore[attr-defined]
+        if r.root_cpu:
             return None  # a plain-PyTorch loop that never leaves the CPU: a "sync" costs nothing
         return r.where
+
+    def hot_runs(self, node: ast.AST) -> Optional[Runs]:
+        """Like :meth:`hot_context`, the whole :class:`Runs` (its ``via`` says which file makes it hot)."""
+        r = self.runs(node)
+        if r.how != PER_BATCH or not r.training or r.root_cpu:
+            return None
+        return r
 
     # ------------------------------------------------------------------ debugging code
     @property

@@ -84,7 +84,18 @@ def test_json_output(tree, capsys):
     assert data["files"] == 2
     assert data["errors"] == []
     assert [f["code"] for f in data["findings"]] == ["LS203", "LS301"]
-    assert set(data["findings"][0]) == {"code", "tip", "path", "line", "col", "message", "fix", "runs", "severity"}
+    assert set(data["findings"][0]) == {
+        "code",
+        "tip",
+        "path",
+        "line",
+        "col",
+        "message",
+        "fix",
+        "runs",
+        "severity",
+        "replacement",
+    }
     assert data["findings"][0]["line"] == 6 and data["findings"][0]["tip"] == "T20"
     assert data["findings"][0]["runs"] == "per batch" and data["findings"][0]["severity"] == "warning"
 
@@ -182,9 +193,15 @@ def test_info_findings_alone_exit_0(tmp_path, capsys):
     assert ":5:15: LS203 [T20] info (per epoch): " in out
 
 
-def test_files_no_rule_can_fire_on_are_not_parsed(tmp_path):
-    # no rule's trigger occurs in the text: the file is counted, not parsed (a syntax error there
-    # is left to the compiler and the other linters)
-    (tmp_path / "plain.py").write_text("def f(:\n    return 1\n")
+@pytest.mark.parametrize("text", ["def f(:\n    return 1\n", "x = 1\nclass C\n", "print('a'\n"])
+def test_a_file_that_does_not_parse_is_reported_whatever_it_holds(tmp_path, capsys, text):
+    # issue 19: a syntax error in a file without any rule's trigger word was "no findings", exit 0
+    bad = tmp_path / "plain.py"
+    bad.write_text(text)
+    (tmp_path / "ok.py").write_text("import torch\nm = torch.nn.DataParallel(net)\n")
     result = lint_paths([tmp_path])
-    assert result.files == 1 and result.errors == [] and result.findings == []
+    assert len(result.errors) == 1 and result.errors[0].startswith(f"{bad}:") and "cannot parse" in result.errors[0]
+    assert [f.code for f in result.findings] == ["LS301"]  # the other file is still linted
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"lint: error: {bad}:" in err

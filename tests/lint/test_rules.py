@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from lightning_speedups.lint import RULES, lint_source, rules_for_tip
+from lightning_speedups.lint import RULES, lint_source, lint_sources, rules_for_tip
 from lightning_speedups.lint.runner import _noqa_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.py.txt"))
+#: Several files linted together (calls between files count): one folder of ``*.py.txt`` each.
+PROJECT_FIXTURES = sorted(p for p in FIXTURES.iterdir() if p.is_dir())
 _EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>[A-Z0-9, ]+)$")
 
 
@@ -33,8 +35,31 @@ def lint_fixture(path: Path, **kwargs):
     return lint_source(path.read_text(), path=f"project/{path.name.removesuffix('.txt')}", **kwargs)
 
 
+def lint_project(folder: Path, **kwargs):
+    sources = {
+        f"project/{folder.name}/{p.name.removesuffix('.txt')}": p.read_text() for p in sorted(folder.glob("*.py.txt"))
+    }
+    return sources, lint_sources(sources, **kwargs)
+
+
 def test_fixtures_exist():
     assert len(FIXTURE_FILES) >= 10
+    assert len(PROJECT_FIXTURES) >= 2 and all(len(list(p.glob("*.py.txt"))) >= 2 for p in PROJECT_FIXTURES)
+
+
+@pytest.mark.parametrize("folder", PROJECT_FIXTURES, ids=lambda p: p.name)
+def test_project_fixture_findings_are_exactly_the_expected_ones(folder):
+    sources, found = lint_project(folder)
+    want = {(path, line, code) for path, text in sources.items() for line, code in expected(text)}
+    assert {(f.path, f.line, f.code) for f in found} == want
+
+
+@pytest.mark.parametrize("folder", PROJECT_FIXTURES, ids=lambda p: p.name)
+def test_project_fixture_files_alone_lose_the_cross_file_frequency(folder):
+    """Each file linted on its own does not show its callers: what the project fixture expects needs the graph."""
+    sources, found = lint_project(folder)
+    alone = {(path, f.line, f.code, f.runs) for path, text in sources.items() for f in lint_source(text, path=path)}
+    assert alone != {(f.path, f.line, f.code, f.runs) for f in found}
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
@@ -59,6 +84,12 @@ def test_noqa_lines_would_fire_without_noqa(path):
 def test_every_rule_has_positive_and_suppressed_fixture_cases():
     positives: set[str] = set()
     suppressed: set[str] = set()
+    for folder in PROJECT_FIXTURES:
+        sources, found = lint_project(folder)
+        positives |= {code for text in sources.values() for _, code in expected(text)}
+        _, raw = lint_project(folder, noqa=False)
+        kept = {(f.path, f.line, f.code) for f in found}
+        suppressed |= {f.code for f in raw if (f.path, f.line, f.code) not in kept}
     for path in FIXTURE_FILES:
         text = path.read_text()
         positives |= {code for _, code in expected(text)}
@@ -77,7 +108,7 @@ def test_registry_is_consistent():
         assert re.fullmatch(r"LS[123]\d\d", r.code)
         assert re.fullmatch(r"T(0[1-9]|1\d|2[0-4])", r.tip)
         assert r.summary and r.fix and r.name
-    assert {r.code for r in rules_for_tip("T08")} == {"LS201", "LS202"}
+    assert {r.code for r in rules_for_tip("T08")} == {"LS201", "LS202", "LS204", "LS205", "LS206"}
     assert {r.tip for r in RULES} >= {"T02", "T03", "T07", "T08", "T11", "T12", "T13", "T14", "T20", "T21"}
 
 
@@ -191,10 +222,23 @@ def test_finding_fields_and_format():
         "fix": f.fix,
         "runs": "per batch",
         "severity": "warning",
+        "replacement": "torch.zeros(3, device='cuda')",
     }
-    assert list(f.to_dict()) == ["code", "tip", "path", "line", "col", "message", "fix", "runs", "severity"]
+    assert list(f.to_dict()) == [
+        "code",
+        "tip",
+        "path",
+        "line",
+        "col",
+        "message",
+        "fix",
+        "runs",
+        "severity",
+        "replacement",
+    ]
     assert f.format() == f"a/b.py:5:16: LS203 [T20] warning (per batch): {f.message} (fix: {f.fix})"
     assert "device=" in f.fix
+    assert f.replacement in f.fix
 
 
 def test_a_name_imported_as_two_things_is_not_resolved():

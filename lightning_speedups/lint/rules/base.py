@@ -24,6 +24,8 @@ class Hit(NamedTuple):
     fix: Optional[str] = None
     runs: str = PER_BATCH
     severity: str = WARNING
+    #: source text that replaces the node's own (a mechanical fix: same dtype, device and values).
+    replacement: Optional[str] = None
 
 
 #: A rule's check yields :class:`Hit` (or a plain ``(node, message[, fix])``: a per-batch warning).

@@ -8,7 +8,7 @@ from typing import Optional
 
 from lightning_speedups.lint.context import FileContext, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
-from lightning_speedups.lint.where import STEP_METHODS
+from lightning_speedups.lint.where import STEP_METHODS, Runs
 
 SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
 #: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
@@ -80,8 +80,91 @@ def _condition_tensors(ctx: FileContext, test: ast.AST) -> list[ast.AST]:
     return out
 
 
-def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
-    found: dict[ast.AST, tuple[str, str]] = {}
+#: Explicit waits for the device (LS205); a sync after one of them waits for nothing more.
+SYNCHRONIZE = frozenset(
+    {
+        "torch.cuda.synchronize",
+        "torch.accelerator.synchronize",
+        "torch.mps.synchronize",
+        "torch.xpu.synchronize",
+        "torch.cuda.current_stream.synchronize",
+    }
+)
+#: Receivers whose calls need host data: an environment's step, a numpy replay buffer.
+_HOST_CONSUMERS = ("env", "buffer", "replay", "memory", "rb")
+_HOST_METHODS = frozenset({"step", "add", "push", "append", "insert", "store", "extend", "update_priorities"})
+
+
+def _is_synchronize(ctx: FileContext, call: ast.Call) -> bool:
+    name = ctx.call_name(call) or ""
+    if name in SYNCHRONIZE:
+        return True
+    func = call.func  # torch.cuda.current_stream().synchronize(), torch.cuda.Stream.synchronize
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "synchronize"
+        and isinstance(func.value, ast.Call)
+        and (ctx.call_name(func.value) or "").startswith("torch.")
+    )
+
+
+def _after_synchronize(ctx: FileContext, call: ast.Call) -> bool:
+    """An explicit ``torch.cuda.synchronize()`` comes earlier in the same function: the device is idle
+    already, so reading a value costs a copy, not a wait (LS205 reports the synchronize itself)."""
+    fn = ctx.enclosing_function(call)
+    if fn is None:
+        return False
+    memo = ctx.__dict__.setdefault("_sync_lines", {})
+    lines = memo.get(fn)
+    if lines is None:
+        lines = memo[fn] = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call) and _is_synchronize(ctx, n)]
+    return any(line < call.lineno for line in lines)
+
+
+def _consumer(node: ast.AST) -> bool:
+    """``node`` is a call that needs host data: ``envs.step(a)``, ``rb.add(...)``, ``buffer.push(...)``."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    if node.func.attr not in _HOST_METHODS:
+        return False
+    owner = terminal_name(node.func.value).lower()
+    return any(w in owner for w in _HOST_CONSUMERS)
+
+
+def _for_host_consumer(ctx: FileContext, call: ast.Call) -> bool:
+    """The host copy is what the next call needs: an environment steps on numpy actions, a numpy
+    replay buffer stores them (directly, or through a name assigned from the copy in this function)."""
+    for anc, _ in ctx.ancestors(call):
+        if _consumer(anc):
+            return True
+        if isinstance(anc, ast.stmt):
+            if isinstance(anc, ast.Assign):
+                names = {t.id for t in anc.targets if isinstance(t, ast.Name)}
+                names |= {
+                    e.id for t in anc.targets if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)
+                }
+                fn = ctx.enclosing_function(call)
+                if names and fn is not None:
+                    for node in ast.walk(fn):
+                        if _consumer(node) and getattr(node, "lineno", 0) > anc.lineno:
+                            used = {
+                                n.id
+                                for a in [*node.args, *(k.value for k in node.keywords)]
+                                for n in ast.walk(a)
+                                if isinstance(n, ast.Name)
+                            }  # type: ignore[attr-defined]
+                            if names & used:
+                                return True
+            return False
+    return False
+
+
+def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
+    """Every host read on a per-step line of the file: ``(node, message, runs)`` (LS201 and LS206)."""
+    cached = ctx.__dict__.get("_syncs")
+    if cached is not None:
+        return cached
+    found: dict[ast.AST, tuple[str, Runs]] = {}
     builtins_ok = {b for b in _SYNC_BUILTINS if not ctx.imports_name(b)}
     for call in ctx.calls:
         func = call.func
@@ -91,27 +174,28 @@ def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
                 continue  # self.cpu(): moving the module, not reading a tensor
             if ctx.qualname(receiver) is not None:
                 continue  # an imported module's function (e.g. np.item is not a tensor method)
-            where = ctx.hot_context(call, STEP_METHODS)
-            if where is not None and not _for_rpc(ctx, call):
-                found[call] = (where, f"`.{func.attr}()` in {where} copies to the host and waits for the GPU")
+            r = ctx.hot_runs(call)
+            if r is not None and not _for_rpc(ctx, call) and not _for_host_consumer(ctx, call):
+                if not _after_synchronize(ctx, call):
+                    found[call] = (f"`.{func.attr}()` in {r.where} copies to the host and waits for the GPU", r)
         elif isinstance(func, ast.Name) and func.id in builtins_ok and len(call.args) == 1 and not call.keywords:
-            where = ctx.hot_context(call, STEP_METHODS)
-            if where is not None and ctx.is_tensor(call.args[0]):
+            r = ctx.hot_runs(call)
+            if r is not None and ctx.is_tensor(call.args[0]) and not _after_synchronize(ctx, call):
                 found[call] = (
-                    where,
-                    f"`{func.id}({snippet(call.args[0], 30)})` in {where} reads a tensor on the host (a device sync)",
+                    f"`{func.id}({snippet(call.args[0], 30)})` in {r.where} reads a tensor on the host (a device sync)",
+                    r,
                 )
     for node in ctx.branches:
         test = node.test  # type: ignore[attr-defined]
-        where = ctx.hot_context(test, STEP_METHODS)
-        if where is None:
+        r = ctx.hot_runs(test)
+        if r is None:
             continue
         operands = _condition_tensors(ctx, test)
         if not operands:
             continue
         kind = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
         shown = snippet(operands[0], 30)
-        found[operands[0]] = (where, f"`{kind} {shown}` in {where} turns a tensor into a Python bool: a device sync")
+        found[operands[0]] = (f"`{kind} {shown}` in {r.where} turns a tensor into a Python bool: a device sync", r)
     # x.detach().cpu().numpy(): one finding for the chain, on the outermost call
     inner: set[ast.AST] = set()
     for node in found:
@@ -125,9 +209,135 @@ def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
                 cur = cur.func
             else:
                 cur = cur.value
-    for node, (_, message) in found.items():
-        if node not in inner:
+    out = [(node, message, r) for node, (message, r) in found.items() if node not in inner]
+    ctx.__dict__["_syncs"] = out
+    return out
+
+
+def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
+    for node, message, r in _syncs(ctx):
+        if not r.via:
             yield Hit(node, message + " on every batch")
+
+
+def _HOST_READ_TRIGGER(source: str) -> bool:
+    """A host read shows in the text (what LS206 looks for in a helper's file)."""
+    return any(w in source for w in (".item(", ".cpu(", ".numpy(", ".tolist(", "bool("))
+
+
+def _sync_in_helper(ctx: FileContext) -> Iterator[Hit]:
+    for node, message, r in _syncs(ctx):
+        if r.via:
+            yield Hit(node, f"{message} on every batch: the step that calls it is at {r.via}")
+
+
+def _synchronize_in_step(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        if not _is_synchronize(ctx, call):
+            continue
+        r = ctx.hot_runs(call)
+        if r is None or ctx.is_exempt(call, _TIMING_WORDS):
+            continue
+        yield Hit(
+            call,
+            f"{snippet(call.func, 40)}() in {r.where} waits for every queued kernel on every batch "
+            "(the host can no longer run ahead of the GPU)",
+        )
+
+
+_TIMING_WORDS = ("bench", "profil", "debug")
+#: Logging calls that format their arguments: ``logger.info("loss %s", loss)``.
+_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
+
+
+def _is_logging_call(ctx: FileContext, call: ast.Call) -> bool:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _LOG_METHODS:
+        return False
+    name = ctx.qualname(func) or ""
+    if name.startswith("logging."):
+        return True
+    owner = terminal_name(func.value).lower()
+    return "log" in owner and owner not in ("self",) and not name
+
+
+def _formatted(ctx: FileContext, node: ast.AST) -> Optional[ast.AST]:
+    """The tensor that the string expression ``node`` formats (f-string, ``%``, ``.format``), if visible."""
+    if isinstance(node, ast.JoinedStr):
+        for v in node.values:
+            if isinstance(v, ast.FormattedValue) and ctx.is_tensor(v.value):
+                return v.value
+        return None
+    if (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mod)
+        and isinstance(node.left, (ast.Constant, ast.JoinedStr))
+    ):
+        if isinstance(node.left, ast.Constant) and not isinstance(node.left.value, str):
+            return None
+        for r in node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]:
+            if ctx.is_tensor(r):
+                return r
+        return None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and isinstance(node.func.value, ast.Constant)
+        and isinstance(node.func.value.value, str)
+    ):
+        for a in [*node.args, *(k.value for k in node.keywords)]:
+            if ctx.is_tensor(a):
+                return a
+    return None
+
+
+def _in_print(ctx: FileContext, node: ast.AST) -> bool:
+    for anc, _ in ctx.ancestors(node):
+        if isinstance(anc, ast.stmt):
+            return False
+        if isinstance(anc, ast.Call) and isinstance(anc.func, ast.Name) and anc.func.id == "print":
+            return True  # LS202's
+    return False
+
+
+def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
+    reported: set[ast.AST] = set()
+    candidates: list[tuple[ast.AST, ast.AST, str]] = []
+    for node in ctx.parents:
+        if isinstance(node, (ast.JoinedStr, ast.BinOp)) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+        ):
+            if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.Mod):
+                continue
+            if isinstance(node, ast.JoinedStr) and isinstance(ctx.parents.get(node), ast.FormattedValue):
+                continue  # a format spec inside an f-string
+            shown = _formatted(ctx, node)
+            if shown is not None:
+                kind = (
+                    "an f-string"
+                    if isinstance(node, ast.JoinedStr)
+                    else ("%-formatting" if isinstance(node, ast.BinOp) else "str.format")
+                )
+                candidates.append((node, shown, kind))
+    for call in ctx.calls:
+        if _is_logging_call(ctx, call) and len(call.args) > 1:
+            for a in call.args[1:]:
+                if ctx.is_tensor(a):
+                    candidates.append((call, a, f"{snippet(call.func, 30)}(...) (a %-format)"))
+                    break
+    for node, shown, kind in sorted(candidates, key=lambda c: (c[0].lineno, c[0].col_offset)):  # type: ignore[attr-defined]
+        if node in reported or _in_print(ctx, node):
+            continue
+        r = ctx.hot_runs(node)
+        if r is None:
+            continue
+        reported.add(node)
+        yield Hit(
+            node,
+            f"{kind} formats the tensor `{snippet(shown, 30)}` in {r.where}: turning it into text reads it on "
+            "the host, a device sync on every batch",
+        )
 
 
 def _print_tensor(ctx: FileContext) -> Iterator[Hit]:
@@ -149,10 +359,30 @@ def _moves_to_cuda_by_type(call: ast.Call) -> bool:
     return bool(call.args) and "cuda" in snippet(call.args[0], 200)
 
 
-def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, bool]]:
-    """``(factory, random)`` when ``move``'s receiver is a fresh CPU tensor from a torch factory."""
+#: dtype of each legacy typed constructor (``torch.Tensor`` is the default dtype, as ``torch.empty``'s).
+LEGACY_DTYPES = {
+    "Tensor": None,
+    "FloatTensor": "float32",
+    "DoubleTensor": "float64",
+    "HalfTensor": "float16",
+    "BFloat16Tensor": "bfloat16",
+    "LongTensor": "int64",
+    "IntTensor": "int32",
+    "ShortTensor": "int16",
+    "CharTensor": "int8",
+    "ByteTensor": "uint8",
+    "BoolTensor": "bool",
+}
+#: ``.type("torch.cuda.FloatTensor")``: the dtype that type string names.
+_TYPE_STRINGS = {f"torch.cuda.{k}": v for k, v in LEGACY_DTYPES.items() if v is not None}
+
+
+def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, bool, ast.Call, list[ast.Call]]]:
+    """``(factory, random, factory call, calls between it and the move)`` when ``move``'s receiver is
+    a fresh CPU tensor from a torch factory."""
     random = False
     filled = False  # an in-place fill in the chain: the constructor's arguments are sizes
+    chain: list[ast.Call] = []
     inner = move.func.value  # type: ignore[attr-defined]
     while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
         attr = inner.func.attr
@@ -167,6 +397,7 @@ def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, boo
             pass
         else:
             break
+        chain.append(inner)
         inner = inner.func.value
     if not isinstance(inner, ast.Call):
         return None
@@ -177,13 +408,83 @@ def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, boo
     pin = keyword(inner, "pin_memory")
     if pin is not None and not (isinstance(pin.value, ast.Constant) and pin.value.value is False):
         return None
+    chain.reverse()
     if factory in LEGACY_CONSTRUCTORS:
         # torch.LongTensor(n).random_(8): sizes, then a fill. Without a fill the arguments may be
         # data (torch.Tensor(values)), which must cross to the device anyway: not a finding.
-        return (factory, random) if filled and inner.args else None
+        return (factory, random, inner, chain) if filled and inner.args else None
+    if factory.endswith("_like"):
+        return None  # made where its argument lives, which the file seldom shows (often the GPU already)
     if factory in TENSOR_FACTORIES:
-        return factory, random or factory in RANDOM_FACTORIES
+        return factory, random or factory in RANDOM_FACTORIES, inner, chain
     return None
+
+
+def _torch_alias(ctx: FileContext) -> str:
+    for local, target in ctx.aliases.items():
+        if target == "torch":
+            return local
+    return "torch"
+
+
+def _device_fix(
+    ctx: FileContext, move: ast.Call, factory: str, inner: ast.Call, chain: list[ast.Call]
+) -> Optional[str]:
+    """The expression that creates the same tensor (same dtype, shape and values) on the device, or
+    ``None`` where the move's target or dtype cannot be read off the code."""
+    torch = _torch_alias(ctx)
+    func = move.func
+    assert isinstance(func, ast.Attribute)
+    device: Optional[ast.expr] = None
+    dtype: Optional[ast.expr] = None
+    if func.attr == "cuda":
+        kw = keyword(move, "device")
+        arg = move.args[0] if move.args else (kw.value if kw is not None else None)
+        if arg is None:
+            device = ast.Constant("cuda")
+        elif isinstance(arg, ast.Constant) and type(arg.value) is int:
+            device = ast.Constant(f"cuda:{arg.value}")
+        else:
+            return None  # .cuda(rank): a number or a device, the code does not say which
+    elif func.attr == "to":
+        kw = keyword(move, "device")
+        device = kw.value if kw is not None else (move.args[0] if move.args else None)
+        rest = move.args[1:] if kw is None else move.args
+        dkw = keyword(move, "dtype")
+        if dkw is not None:
+            dtype = dkw.value
+        elif rest:
+            dtype = rest[0]
+        if isinstance(device, ast.Constant) and type(device.value) is int:
+            device = ast.Constant(f"cuda:{device.value}")
+        if any(k.arg not in ("device", "dtype", "non_blocking", "copy") for k in move.keywords):
+            return None  # memory_format=...: keep the move
+    elif func.attr == "type":
+        arg = move.args[0] if move.args else None
+        if arg is None:
+            return None
+        text = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else snippet(arg, 80)
+        name = _TYPE_STRINGS.get(str(text))
+        if name is None:
+            return None
+        device = ast.Constant("cuda")
+        dtype = ast.parse(f"{torch}.{name}", mode="eval").body
+    if device is None:
+        return None
+    keywords = [k for k in inner.keywords if k.arg != "device"]
+    new_func = inner.func
+    if factory in LEGACY_CONSTRUCTORS:
+        new_func = ast.parse(f"{torch}.empty", mode="eval").body
+        legacy = LEGACY_DTYPES[factory]
+        if legacy is not None:
+            keywords.append(ast.keyword("dtype", ast.parse(f"{torch}.{legacy}", mode="eval").body))
+    expr: ast.expr = ast.Call(new_func, list(inner.args), [*keywords, ast.keyword("device", device)])
+    for call in chain:
+        assert isinstance(call.func, ast.Attribute)
+        expr = ast.Call(ast.Attribute(expr, call.func.attr, ast.Load()), list(call.args), list(call.keywords))
+    if dtype is not None:
+        expr = ast.Call(ast.Attribute(expr, "to", ast.Load()), [dtype], [])
+    return ast.unparse(expr)
 
 
 _MOVES = (".to(", ".cuda(", ".type(")
@@ -238,10 +539,10 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
         created = _created_on_cpu(ctx, call)
         if created is None:
             continue
-        factory, random = created
+        factory, random, inner, chain = created
         runs = ctx.runs(call)
         message = f"torch.{factory}(...) is created on the CPU and then copied by `.{func.attr}(...)`, {runs.how} (in {runs.where})"
-        fix = None
+        replacement = None
         if random:
             message += (
                 "; on the device the numbers come from the device's generator, so a seeded run draws other values"
@@ -250,11 +551,19 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
                 f"create it on the device (torch.{factory}(..., device=device)) where another random stream is "
                 "acceptable; keep it where the run must reproduce CPU-seeded numbers"
             )
-        elif factory in LEGACY_CONSTRUCTORS:
-            fix = "create it on the device: torch.empty(n, dtype=torch.long, device=device) (then the in-place fill runs there)"
+        else:
+            replacement = _device_fix(ctx, call, factory, inner, chain)
+            if replacement is not None:
+                fix = f"create it on the device, same dtype and values: `{replacement}`"
+            elif factory in LEGACY_CONSTRUCTORS:
+                legacy = LEGACY_DTYPES[factory]
+                dtype = f", dtype=torch.{legacy}" if legacy else " (torch.Tensor's dtype: the default float dtype)"
+                fix = f"create it on the device with the same dtype: torch.empty(<sizes>{dtype}, device=<the move's target>), then the same fill"
+            else:
+                fix = f"create it on the device with the same dtype: torch.{factory}(..., device=<the move's target>) (the move's target is not plain here: check it is a device)"
         h = hit_at(call, message, runs, fix)
         if h is not None:
-            yield h
+            yield h._replace(replacement=replacement) if replacement else h
 
 
 RULES = [
@@ -287,5 +596,38 @@ RULES = [
         "create it on the device: torch.zeros(..., device=device) (or x.new_zeros(...) / torch.zeros_like(x))",
         _create_then_move,
         (_factory_then_move_trigger,),
+    ),
+    Rule(
+        "LS204",
+        "T08",
+        "format-tensor-in-step",
+        "a tensor formatted into a string (f-string, %, .format, a logging call's arguments) on a line that runs "
+        "per step (print is LS202)",
+        "log the tensor itself (self.log / a logger that takes tensors), or format it only every N steps "
+        "(`if step % N == 0:`); to format a value you already need on the host, read it once with .item()",
+        _format_tensor,
+        (_HOT_TRIGGER,),
+    ),
+    Rule(
+        "LS205",
+        "T08",
+        "synchronize-in-step",
+        "an explicit torch.cuda.synchronize() (torch.accelerator / mps / xpu, a stream's synchronize()) on a line "
+        "that runs per step, outside benchmark/profiling/debugging code",
+        "remove it; to time steps, synchronize only every N steps or time with torch.cuda.Event(enable_timing=True); "
+        "keep it where host code then reads device memory written outside PyTorch's streams",
+        _synchronize_in_step,
+        ("synchronize",),
+    ),
+    Rule(
+        "LS206",
+        "T08",
+        "sync-in-step-helper",
+        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)` or a tensor condition inside a function of another "
+        "file that a training step calls (a metric meter's update, a clipping helper), found through the call graph",
+        "pass tensors and keep them on the device in the helper (accumulate with .detach(), return tensors), and "
+        "read them on the host once per epoch or every N steps",
+        _sync_in_helper,
+        (_HOST_READ_TRIGGER,),
     ),
 ]

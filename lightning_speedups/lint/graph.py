@@ -1,0 +1,299 @@
+"""One call graph over every file given to ``lint``: which function a call reaches, in any file.
+
+``where.py`` decides how often a line runs inside its own file; a function whose callers live in
+another file (a metric logger's ``update``, a grad-clipping helper, a setup helper called once from
+``main.py``) asks the :class:`Project` for its call sites in the other files and takes the busiest
+of them, through any number of calls and files (a recursion guard stops cycles).
+
+A call is resolved only when the code shows what it calls:
+
+- ``f(...)`` for a function of this file or one imported with ``from mod import f`` (absolute or
+  relative, also through one re-export in a package's ``__init__.py``);
+- ``mod.f(...)`` with ``import pkg.mod as mod`` / ``from pkg import mod``;
+- ``obj.m(...)`` where ``obj`` is bound in the same function (or at module level) to ``Cls(...)``, or
+  is ``self.attr`` assigned ``Cls(...)`` in the class, with ``Cls`` a class of the project (methods
+  of its bases in the project are found too);
+- ``self.m(...)`` for a method inherited from a base class defined in another file.
+
+Modules are matched to files by their dotted path (``pkg.mod`` -> ``.../pkg/mod.py`` or
+``.../pkg/mod/__init__.py``; of several candidates the one nearest the importing file). Nothing is
+imported or executed. Contexts of files are built lazily: only files whose text mentions a
+function's name are searched for its callers.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import TYPE_CHECKING, Optional
+
+from lightning_speedups.lint.astutil import DEF_TYPES, terminal_name
+
+if TYPE_CHECKING:
+    from lightning_speedups.lint.context import FileContext
+
+_Def = ast.AST  # a FunctionDef / AsyncFunctionDef
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(path).replace(os.sep, "/")
+
+
+class Project:
+    """The files of one ``lint`` run: ``{path: (tree, source)}``; contexts are made on demand."""
+
+    def __init__(self, files: dict[str, tuple[ast.Module, str]]) -> None:
+        self._files = files
+        self._norm = {_norm(p): p for p in files}
+        self._contexts: dict[str, FileContext] = {}
+        self._by_stem: dict[str, list[str]] = {}
+        for p in self._norm:
+            stem = p.rsplit("/", 1)[-1]
+            stem = stem[: -len(".py")] if stem.endswith(".py") else stem
+            if stem == "__init__":
+                stem = p.rsplit("/", 2)[-2] if p.count("/") else stem
+            self._by_stem.setdefault(stem, []).append(p)
+        self._callers: dict[_Def, list[tuple[FileContext, ast.Call]]] = {}
+        self._module_file: dict[tuple[str, str, int], Optional[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    # ------------------------------------------------------------------ files and contexts
+    def context(self, path: str) -> FileContext:
+        """The :class:`FileContext` of ``path`` (made once)."""
+        ctx = self._contexts.get(path)
+        if ctx is None:
+            from lightning_speedups.lint.context import FileContext
+
+            tree, source = self._files[path]
+            ctx = FileContext(tree, path, source)
+            ctx.project = self
+            self._contexts[path] = ctx
+        return ctx
+
+    def adopt(self, ctx: FileContext, path: str) -> None:
+        """Use ``ctx`` (already made by the runner) as the context of ``path``."""
+        ctx.project = self
+        self._contexts[path] = ctx
+
+    def module_file(self, importer: str, module: str, level: int) -> Optional[str]:
+        """The file (display path) of ``module`` imported from ``importer`` (``level`` dots), or ``None``."""
+        key = (importer, module, level)
+        if key in self._module_file:
+            return self._module_file[key]
+        found = self._find_module(_norm(importer), module, level)
+        out = self._norm[found] if found is not None else None
+        self._module_file[key] = out
+        return out
+
+    def _find_module(self, importer: str, module: str, level: int) -> Optional[str]:
+        parts = [p for p in module.split(".") if p]
+        if level:
+            base = importer.rsplit("/", 1)[0] if "/" in importer else ""
+            for _ in range(level - 1):
+                base = base.rsplit("/", 1)[0] if "/" in base else ""
+            rel = "/".join(parts)
+            stem = f"{base}/{rel}" if base and rel else (base or rel)
+            for cand in (f"{stem}.py", f"{stem}/__init__.py"):
+                if cand in self._norm:
+                    return cand
+            return None
+        if not parts:
+            return None
+        suffixes = ("/" + "/".join(parts) + ".py", "/" + "/".join(parts) + "/__init__.py")
+        cands = [
+            p
+            for p in self._by_stem.get(parts[-1], ())
+            if ("/" + p).endswith(suffixes) or p in (suffixes[0][1:], suffixes[1][1:])
+        ]
+        if not cands:
+            return None
+        return max(cands, key=lambda p: len(os.path.commonprefix([p, importer])))
+
+    # ------------------------------------------------------------------ names of a file
+    def top_level(self, ctx: FileContext) -> dict[str, ast.AST]:
+        """Module-level functions and classes of a file, by name."""
+        cached = ctx.__dict__.get("_top_level")
+        if cached is None:
+            cached = {}
+            for node in ctx.tree.body:
+                if isinstance(node, (*DEF_TYPES, ast.ClassDef)):
+                    cached[node.name] = node
+            ctx.__dict__["_top_level"] = cached
+        return cached
+
+    def imports(self, ctx: FileContext) -> dict[str, tuple[str, Optional[str], int]]:
+        """``{local name: (module, attribute or None, level)}`` of the file's imports (any depth)."""
+        cached = ctx.__dict__.get("_import_table")
+        if cached is None:
+            cached = {}
+            for node in ast.walk(ctx.tree):
+                if isinstance(node, ast.Import):
+                    for a in node.names:
+                        if a.asname:
+                            cached[a.asname] = (a.name, None, 0)
+                        else:
+                            top = a.name.split(".")[0]
+                            cached.setdefault(top, (top, None, 0))
+                elif isinstance(node, ast.ImportFrom):
+                    for a in node.names:
+                        if a.name != "*":
+                            cached[a.asname or a.name] = (node.module or "", a.name, node.level)
+            ctx.__dict__["_import_table"] = cached
+        return cached
+
+    def _lookup(self, path: str, name: str, depth: int = 0) -> Optional[tuple[FileContext, ast.AST]]:
+        """The function or class ``name`` defined (or re-exported) in the file ``path``."""
+        ctx = self.context(path)
+        node = self.top_level(ctx).get(name)
+        if node is not None:
+            return ctx, node
+        if depth < 2:
+            entry = self.imports(ctx).get(name)
+            if entry is not None:
+                return self._resolve_import(ctx, entry, depth + 1)
+        return None
+
+    def _resolve_import(
+        self, ctx: FileContext, entry: tuple[str, Optional[str], int], depth: int = 0
+    ) -> Optional[tuple[FileContext, ast.AST]]:
+        module, attr, level = entry
+        if attr is None:
+            return None
+        path = self.module_file(str(ctx.path), module, level)
+        if path is not None:
+            found = self._lookup(path, attr, depth)
+            if found is not None:
+                return found
+        return None
+
+    def _module_of(self, ctx: FileContext, name: str) -> Optional[str]:
+        """The file of the module that ``name`` is bound to by an import (``import pkg.mod as m``)."""
+        entry = self.imports(ctx).get(name)
+        if entry is None:
+            return None
+        module, attr, level = entry
+        if attr is None:
+            return self.module_file(str(ctx.path), module, level)
+        if level or module:
+            sub = f"{module}.{attr}" if module else attr
+            return self.module_file(str(ctx.path), sub, level)
+        return None
+
+    def resolve_name(self, ctx: FileContext, node: ast.AST) -> Optional[tuple[FileContext, ast.AST]]:
+        """The function or class of the project that the name ``node`` (``f``, ``mod.f``) denotes."""
+        if isinstance(node, ast.Name):
+            found = self.top_level(ctx).get(node.id)
+            if found is not None:
+                return ctx, found
+            entry = self.imports(ctx).get(node.id)
+            return self._resolve_import(ctx, entry) if entry is not None else None
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            path = self._module_of(ctx, node.value.id)
+            if path is not None:
+                return self._lookup(path, node.attr)
+        return None
+
+    def _class_of_value(self, ctx: FileContext, value: Optional[ast.AST]) -> Optional[tuple[FileContext, ast.ClassDef]]:
+        """``value`` is ``Cls(...)`` for a class of the project."""
+        if not isinstance(value, ast.Call):
+            return None
+        found = self.resolve_name(ctx, value.func)
+        if found is not None and isinstance(found[1], ast.ClassDef):
+            return found[0], found[1]
+        return None
+
+    def method(
+        self, ctx: FileContext, cls: ast.ClassDef, name: str, depth: int = 0
+    ) -> Optional[tuple[FileContext, ast.AST]]:
+        """Method ``name`` of ``cls`` or of one of its bases in the project."""
+        for node in cls.body:
+            if isinstance(node, DEF_TYPES) and node.name == name:
+                return ctx, node
+        if depth < 4:
+            for base in cls.bases:
+                found = self.resolve_name(ctx, base)
+                if found is not None and isinstance(found[1], ast.ClassDef):
+                    m = self.method(found[0], found[1], name, depth + 1)
+                    if m is not None:
+                        return m
+        return None
+
+    def resolve_call(self, ctx: FileContext, call: ast.Call) -> Optional[tuple[FileContext, ast.AST]]:
+        """The function of the project that ``call`` runs, when the code shows it (see the module docstring)."""
+        func = call.func
+        found: Optional[tuple[FileContext, ast.AST]]
+        if isinstance(func, ast.Name):
+            found = self.resolve_name(ctx, func)
+            return found if found is not None and isinstance(found[1], DEF_TYPES) else None
+        if not isinstance(func, ast.Attribute):
+            return None
+        owner = func.value
+        if isinstance(owner, ast.Name):
+            if owner.id in ("self", "cls"):
+                cls = ctx.enclosing_class(call)
+                return self.method(ctx, cls, func.attr) if cls is not None else None
+            found = self.resolve_name(ctx, func)
+            if found is not None:
+                return found if isinstance(found[1], DEF_TYPES) else None
+            prior = ctx.bindings_before(owner) or ctx.bindings(ctx.tree).get(owner.id) or []
+            classes = {self._class_of_value(ctx, b.value) if b.kind == "value" else None for b in prior}
+            if len(classes) == 1:
+                only = next(iter(classes))
+                if only is not None:
+                    return self.method(only[0], only[1], func.attr)
+            return None
+        if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) and owner.value.id == "self":
+            cls = ctx.enclosing_class(call)
+            if cls is None:
+                return None
+            attrs, _ = ctx.self_attrs(cls)
+            classes = {self._class_of_value(ctx, v) for v in attrs.get(owner.attr, ())}
+            if len(classes) == 1:
+                only = next(iter(classes))
+                if only is not None:
+                    return self.method(only[0], only[1], func.attr)
+        return None
+
+    # ------------------------------------------------------------------ callers
+    def callers(self, ctx: FileContext, fn: ast.AST) -> list[tuple[FileContext, ast.Call]]:
+        """Every call in the project (this file included) that resolves to ``fn`` of ``ctx``."""
+        cached = self._callers.get(fn)
+        if cached is not None:
+            return cached
+        out: list[tuple[FileContext, ast.Call]] = []
+        self._callers[fn] = out
+        name = fn.name  # type: ignore[attr-defined]
+        for path, (_, source) in self._files.items():
+            if name not in source or _is_test_path(path):
+                continue  # a test calling a helper in a loop is not training
+            other = self.context(path)
+            for call in _calls_named(other).get(name, ()):
+                found = self.resolve_call(other, call)
+                if found is not None and found[1] is fn:
+                    out.append((other, call))
+        return out
+
+
+def _is_test_path(path: str) -> bool:
+    parts = _norm(path).lower().split("/")
+    name = parts[-1]
+    if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+        return True
+    return any(p in ("tests", "test") for p in parts[:-1])
+
+
+def _calls_named(ctx: FileContext) -> dict[str, list[ast.Call]]:
+    cached = ctx.__dict__.get("_calls_named")
+    if cached is None:
+        cached = {}
+        for call in ctx.calls:
+            name = terminal_name(call.func)
+            if name:
+                cached.setdefault(name, []).append(call)
+        ctx.__dict__["_calls_named"] = cached
+    return cached
+
+
+__all__ = ["Project"]
