@@ -194,26 +194,41 @@ def run_bench(options: BenchOptions, console=None) -> BenchResult:
         bench.cleanup()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``python -m lightning_speedups bench``; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    err = Console(stderr=True)
-    try:
-        options, ns = options_from_argv(argv)
-    except SystemExit as exc:  # argparse printed the message
-        return exc.code if isinstance(exc.code, int) else 2
-    bench = Bench(options, console=err)
-    try:
-        bench.prepare()
-        result = bench.run()
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        bench.cleanup()
-        return 2
-    except KeyboardInterrupt:
-        bench.cleanup()
-        return 130
-    report.render_table(result, Console() if sys.stdout.isatty() else Console(width=220))
+#: the output flags: every one is checked writable before the first run
+OUTPUTS = ("json", "plot", "markdown", "write_preset", "log_dir")
+
+
+def check_writable(path: str, flag: str, folder: bool = False) -> None:
+    """Refuse, before any work, an output path that cannot be written (missing folders are created later).
+
+    Raises:
+        BenchError: the path is a folder (or, for ``folder``, a file), or its nearest existing folder is
+            not writable.
+    """
+    import os
+
+    full = os.path.abspath(path)
+    if os.path.exists(full):
+        if folder != os.path.isdir(full):
+            what = "a file" if folder else "a folder"
+            raise BenchError(f"{flag} {path}: that is {what}; give a {'folder' if folder else 'file'} path.")
+        if not os.access(full, os.W_OK):
+            raise BenchError(f"{flag} {path}: not writable here; give a path in a folder you can write to.")
+        return
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise BenchError(f"{flag} {path}: {parent} is not a writable folder; give a path in a folder you can write to.")
+
+
+def _write_outputs(result: BenchResult, ns: argparse.Namespace, complete: bool = True) -> None:
+    import os
+
+    for name in ("json", "plot", "markdown", "write_preset"):
+        path = getattr(ns, name)
+        if path and os.path.dirname(os.path.abspath(path)):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if ns.json:
         report.to_json(result, ns.json)
         print(f"raw figures: {ns.json}")
@@ -224,10 +239,53 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if ns.plot:
         report.plot(result, ns.plot)
         print(f"chart: {ns.plot}")
-    if ns.write_preset:
+    if ns.write_preset and complete:
         report.write_preset(result, ns.write_preset)
         print(
             f"preset: {ns.write_preset} (python -m lightning_speedups fit --config YOUR.yaml --config {ns.write_preset})"
         )
+
+
+def _save_partial(bench: Bench, ns: argparse.Namespace, why: str) -> None:
+    """An interrupted or failed bench writes what it measured: the JSON (and table files) it was asked
+    for, or ``bench-partial.json`` in the working directory; never a preset (nothing was picked)."""
+    result = bench.partial_result() if hasattr(bench, "records") else None
+    if result is None:
+        return
+    if not ns.json:
+        ns.json = "bench-partial.json"
+    try:
+        _write_outputs(result, ns, complete=False)
+        print(f"{why}: what was measured is in {ns.json} (no preset written)", file=sys.stderr)
+    except Exception as err:  # the original error matters more
+        print(f"{why}; the measurements could not be saved: {err}", file=sys.stderr)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``python -m lightning_speedups bench``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    err = Console(stderr=True)
+    try:
+        options, ns = options_from_argv(argv)
+    except SystemExit as exc:  # argparse printed the message
+        return exc.code if isinstance(exc.code, int) else 2
+    bench = Bench(options, console=err)
+    try:
+        for name in OUTPUTS:
+            if getattr(ns, name):
+                check_writable(getattr(ns, name), "--" + name.replace("_", "-"), folder=name == "log_dir")
+        bench.prepare()
+        result = bench.run()
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        _save_partial(bench, ns, "the bench stopped")
+        bench.cleanup()
+        return 2
+    except KeyboardInterrupt:
+        _save_partial(bench, ns, "interrupted")
+        bench.cleanup()
+        return 130
+    report.render_table(result, Console() if sys.stdout.isatty() else Console(width=220))
+    _write_outputs(result, ns)
     bench.cleanup()
     return 0

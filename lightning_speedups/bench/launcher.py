@@ -90,6 +90,8 @@ class Launcher:
         else:
             why = f"timed out after {limit:.0f} s" if timed_out else f"the run's process died (exit code {exit_code})"
             result = {"status": "failed", "reason": why}
+            if timed_out:  # stopped by its time limit: not a failure of the setup
+                result.update(timed_out=True, timeout_s=limit)
         result["wall_s"] = wall
         result["log"] = log_path
         if result.get("status") != "ok":

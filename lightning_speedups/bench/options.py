@@ -57,6 +57,13 @@ class BenchOptions:
     #: ``reset``: the baseline turns every ``speedups:`` key the config sets back off; ``yours``: the
     #: baseline is the config as given and each variant adds its tip on top (what ``doctor --verify`` times)
     baseline: str = "reset"
+    #: the names the caller's own command gives bench's flags in messages (``doctor --verify``:
+    #: ``{"budget": "--verify-budget"}``); a flag not named here is ``--<name>``
+    flags: dict[str, str] = field(default_factory=dict)
+
+    def flag(self, name: str) -> str:
+        """The command-line flag of option ``name`` as the user's command spells it."""
+        return self.flags.get(name, f"--{name}")
 
     @property
     def target_mode_on(self) -> bool:
@@ -73,7 +80,7 @@ class BenchOptions:
     def validate(self) -> None:
         def positive_int(name: str, value: Any, minimum: int) -> None:
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise BenchError(f"--{name} must be an integer >= {minimum}, got {value!r}.")
+                raise BenchError(f"{self.flag(name)} must be an integer >= {minimum}, got {value!r}.")
 
         positive_int("steps", self.steps, 1)
         positive_int("warmup", self.warmup, 0)
@@ -89,9 +96,10 @@ class BenchOptions:
         if self.budget is not None:
             if not math.isfinite(self.budget) or self.budget < MIN_BUDGET_S:
                 raise BenchError(
-                    f"--budget {self.budget:g} s is too small to run one variant: a run costs at least a process"
-                    f" start, the build and {self.warmup + self.steps} batches, and the baseline must run too."
-                    f" Give at least {MIN_BUDGET_S:g} s (a few minutes for a real model), or leave --budget out."
+                    f"{self.flag('budget')} {self.budget:g} s is too small to run one variant: a run costs at least a"
+                    f" process start, the build and {self.warmup + self.steps} batches, and the baseline must run"
+                    f" too. Give at least {MIN_BUDGET_S:g} s (a few minutes for a real model), or leave"
+                    f" {self.flag('budget')} out."
                 )
         if self.threads is not None:
             positive_int("threads", self.threads, 1)
@@ -106,4 +114,4 @@ class BenchOptions:
             if self.target_every is not None:
                 positive_int("target-every", self.target_every, 1)
         if self.min_gain < 0 or self.loss_tolerance <= 0:
-            raise BenchError("--min-gain must be >= 0 and --loss-tolerance > 0.")
+            raise BenchError(f"{self.flag('min-gain')} must be >= 0 and {self.flag('loss-tolerance')} > 0.")

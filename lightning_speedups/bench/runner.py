@@ -273,12 +273,13 @@ class Bench:
             "env": env,
         }
 
-    def _run_one(self, record: VariantRecord, repeat: int) -> dict[str, Any]:
+    def _run_one(self, record: VariantRecord, repeat: int, timeout: Optional[float] = None) -> dict[str, Any]:
         variant = record.variant
         if self._progress is not None:
             self._progress.update(self._task, description=f"{variant.name} (repeat {repeat + 1})")
         safe = "".join(ch if ch.isalnum() else "_" for ch in variant.name)
-        timeout = None if self.options.budget is None else max(30.0, self._remaining() + 5.0)
+        if timeout is None and self.options.budget is not None:
+            timeout = max(30.0, self._remaining() + 5.0)
         result = self._launcher.run(self._spec(variant, repeat), f"p{record.phase}-{safe}-r{repeat}", timeout)  # type: ignore[union-attr]
         result["repeat"] = repeat
         result["phase"] = record.phase
@@ -309,7 +310,20 @@ class Bench:
             if self._progress is not None:
                 self._progress.update(self._task, description="starting the fork server (imports torch, Lightning)")
             warm()
-        first = self._run_one(base, 0)
+        # with a budget the baseline's first run may take half of it (the other half holds one variant)
+        first = self._run_one(base, 0, timeout=None if o.budget is None else o.budget / 2)
+        if first.get("timed_out"):
+            limit = first.get("timeout_s") or 0.0
+            given = (
+                f"half the {o.flag('budget')} of {o.budget:g} s (the baseline and one variant must fit in it)"
+                if o.budget is not None and limit <= o.budget / 2 + 1e-6
+                else f"the run time limit ({o.flag('timeout')} {o.timeout:g} s)"
+            )
+            raise BenchError(
+                f"the baseline's first run was still training when it was stopped at {limit:.0f} s, {given}: a time-out,"
+                f" not a failure to train. Give it more time ({o.flag('budget')} of at least {math.ceil(limit * 4)} s,"
+                f" a larger {o.flag('timeout')}) or less work (fewer {o.flag('steps')}, a smaller batch)."
+            )
         if first.get("status") != "ok":
             raise BenchError(
                 f"the baseline does not train: {first.get('reason')}\n{first.get('log_tail', '')}".rstrip()
@@ -321,11 +335,11 @@ class Bench:
             )
         repeats = o.repeats
         if o.budget is not None:
-            if first["wall_s"] * 2 > o.budget:
+            if first.get("status") != "ok" or first["wall_s"] * 2 > o.budget:
                 raise BenchError(
-                    f"--budget {o.budget:g} s is too small to run one variant: one baseline run took"
-                    f" {first['wall_s']:.1f} s and a variant needs at least as long; give at least"
-                    f" {math.ceil(first['wall_s'] * 2 * 1.2)} s (or fewer --steps)."
+                    f"{o.flag('budget')} {o.budget:g} s is too small: the baseline and one variant must fit in it, and"
+                    f" one baseline run took {first['wall_s']:.1f} s; give at least"
+                    f" {math.ceil(first['wall_s'] * 2 * 1.2)} s (or fewer {o.flag('steps')})."
                 )
             per_sweep = sum(self._estimate(r.variant) for r in self.records)
             speed_tips = [t for t in self.timed_tips if t in TIP_VARIANTS and TIP_VARIANTS[t].goal == "speed"]
@@ -334,7 +348,7 @@ class Bench:
             if fits < repeats:
                 repeats = max(1, fits)
                 self.notes.append(
-                    f"--budget {o.budget:g} s: {repeats} repeat(s) instead of {o.repeats}"
+                    f"{o.flag('budget')} {o.budget:g} s: {repeats} repeat(s) instead of {o.repeats}"
                     f" (one sweep of {len(self.records)} variants takes about {per_sweep:.0f} s)"
                 )
                 self._add_total((repeats - o.repeats) * len(self.records))
@@ -351,7 +365,7 @@ class Bench:
                 est = self._estimate(record.variant)
                 if est > self._remaining():
                     if not record.runs:
-                        record.skipped = f"not run: its run (about {est:.0f} s) did not fit in the --budget"
+                        record.skipped = f"not run: its run (about {est:.0f} s) did not fit in the {o.flag('budget')}"
                     self._add_total(-1)
                     continue
                 self._run_one(record, repeat)
@@ -445,9 +459,10 @@ class Bench:
         if not hasattr(self, "variants"):
             self.prepare()
         self._t0 = self._clock()
-        meta = machine_meta(self.device)
+        self._meta = meta = machine_meta(self.device)
         if self.options.threads:
             meta["torch_threads"] = self.options.threads  # what every run used (--threads)
+        self.console.print(self.plan_text())
         progress = None
         if self.options.progress:
             progress = (
@@ -475,10 +490,42 @@ class Bench:
             if progress is not None:
                 progress.stop()
             self._progress = None
-        meta["wall_s"] = round(self._elapsed(), 1)
         busy = busy_note(meta)
         if busy:
             self.notes.append(busy)
+        return self._result(search, pick=self.pick())
+
+    def plan_text(self) -> str:
+        """The plan, said once before the first run: what runs, how often, and what a --budget must hold."""
+        o = self.options
+        runs = len(self.variants) * o.repeats
+        text = (
+            f"bench plan: {len(self.variants)} variants x {o.repeats} repeats = {runs} runs"
+            + (" (then the combination search)" if o.search and self.target is None else "")
+            + f", each {o.warmup} warm-up + {o.steps} timed batches in a process of its own"
+            if self.target is None
+            else f"bench plan: {len(self.variants)} variants x {o.repeats} seeds = {runs} runs to {self.target.text()}"
+        )
+        if o.budget is not None:
+            text += (
+                f"; {o.flag('budget')} {o.budget:g} s must hold at least the baseline and one variant (2 runs): the"
+                " baseline's first run may take half of it, and the repeats and variants are cut to fit"
+            )
+        return text
+
+    def partial_result(self) -> Optional[BenchResult]:
+        """What was measured so far (an interrupted or failed bench); ``None`` before any run completed."""
+        if not any(r.runs for r in self.records):
+            return None
+        for record in self.records:
+            if record.summary is None and record.runs:
+                record.summary = summarize(record.runs)
+        self.notes.append("incomplete: the bench was interrupted or failed; these are the runs it completed")
+        return self._result(getattr(self, "search_result", None), pick=None)
+
+    def _result(self, search: Optional[SearchResult], pick: Optional[VariantRecord]) -> BenchResult:
+        meta = dict(getattr(self, "_meta", {}))
+        meta["wall_s"] = round(self._elapsed(), 1)
         return BenchResult(
             options=self.options,
             meta=meta,
@@ -488,7 +535,7 @@ class Bench:
             records=self.records,
             baselines=self.baselines,
             search=search,
-            pick=self.pick(),
+            pick=pick,
             target=self.target,
             noise=self.noise() if self.options.noise_pair else None,
             notes=self.notes,

@@ -62,6 +62,10 @@ def _parts(trainer: Any) -> list[list[str]]:
     return out
 
 
+#: optimizer steps a throughput run may take per batch it times before max_steps would end it first
+STEP_MARGIN = 8
+
+
 def _speedups_dict(cli: Any) -> Any:
     import dataclasses
 
@@ -121,8 +125,9 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         probe = next(cb for cb in trainer.callbacks if isinstance(cb, kind))  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector, not declared
         if target is None:
             # the probe stops the run after its batches; max_steps counts optimizer steps (two a batch for
-            # a GAN stepping two optimizers in manual optimization), so it must not end the run first
-            trainer.fit_loop.epoch_loop.max_steps = -1
+            # a GAN stepping two optimizers in manual optimization), so it must not end the run first. It
+            # stays finite: a schedule the user's config sets (speedups.lr_schedule) plans over it
+            trainer.fit_loop.epoch_loop.max_steps = max(trainer.max_steps, 1) * STEP_MARGIN
         result["build_s"] = time.perf_counter() - t0
         result["speedups"] = _speedups_dict(cli)
         result["precision"] = str(getattr(trainer, "precision", ""))

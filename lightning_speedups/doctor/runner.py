@@ -14,7 +14,8 @@ steps, and prints one result per tip T01-T24.
 Exit codes: ``0`` no finding at or above ``--fail-on`` (default ``high``: a finding that costs a
 large share of step time, such as debugging tools left on, an input-bound run or fp32 on a
 tensor-core GPU); ``1`` at least one such finding; ``2`` an error (a config that does not build, a
-config path that does not exist, training steps that fail), printed as one message, no traceback
+config path that does not exist, training steps that fail, a ``--verify`` that could not time the
+fixes), printed as one message, no traceback
 (set ``LIGHTNING_SPEEDUPS_TRACEBACK=1`` to see it).
 """
 
@@ -35,6 +36,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.advisor import LINT_SEVERITY, SpeedAdvisor, run_checks
+from lightning_speedups.bench import BenchError
 from lightning_speedups.doctor.verify import VerifyOptions, VerifyReport, verify_findings
 from lightning_speedups.inspection import Facts, Finding, print_report, to_json
 from lightning_speedups.session import UsageError, build, resolve_config_args
@@ -87,8 +89,8 @@ class DoctorResult:
     verify: VerifyReport | None = None  # what --verify timed (None: not asked)
 
     def exit_code(self, fail_on: str = "high") -> int:
-        if self.error or self.run_error:
-            return 2
+        if self.error or self.run_error or (self.verify is not None and self.verify.error):
+            return 2  # an error, or a --verify that could not time the fixes: no clean bill of health
         return exit_code_for(self.findings, fail_on)
 
 
@@ -259,7 +261,7 @@ def diagnose(
 HELP_EPILOG = """\
 Any other option is passed to the config as in `fit` (e.g. --model.init_args.channels=16,
 --trainer.accelerator=cpu). Exit codes: 0 no finding at or above --fail-on; 1 such findings;
-2 an error (config does not build, path does not exist, training steps fail).
+2 an error (config does not build, path does not exist, training steps fail, --verify could not time).
 
 Severities: high = costs a large share of step time (debugging tools left on, input-bound,
 fp32 on a tensor-core GPU, nn.DataParallel); medium = a clear, measurable gain; low = small or
@@ -348,6 +350,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             min_gain=ns.min_gain,
             progress=not ns.json and sys.stderr.isatty(),
         )
+        try:  # bench's own checks of these numbers, before the doctor's work
+            verify.bench_options([], []).validate()
+        except BenchError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     build_args: list[str] = []
     for c in ns.config:
         build_args += ["--config", c]

@@ -44,6 +44,16 @@ DEMOTED_SEVERITY = "low"
 WIDE_CI = 1.5
 
 
+#: bench's flags as ``doctor --verify`` spells them (bench's messages name these)
+VERIFY_FLAGS = {
+    "budget": "--verify-budget",
+    "steps": "--verify-steps",
+    "repeats": "--verify-repeats",
+    "warmup": "--verify-steps",
+    "timeout": "--verify-budget",
+}
+
+
 @dataclass
 class VerifyOptions:
     """How ``doctor --verify`` times the fixes (bench's own knobs, smaller defaults).
@@ -69,6 +79,27 @@ class VerifyOptions:
     progress: bool = False
     launcher: Any = None
     clock: Callable[[], float] = time.monotonic
+
+    def bench_options(self, args: Sequence[str], tips: Sequence[str], memory_step: bool = False) -> BenchOptions:
+        """Bench's options for timing ``tips`` on the setup ``args`` describe: the config as given is the
+        baseline, each fix is added on top, and messages name ``--verify-*`` flags."""
+        return BenchOptions(
+            args=list(args),
+            tips=list(tips),
+            presets=["none"],
+            steps=self.steps,
+            warmup=self.warmup,
+            repeats=self.repeats,
+            budget=self.budget,
+            min_gain=self.min_gain,
+            search=False,
+            extras=False,
+            threads=self.threads,
+            progress=self.progress,
+            memory_step=memory_step,
+            baseline="yours",
+            flags=VERIFY_FLAGS,
+        )
 
 
 @dataclass
@@ -190,22 +221,7 @@ def verify_findings(
         report.notes.append("no finding has a fix bench can time on this setup")
         return report
     goals = {t: TIP_VARIANTS[t].goal for t in tips}
-    bench_options = BenchOptions(
-        args=list(args),
-        tips=tips,
-        presets=["none"],
-        steps=o.steps,
-        warmup=o.warmup,
-        repeats=o.repeats,
-        budget=o.budget,
-        min_gain=o.min_gain,
-        search=False,
-        extras=False,
-        threads=o.threads,
-        progress=o.progress,
-        memory_step="memory" in goals.values(),
-        baseline="yours",
-    )
+    bench_options = o.bench_options(args, tips, memory_step="memory" in goals.values())
     bench = Bench(bench_options, console=console, launcher=o.launcher, clock=o.clock)
     try:
         result = bench.run()
