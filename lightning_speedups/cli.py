@@ -81,16 +81,6 @@ def _user_error(err: BaseException) -> bool:
     return last is not None and os.path.abspath(last).startswith(PACKAGE_DIR + os.sep)
 
 
-def _saved_config_clash(err: BaseException) -> Optional[str]:
-    """The path, when ``err`` is Lightning's SaveConfigCallback refusing to overwrite an earlier run's config."""
-    import re
-
-    if not isinstance(err, RuntimeError):
-        return None
-    found = re.match(r"SaveConfigCallback expected (.+?) to NOT exist", str(err))
-    return found.group(1) if found else None
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``python -m lightning_speedups``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -134,17 +124,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as err:
-        saved_config = _saved_config_clash(err)
-        if saved_config is not None:
-            print(
-                f"error: {saved_config} is the saved config of an earlier run in this directory, and Lightning's"
-                " SaveConfigCallback will not overwrite it (with trainer.logger false it writes into"
-                " trainer.default_root_dir, the working directory by default). Fix: give this run its own"
-                " --trainer.default_root_dir, move that file away, or keep a logger (each run then gets its own"
-                " version directory)",
-                file=sys.stderr,
-            )
-            return 2
         if _user_error(err):
             print(f"error: {err}", file=sys.stderr)
             if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from lightning_speedups.config import Speedups
 from lightning_speedups.presets import PresetError, resolve_config
@@ -215,6 +215,51 @@ class SpeedupsArgumentParser(LightningArgumentParser):
         self.exit(2)
 
 
+class KeepingSaveConfig(SaveConfigCallback):
+    """Lightning's SaveConfigCallback that never refuses a second run in the same folder and never
+    overwrites the first run's config.
+
+    Without a logger every run saves ``config.yaml`` into ``trainer.default_root_dir``; Lightning's
+    callback then refuses the next run there (a resume with ``--ckpt_path`` is the commonest one). Here
+    a taken name makes the run save beside it (``config-2.yaml``, ``config-3.yaml``, ...), said in one
+    line; a run that fails before its first optimizer step removes the file it wrote, so nothing of it
+    is left to block or confuse the next one.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._written: Optional[str] = None
+
+    def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
+        if self.already_saved or not self.save_to_log_dir or self.overwrite:
+            return super().setup(trainer, pl_module, stage)
+        log_dir = trainer.log_dir
+        assert log_dir is not None
+        name = self.config_filename
+        if trainer.is_global_zero:
+            stem, dot, ext = name.rpartition(".")
+            stem, ext = (stem, dot + ext) if dot else (name, "")
+            n = 1
+            while os.path.exists(os.path.join(log_dir, name)):
+                n += 1
+                name = f"{stem}-{n}{ext}"
+        name = trainer.strategy.broadcast(name)
+        if name != self.config_filename:
+            from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+            rank_zero_info(
+                f"{self.config_filename} in {log_dir} is an earlier run's saved config: kept; this run's is {name}"
+            )
+        self.config_filename = name
+        self._written = os.path.join(log_dir, name)
+        super().setup(trainer, pl_module, stage)
+
+    def on_exception(self, trainer: Trainer, pl_module: Any, exception: BaseException) -> None:
+        written, self._written = self._written, None
+        if written and trainer.is_global_zero and trainer.global_step == 0 and os.path.isfile(written):
+            os.remove(written)  # the run never trained: its config describes nothing to keep
+
+
 class SpeedupsCLI(LightningCLI):
     """LightningCLI with the typed ``speedups:`` section and the embedded default model and data.
 
@@ -228,6 +273,7 @@ class SpeedupsCLI(LightningCLI):
 
     def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
         kwargs.setdefault("parser_class", SpeedupsArgumentParser)
+        kwargs.setdefault("save_config_callback", KeepingSaveConfig)
         if args is None:
             # LightningCLI reads sys.argv (and its DDP launcher re-runs it): the default model goes there
             sys.argv[1:] = with_default_model(sys.argv[1:])
@@ -331,4 +377,4 @@ def build(
         sys.argv = saved
 
 
-__all__ = ["SpeedupsCLI", "UsageError", "build", "explain_parse_error", "resolve_config_args"]
+__all__ = ["KeepingSaveConfig", "SpeedupsCLI", "UsageError", "build", "explain_parse_error", "resolve_config_args"]

@@ -219,14 +219,27 @@ def test_a_class_path_that_does_not_import_says_why(elsewhere, capsys):
     assert "nowhere_pkg.Model" in err and "No module named 'nowhere_pkg'" in err and "mine.yaml" in err
 
 
-def test_a_second_fit_without_logger_in_the_same_directory_says_how_to_keep_the_first(elsewhere, capsys):
-    """Lightning's SaveConfigCallback refuses to overwrite the first run's config.yaml: one line with the fix."""
-    args = ["fit", "--trainer.max_steps=1", "--trainer.limit_val_batches=0", "--trainer.logger=false"]
-    args += ["--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false"]
-    assert main(args) == 0
+def test_resume_in_place_without_a_logger_keeps_the_first_config(elsewhere, capsys):
+    """The commonest second run: the same command with --ckpt_path in the same folder, no logger.
+    Lightning's SaveConfigCallback would refuse it (config.yaml exists); here it saves beside it."""
+    args = ["fit", "--trainer.limit_val_batches=0", "--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+    assert main([*args, "--trainer.max_steps=2"]) == 0
     first = (elsewhere / "config.yaml").read_text()
+    (ckpt,) = (elsewhere / "checkpoints").glob("*.ckpt")
     capsys.readouterr()
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "config.yaml is the saved config of an earlier run" in err and "--trainer.default_root_dir" in err
-    assert "Traceback" not in err and (elsewhere / "config.yaml").read_text() == first  # nothing lost
+    assert main([*args, "--trainer.max_steps=4", "--ckpt_path", str(ckpt)]) == 0
+    assert (elsewhere / "config.yaml").read_text() == first  # the first run's config is kept
+    second = yaml.safe_load((elsewhere / "config-2.yaml").read_text())
+    assert second["trainer"]["max_steps"] == 4 and second["ckpt_path"] == str(ckpt)
+    resumed = torch.load(sorted((elsewhere / "checkpoints").glob("*step=4.ckpt"))[0], weights_only=False)
+    assert resumed["global_step"] == 4  # it continued from step 2
+
+
+def test_a_run_that_fails_before_training_leaves_no_config_behind(elsewhere, capsys):
+    args = ["fit", "--trainer.limit_val_batches=0", "--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+    # refused in setup, after Lightning's SaveConfigCallback would have written config.yaml
+    assert main([*args, "--trainer.max_steps=2", "--speedups.effective_batch_size=100"]) == 2
+    assert "not a multiple of batch size" in capsys.readouterr().err
+    assert not list(elsewhere.glob("config*.yaml")), "a failed run left its saved config behind"
+    assert main([*args, "--trainer.max_steps=1"]) == 0  # nothing blocks the next run
+    assert (elsewhere / "config.yaml").is_file()
