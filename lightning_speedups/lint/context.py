@@ -150,6 +150,7 @@ class FileContext(Classifiers, Where):
                         self._alias(alias.asname or alias.name, f"{node.module}.{alias.name}")
         for name in self._ambiguous:
             self.aliases.pop(name, None)
+        self.import_nodes: list[ast.AST] = imports
         self._bindings: dict[ast.AST, dict[str, list[Binding]]] = {}
         self._self_attrs: dict[ast.ClassDef, tuple[dict[str, list[ast.AST]], set[str]]] = {}
         self._training_loop: dict[ast.AST, bool] = {}

@@ -40,9 +40,10 @@ def _norm(path: str) -> str:
 
 
 class Project:
-    """The files of one ``lint`` run: ``{path: (tree, source)}``; contexts are made on demand."""
+    """The files of one ``lint`` run: ``{path: (tree, source)}`` (``tree`` ``None``: not parsed yet);
+    contexts are made on demand."""
 
-    def __init__(self, files: dict[str, tuple[ast.Module, str]]) -> None:
+    def __init__(self, files: dict[str, tuple[Optional[ast.Module], str]]) -> None:
         self._files = files
         self._norm = {_norm(p): p for p in files}
         self._contexts: dict[str, FileContext] = {}
@@ -55,6 +56,9 @@ class Project:
             self._by_stem.setdefault(stem, []).append(p)
         self._callers: dict[_Def, list[tuple[FileContext, ast.Call]]] = {}
         self._module_file: dict[tuple[str, str, int], Optional[str]] = {}
+        self._tokens: Optional[dict[str, list[str]]] = None
+        self._hot: Optional[set[ast.AST]] = None
+        self._hot_files: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._files)
@@ -67,6 +71,9 @@ class Project:
             from lightning_speedups.lint.context import FileContext
 
             tree, source = self._files[path]
+            if tree is None:  # only syntax-checked so far
+                tree = ast.parse(source, filename=path)
+                self._files[path] = (tree, source)
             ctx = FileContext(tree, path, source)
             ctx.project = self
             self._contexts[path] = ctx
@@ -128,7 +135,7 @@ class Project:
         cached = ctx.__dict__.get("_import_table")
         if cached is None:
             cached = {}
-            for node in ast.walk(ctx.tree):
+            for node in ctx.import_nodes:
                 if isinstance(node, ast.Import):
                     for a in node.names:
                         if a.asname:
@@ -196,7 +203,13 @@ class Project:
         return None
 
     def _class_of_value(self, ctx: FileContext, value: Optional[ast.AST]) -> Optional[tuple[FileContext, ast.ClassDef]]:
-        """``value`` is ``Cls(...)`` for a class of the project."""
+        """``value`` is ``Cls(...)`` for a class of the project (also ``Cls(...).to(device)``, ``.cuda()``)."""
+        while (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in ("to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16")
+        ):
+            value = value.func.value
         if not isinstance(value, ast.Call):
             return None
         found = self.resolve_name(ctx, value.func)
@@ -256,6 +269,70 @@ class Project:
                     return self.method(only[0], only[1], func.attr)
         return None
 
+    # ------------------------------------------------------------------ what a training step reaches
+    def hot_functions(self) -> set[ast.AST]:
+        """Every function a training step can reach: training_step / validation_step methods, step
+        functions (backward or an optimizer step outside loops) and the functions called from them or
+        from the body of a training loop, through any number of calls and files. Only these can run per
+        step through a caller; the others are never searched for callers by the sync rules."""
+        if self._hot is not None:
+            return self._hot
+        from lightning_speedups.lint.where import STEP_METHODS
+
+        hot: set[ast.AST] = set()
+        self._hot = hot
+        work: list[tuple[FileContext, ast.AST]] = []
+        for path, (_, source) in self._files.items():
+            if _is_test_path(path) or not _mentions_step(source):
+                continue
+            ctx = self.context(path)
+            for defs in ctx.functions.values():
+                for fn in defs:
+                    method = isinstance(ctx.parents.get(fn), ast.ClassDef)
+                    if (method and fn.name in STEP_METHODS) or ctx.is_step_function(fn):  # type: ignore[attr-defined]
+                        if fn not in hot:
+                            hot.add(fn)
+                            work.append((ctx, fn))
+            for call in ctx.calls:  # the bodies of training loops, wherever they are
+                func = call.func
+                if not (isinstance(func, ast.Attribute) and func.attr in ("backward", "manual_backward", "step")):
+                    continue
+                for anc, _ in ctx.ancestors(call):
+                    if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and ctx.is_training_loop(anc):
+                        work.append((ctx, anc))
+                        break
+        defined = self.defined_names()
+        seen: set[ast.AST] = set()
+        while work:
+            ctx, body = work.pop()
+            if body in seen:
+                continue
+            seen.add(body)
+            self._hot_files.add(str(ctx.path))
+            for node in ast.walk(body):
+                if isinstance(node, ast.Call) and terminal_name(node.func) in defined:
+                    found = self.resolve_call(ctx, node)
+                    if found is not None and found[1] not in hot:
+                        hot.add(found[1])
+                        work.append(found)
+        return hot
+
+    def defined_names(self) -> frozenset[str]:
+        """Names of every ``def`` in the project's text: a call of any other name resolves to nothing here."""
+        cached = self.__dict__.get("_defined")
+        if cached is None:
+            import re
+
+            pattern = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
+            cached = frozenset(m for _, source in self._files.values() for m in pattern.findall(source))
+            self.__dict__["_defined"] = cached
+        return cached
+
+    def is_hot_file(self, path: str) -> bool:
+        """``path`` holds a function a training step reaches (or a training step itself)."""
+        self.hot_functions()
+        return str(path) in self._hot_files
+
     # ------------------------------------------------------------------ callers
     def callers(self, ctx: FileContext, fn: ast.AST) -> list[tuple[FileContext, ast.Call]]:
         """Every call in the project (this file included) that resolves to ``fn`` of ``ctx``."""
@@ -265,15 +342,52 @@ class Project:
         out: list[tuple[FileContext, ast.Call]] = []
         self._callers[fn] = out
         name = fn.name  # type: ignore[attr-defined]
-        for path, (_, source) in self._files.items():
-            if name not in source or _is_test_path(path):
+        cls = ctx.parents.get(fn)
+        method = isinstance(cls, ast.ClassDef)
+        paths = self.files_naming(name)
+        if method:  # obj.m() resolves only where the class (or a subclass of it) is named
+            assert isinstance(cls, ast.ClassDef)
+            with_class = set(self.files_naming(cls.name))
+            paths = [p for p in paths if p in with_class]
+        for path in paths:
+            if _is_test_path(path):
                 continue  # a test calling a helper in a loop is not training
             other = self.context(path)
             for call in _calls_named(other).get(name, ()):
+                if method != isinstance(call.func, ast.Attribute) and not (
+                    not method and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                ):
+                    continue  # a function is called by name or as module.f(); a method as obj.m()
                 found = self.resolve_call(other, call)
                 if found is not None and found[1] is fn:
                     out.append((other, call))
         return out
+
+    def files_naming(self, name: str) -> list[str]:
+        """The files whose text holds the identifier ``name`` (an index built on first use)."""
+        if self._tokens is None:
+            import re
+
+            word = re.compile(r"[A-Za-z_]\w*")
+            tokens: dict[str, list[str]] = {}
+            for path, (_, source) in self._files.items():
+                for tok in set(word.findall(source)):
+                    tokens.setdefault(tok, []).append(path)
+            self._tokens = tokens
+        return self._tokens.get(name, [])
+
+
+def _mentions_step(source: str) -> bool:
+    """The text shows a training step: a step method, a backward, or an optimizer / scaler step."""
+    if "backward(" in source or "training_step" in source or "validation_step" in source:
+        return True
+    i = source.find(".step(")
+    while i != -1:
+        owner = source[max(0, i - 40) : i].lower()
+        if "opt" in owner or "scaler" in owner:
+            return True
+        i = source.find(".step(", i + 1)
+    return False
 
 
 def _is_test_path(path: str) -> bool:

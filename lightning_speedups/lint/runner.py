@@ -8,6 +8,7 @@ import io
 import os
 import re
 import tokenize
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -235,10 +236,13 @@ def lint_sources(
         SyntaxError: a source does not parse.
     """
     rules = select_rules(select, ignore)
-    files = {path: (ast.parse(text, filename=path), text) for path, text in sources.items()}
+    files: dict[str, tuple[Optional[ast.Module], str]] = {
+        path: (ast.parse(text, filename=path), text) for path, text in sources.items()
+    }
     project = Project(files)
     out: list[Finding] = []
     for path, (tree, text) in files.items():
+        assert tree is not None
         out.extend(lint_tree(tree, text, path, triggered_rules(text, rules), noqa=noqa, project=project))
     return out
 
@@ -298,29 +302,43 @@ def lint_paths(
     rules = select_rules(select, ignore)
     files, errors = iter_python_files(paths)
     findings: list[Finding] = []
-    parsed: dict[str, tuple[ast.Module, str]] = {}
+    parsed: dict[str, tuple[Optional[ast.Module], str]] = {}
+    triggered: dict[str, list[Rule]] = {}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # ast trees hold no cycles: collecting while a large file parses only costs time
     try:
-        for path in files:  # every file is parsed: a syntax error is reported whatever the file holds
-            try:
-                data = path.read_bytes()
-                text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
-                if "\x00" in text:
-                    raise ValueError("source code string cannot contain null bytes")
-                tree = ast.parse(data, filename=str(path))
-            except SyntaxError as exc:
-                where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
-                errors.append(f"{where}: cannot parse: {exc.msg}")
-                continue
-            except (OSError, ValueError, UnicodeError) as exc:
-                errors.append(f"{path}: cannot read: {exc}")
-                continue
-            parsed[str(path)] = (tree, text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning / DeprecationWarning of the user's code: not ours
+            for path in files:  # every file is parsed: a syntax error is reported whatever the file holds
+                try:
+                    data = path.read_bytes()
+                    text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
+                    if "\x00" in text:
+                        raise ValueError("source code string cannot contain null bytes")
+                    chosen = triggered_rules(text, rules)
+                    tree: Optional[ast.Module] = None
+                    if chosen:
+                        tree = ast.parse(data, filename=str(path))
+                    else:
+                        # no rule can fire here: check the syntax without building Python ast objects
+                        # (a third cheaper, and nothing to free); the graph parses it later if it must
+                        compile(data, str(path), "exec", dont_inherit=True)
+                except SyntaxError as exc:
+                    where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
+                    errors.append(f"{where}: cannot parse: {exc.msg}")
+                    continue
+                except (OSError, ValueError, UnicodeError) as exc:
+                    errors.append(f"{path}: cannot read: {exc}")
+                    continue
+                parsed[str(path)] = (tree, text)
+                if chosen:
+                    triggered[str(path)] = chosen
         project = Project(parsed)
-        for display, (tree, text) in parsed.items():
-            chosen = triggered_rules(text, rules)
-            if chosen:  # no selected rule can fire on this text: its context is built only if a caller needs it
+        for display, chosen in triggered.items():
+            chosen = [r for r in chosen if r.gate is None or r.gate(project, display)]
+            if chosen:  # a file no rule needs gets a context only if a caller's frequency needs it
+                tree, text = parsed[display]
+                assert tree is not None
                 findings.extend(lint_tree(tree, text, display, chosen, include_tests=include_tests, project=project))
     finally:
         if gc_was_enabled:

@@ -27,7 +27,7 @@ Mixed into :class:`~lightning_speedups.lint.context.FileContext`. The answer for
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, terminal_name
@@ -73,6 +73,9 @@ class Runs:
     via: str = ""
     #: the training loop that makes it per step lives in a file that never leaves the CPU.
     root_cpu: bool = False
+    #: the call in another file named by ``via``, and that file's context (what it passes).
+    via_call: Optional[ast.AST] = field(default=None, compare=False)
+    via_ctx: Optional[object] = field(default=None, compare=False)
 
     def every_n(self) -> Runs:
         return replace(self, how=EVERY_N) if self.how in (PER_BATCH, PER_SAMPLE) else self
@@ -109,6 +112,18 @@ def _is_lazy_init(test: ast.AST) -> bool:
         if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0:
             left = test.left
             return isinstance(left, ast.Call) and terminal_name(left.func) == "len"
+    return False
+
+
+def _every_n_test(test: ast.AST) -> bool:
+    """``if step % N == 0:`` / ``if divisible_by(step, N):`` / ``if should_log_every(...)``: every N steps."""
+    for n in ast.walk(test):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+            return True
+        if isinstance(n, ast.Call):
+            name = terminal_name(n.func).lower()
+            if "divisible" in name or "every" in name:
+                return True
     return False
 
 
@@ -296,7 +311,7 @@ class Where:
                     return Runs(ON_ERROR, f"an error branch (line {anc.lineno})")
                 if _is_lazy_init(anc.test):
                     return Runs(ONCE, f"a first-call initialisation (line {anc.lineno})")
-                if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(anc.test)):
+                if _every_n_test(anc.test):
                     every_n = True
             if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):  # type: ignore[attr-defined]
                 if self.is_training_loop(anc):
@@ -363,7 +378,7 @@ class Where:
                         continue
                     r = other.runs(call, depth + 1)
                     if other is not self and r.how in (PER_BATCH, PER_SAMPLE, EVERY_N) and not r.via:
-                        r = replace(r, via=f"{other.path}:{call.lineno}")
+                        r = replace(r, via=f"{other.path}:{call.lineno}", via_call=call, via_ctx=other)
                     if best is None or _ORDER.index(r.how) < _ORDER.index(best.how):
                         best, cross = r, other is not self
         if self.is_step_function(fn):
@@ -388,18 +403,31 @@ class Where:
     def hot_context(self, node: ast.AST, step_methods: frozenset = STEP_METHODS) -> Optional[str]:
         """Where ``node`` runs once per training step (``"training_step"``, ``"a training loop (line 12)"``),
         or ``None``: not part of the training step, every N steps, an error branch, a CPU-only file."""
-        r = self.runs(node)
-        if r.how != PER_BATCH or not r.training:
-            return None
-        if r.root_cpu:
-            return None  # a plain-PyTorch loop that never leaves the CPU: a "sync" costs nothing
-        return r.where
+        r = self.hot_runs(node)
+        return r.where if r is not None else None
+
+    def _maybe_hot(self, node: ast.AST) -> bool:
+        """``node`` is in a function a training step reaches, or in a training loop: only then can it
+        run per step (cheap: the project's reachable set is computed once)."""
+        project = getattr(self, "project", None)
+        hot = project.hot_functions() if project is not None else None
+        for anc, _ in self.ancestors(node):  # type: ignore[attr-defined]
+            if isinstance(anc, DEF_TYPES):
+                if hot is None or anc in hot:
+                    return True
+            elif isinstance(anc, LOOP_TYPES) and self.is_training_loop(anc):
+                return True
+        return False
 
     def hot_runs(self, node: ast.AST) -> Optional[Runs]:
-        """Like :meth:`hot_context`, the whole :class:`Runs` (its ``via`` says which file makes it hot)."""
+        """How often ``node`` runs when that is once per training step (``None`` otherwise: not part of
+        the step, every N steps, an error branch, a CPU-only training loop); its ``via`` says which
+        file's step makes it hot."""
+        if not self._maybe_hot(node):
+            return None
         r = self.runs(node)
         if r.how != PER_BATCH or not r.training or r.root_cpu:
-            return None
+            return None  # root_cpu: a plain-PyTorch loop that never leaves the CPU, a "sync" costs nothing
         return r
 
     # ------------------------------------------------------------------ debugging code

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Optional, Union
 
 from lightning_speedups.lint.context import FileContext
+from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.where import ON_ERROR, ONCE, PER_BATCH, PER_SAMPLE, Runs
 
 WARNING = "warning"
@@ -62,6 +63,7 @@ class Rule:
         summary: what it finds, one line (for docs and ``--list-rules``).
         fix: the default fix shown with every finding.
         check: ``check(ctx)`` yields the hits in one file.
+        gate: see the attribute.
         triggers: regular expressions that must all occur in the source text for the rule to fire
             at all (a necessary condition, checked before the file is parsed: a file that triggers
             no selected rule is not parsed).
@@ -74,6 +76,9 @@ class Rule:
     fix: str
     check: Check = field(repr=False, compare=False)
     triggers: tuple[Union[str, Callable[[str], bool]], ...] = field(default=(), repr=False, compare=False)
+    #: ``gate(project, path)``: the rule can fire in this file of the project at all (checked after
+    #: the triggers, before the file's context is built; LS206 needs a function a training step reaches).
+    gate: Optional[Callable[[Project, str], bool]] = field(default=None, repr=False, compare=False)
 
     def triggered(self, source: str) -> bool:
         return all(_matcher(t)(source) for t in self.triggers)

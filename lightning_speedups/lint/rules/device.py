@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from lightning_speedups.lint.context import FileContext, keyword, snippet, terminal_name
+from lightning_speedups.lint.context import DEF_TYPES, FileContext, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 from lightning_speedups.lint.where import STEP_METHODS, Runs
 
@@ -131,6 +131,14 @@ def _consumer(node: ast.AST) -> bool:
     return any(w in owner for w in _HOST_CONSUMERS)
 
 
+def _consumers(ctx: FileContext, scope: ast.AST) -> list[ast.Call]:
+    memo = ctx.__dict__.setdefault("_consumers", {})
+    found = memo.get(scope)
+    if found is None:
+        found = memo[scope] = [n for n in ast.walk(scope) if _consumer(n)]  # type: ignore[misc]
+    return found
+
+
 def _for_host_consumer(ctx: FileContext, call: ast.Call) -> bool:
     """The host copy is what the next call needs: an environment steps on numpy actions, a numpy
     replay buffer stores them (directly, or through a name assigned from the copy in this function)."""
@@ -143,9 +151,9 @@ def _for_host_consumer(ctx: FileContext, call: ast.Call) -> bool:
                 names |= {
                     e.id for t in anc.targets if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)
                 }
-                fn = ctx.enclosing_function(call)
-                if names and fn is not None:
-                    for node in ast.walk(fn):
+                fn = ctx.enclosing_function(call) or ctx.tree
+                if names:
+                    for node in _consumers(ctx, fn):
                         if _consumer(node) and getattr(node, "lineno", 0) > anc.lineno:
                             used = {
                                 n.id
@@ -225,8 +233,35 @@ def _HOST_READ_TRIGGER(source: str) -> bool:
     return any(w in source for w in (".item(", ".cpu(", ".numpy(", ".tolist(", "bool("))
 
 
+def _tensor_guarded(ctx: FileContext, node: ast.AST) -> bool:
+    """``node`` runs only when an argument is a tensor: ``if isinstance(v, torch.Tensor): v = v.item()``."""
+    for anc, child in ctx.ancestors(node):
+        if isinstance(anc, DEF_TYPES):
+            return False
+        if isinstance(anc, ast.If) and any(child is s for s in anc.body):
+            for n in ast.walk(anc.test):
+                if isinstance(n, ast.Call) and terminal_name(n.func) == "isinstance" and len(n.args) == 2:
+                    if "Tensor" in snippet(n.args[1], 80):
+                        return True
+    return False
+
+
+def _passes_tensor(ctx: FileContext, node: ast.AST) -> bool:
+    """A caller of the function around ``node`` passes a visible tensor (``meter.update(loss=loss)``,
+    not ``meter.update(loss=loss.item())``)."""
+    fn = ctx.enclosing_function(node)
+    if fn is None or ctx.project is None:
+        return True  # cannot tell: keep the finding
+    for other, call in ctx.project.callers(ctx, fn):
+        if any(other.is_tensor(a) for a in [*call.args, *(k.value for k in call.keywords)]):
+            return True
+    return False
+
+
 def _sync_in_helper(ctx: FileContext) -> Iterator[Hit]:
     for node, message, r in _syncs(ctx):
+        if r.via and _tensor_guarded(ctx, node) and not _passes_tensor(ctx, node):
+            continue  # the step passes numbers: the guarded host read never runs
         if r.via:
             yield Hit(node, f"{message} on every batch: the step that calls it is at {r.via}")
 
@@ -312,6 +347,8 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
                 continue
             if isinstance(node, ast.JoinedStr) and isinstance(ctx.parents.get(node), ast.FormattedValue):
                 continue  # a format spec inside an f-string
+            if not ctx._maybe_hot(node):
+                continue
             shown = _formatted(ctx, node)
             if shown is not None:
                 kind = (
@@ -629,5 +666,6 @@ RULES = [
         "read them on the host once per epoch or every N steps",
         _sync_in_helper,
         (_HOST_READ_TRIGGER,),
+        gate=lambda project, path: project.is_hot_file(path),
     ),
 ]
