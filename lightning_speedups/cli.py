@@ -11,27 +11,25 @@ Commands:
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 from typing import Optional
 
-from lightning_speedups.presets import PresetError, list_presets
-from lightning_speedups.session import (
-    PACKAGE_DIR,
-    TRAINER_COMMANDS,
-    SpeedupsCLI,
-    UsageError,
-    resolve_config_args,
-)
-
+# Nothing at module level imports torch or Lightning: `--help`, `presets`, `tips` and `lint` answer
+# without them (the console script enters here); the commands that train import them when they run.
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 PACK_COMMANDS = ("presets", "tips", "doctor", "lint", "bench")
 
 
 def _print_presets() -> int:
     from rich.console import Console
     from rich.table import Table
+
+    from lightning_speedups.presets import list_presets
 
     table = Table(title="lightning_speedups presets", show_lines=False)
     table.add_column("preset", style="bold")
@@ -44,10 +42,18 @@ def _print_presets() -> int:
 
 
 def _print_tips() -> int:
-    from lightning_speedups.tips import print_tips
+    from lightning_speedups.catalog import print_tips
 
     print_tips()
     return 0
+
+
+#: ``COMMAND --help`` of the commands that take no options
+COMMAND_HELP = {
+    "presets": "usage: python -m lightning_speedups presets\n\nList the packaged presets, each with what it turns on and why.",
+    "tips": "usage: python -m lightning_speedups tips\n\nThe tip registry (T01-T24): what implements each, the speedups:"
+    " keys that turn it on, and how bench times it.",
+}
 
 
 HELP = """usage: python -m lightning_speedups COMMAND [options]
@@ -71,7 +77,7 @@ The pack's commands:
 
 def _user_error(err: BaseException) -> bool:
     """Whether an exception was raised by the pack's own validation (so it is the user's input)."""
-    if not isinstance(err, (ValueError, TypeError, PresetError)):
+    if not isinstance(err, (ValueError, TypeError)):
         return False
     tb = err.__traceback__
     last = None
@@ -88,15 +94,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(HELP)
         return 0 if args else 2
     command = args[0]
-    try:
-        if command == "presets":
-            return _print_presets()
-        if command == "tips":
-            return _print_tips()
-        if command == "lint":
-            from lightning_speedups.lint import main as lint_main
+    if command in COMMAND_HELP and any(a in ("-h", "--help") for a in args[1:]):
+        print(COMMAND_HELP[command])
+        return 0
+    if command in COMMAND_HELP and args[1:]:
+        print(f"error: {command} takes no arguments, got {' '.join(args[1:])}\n{COMMAND_HELP[command]}", file=sys.stderr)
+        return 2
+    if command == "presets":
+        return _print_presets()
+    if command == "tips":
+        return _print_tips()
+    if command == "lint":
+        from lightning_speedups.lint import main as lint_main
 
-            return lint_main(args[1:])
+        return lint_main(args[1:])
+    if command not in TRAINER_COMMANDS + PACK_COMMANDS and not command.startswith("-"):
+        close = difflib.get_close_matches(command, TRAINER_COMMANDS + PACK_COMMANDS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(
+            f"error: unknown command {command!r}{hint}; commands: {', '.join(TRAINER_COMMANDS + PACK_COMMANDS)}",
+            file=sys.stderr,
+        )
+        return 2
+    from lightning_speedups.session import UsageError, resolve_config_args
+
+    try:
         if command == "doctor":
             from lightning_speedups.doctor import main as doctor_main
 
@@ -105,28 +127,59 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from lightning_speedups.bench import main as bench_main
 
             return bench_main(resolve_config_args(args[1:]))
-        if command not in TRAINER_COMMANDS and not command.startswith("-"):
-            raise UsageError(f"unknown command {command!r}; commands: {', '.join(TRAINER_COMMANDS + PACK_COMMANDS)}")
-        resolved = resolve_config_args(args)
-        saved_argv = sys.argv
-        # LightningCLI reads sys.argv (and its DDP launcher re-runs it): give it the resolved paths.
-        sys.argv = [saved_argv[0] if saved_argv else "lightning_speedups", *resolved]
-        try:
-            SpeedupsCLI(args=None)
-        finally:
-            sys.argv = saved_argv
-        return 0
+        return _train(args)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # argparse / jsonargparse already printed the message
+        if exc.code == 1 and isinstance(exc.__context__, KeyboardInterrupt):
+            return 130  # Lightning's graceful shutdown after Ctrl+C exits 1
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     except KeyboardInterrupt:
         return 130
     except Exception as err:
-        if _user_error(err):
-            print(f"error: {err}", file=sys.stderr)
-            if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
-                traceback.print_exc()
-            return 2
-        raise
+        text = _instantiation_error(err)
+        if text is None and _user_error(err):
+            text = str(err)
+        if text is None:
+            raise
+        print(f"error: {text}", file=sys.stderr)
+        if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
+            traceback.print_exc()
+        return 2
+
+
+def _train(args: list[str]) -> int:
+    from lightning_speedups.session import SpeedupsCLI, resolve_config_args
+
+    resolved = resolve_config_args(args)
+    saved_argv = sys.argv
+    # LightningCLI reads sys.argv (and its DDP launcher re-runs it): give it the resolved paths.
+    sys.argv = [saved_argv[0] if saved_argv else "lightning_speedups", *resolved]
+    try:
+        SpeedupsCLI(args=None)
+    finally:
+        sys.argv = saved_argv
+    return 0
+
+
+def _instantiation_error(err: BaseException) -> Optional[str]:
+    """One line for a user's class that raised while the config was instantiated (jsonargparse wraps it
+    in "Does not validate against any of the Union subtypes"): its type, message, file and line."""
+    import re
+
+    message = str(err)
+    if not isinstance(err, ValueError) or "Does not validate against any of the Union subtypes" not in message:
+        return None
+    from lightning_speedups.session import user_frame
+
+    found = user_frame(err)
+    if found is None:
+        return None
+    exc, filename, line, func = found
+    given = re.search(r"class_path='([^']+)'", message)
+    who = f"{given.group(1)}(...)" if given else "a class of the config"
+    return (
+        f"{who} raised {type(exc).__name__}: {exc} (at {filename}:{line}, in {func}); fix it there"
+        " (LIGHTNING_SPEEDUPS_TRACEBACK=1 shows the whole traceback)"
+    )

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import yaml
-from lightning.pytorch.callbacks import Callback
 
-from lightning_speedups.config import Speedups
+if TYPE_CHECKING:  # finding and listing presets needs neither torch nor Lightning (`presets` answers at once)
+    from lightning.pytorch.callbacks import Callback
+
+    from lightning_speedups.config import Speedups
 
 PRESET_SUFFIXES = (".yaml", ".yml")
 
@@ -59,6 +61,36 @@ def _preset_name(value: str) -> str:
     return name
 
 
+def check_config_file(path: str) -> None:
+    """Refuse a config file that is not a YAML mapping, naming the file (and the line of a syntax error).
+
+    Raises:
+        PresetError: unreadable, a YAML syntax error, empty, or not a mapping.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as err:
+        raise PresetError(f"config {path}: cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError:
+        raise PresetError(f"config {path}: not a text file (a YAML config is UTF-8 text)") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise PresetError(f"config {path}{where}: YAML syntax error: {problem}; fix the file there") from None
+    if data is None:
+        raise PresetError(
+            f"config {path} is empty; fix: write a YAML mapping with any of model:, data:, trainer:, speedups:"
+            " (or leave out this --config)"
+        )
+    if not isinstance(data, dict):
+        raise PresetError(
+            f"config {path} holds a {type(data).__name__}, not a mapping; fix: write a YAML mapping with any of"
+            " model:, data:, trainer:, speedups:"
+        )
+
+
 def resolve_config(value: Union[str, os.PathLike]) -> str:
     """Turn a ``--config`` value into a path: a local file wins, else the packaged preset of that name.
 
@@ -67,6 +99,7 @@ def resolve_config(value: Union[str, os.PathLike]) -> str:
     """
     text = os.fspath(value)
     if os.path.isfile(text):
+        check_config_file(text)
         return text
     if os.sep not in text:
         candidate = preset_dir() / f"{_preset_name(text)}.yaml"
@@ -93,8 +126,14 @@ def _speedups_parser():
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(exit_on_error=False)
-    parser.add_class_arguments(Speedups, "speedups", fail_untyped=True)
+    parser.add_class_arguments(_speedups_class(), "speedups", fail_untyped=True)
     return parser
+
+
+def _speedups_class() -> type[Speedups]:
+    from lightning_speedups.config import Speedups
+
+    return Speedups
 
 
 def parse_speedups(section: Optional[dict[str, Any]], source: str = "<dict>") -> Speedups:
@@ -129,7 +168,7 @@ class Preset:
 
     names: list[str]
     trainer: dict[str, Any] = field(default_factory=dict)
-    speedups: Speedups = field(default_factory=Speedups)
+    speedups: Speedups = field(default_factory=lambda: _speedups_class()())
 
     def trainer_kwargs(self, accelerator: Optional[str] = None, model: Any = None, **overrides: Any) -> dict[str, Any]:
         """Arguments for ``Trainer(...)``: the presets' flags and what the ``speedups:`` section resolves to.

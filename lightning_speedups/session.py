@@ -144,8 +144,15 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
     elif detail:
         lines.append(detail[0][:300])
     if key is not None:
-        where = _find_key(files, key)
-        if where:
+        if key in ("model", "data") and "Does not validate against any of the Union subtypes" in message:
+            why = _class_problem(_class_path_of(argv, files, key), key)
+            if why:
+                lines = [why]
+        given = _cli_value(argv, key)
+        where = _find_key(files, key) or (_find_key(files, f"{key}.class_path") if key in ("model", "data") else None)
+        if given is not None:
+            lines[0] += f" (given on the command line: --{key} {given})"
+        elif where:
             lines[0] += f" (set in {where})"
         if "does not accept option" in message and parser is not None:
             known = [d for a in parser._actions for d in [getattr(a, "dest", "")] if d]
@@ -159,6 +166,115 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
                     f"keys under {parent or 'the top level'}: {', '.join(sorted(k.rsplit('.', 1)[-1] for k in siblings)[:25])}"
                 )
     return "\n".join(lines)
+
+
+def _cli_value(argv: Sequence[str], key: str) -> Optional[str]:
+    """The last value the command line gives ``--key`` (``None``: not on the command line)."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == f"--{key}" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(f"--{key}="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def _class_path_of(argv: Sequence[str], files: Sequence[str], key: str) -> Optional[str]:
+    """The class path the arguments or the configs give ``model`` / ``data`` (the last one wins)."""
+    import yaml
+
+    given = _cli_value(argv, key) or _cli_value(argv, f"{key}.class_path")
+    if given:
+        return given
+    found = None
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                node: Any = (yaml.safe_load(fh) or {}).get(key)
+        except Exception:
+            continue
+        if isinstance(node, str):
+            found = node
+        elif isinstance(node, dict) and isinstance(node.get("class_path"), str):
+            found = node["class_path"]
+    return found
+
+
+def _class_problem(class_path: Optional[str], key: str) -> Optional[str]:
+    """Why ``class_path`` cannot be the ``model`` / ``data`` class, with the fix (``None``: no reason found)."""
+    import importlib
+
+    if not class_path:
+        return None
+    base = "LightningModule" if key == "model" else "LightningDataModule"
+    module_name, _, name = class_path.rpartition(".")
+    if not module_name:
+        return f"{key}: class_path {class_path!r} is not a dotted path; fix: write module.ClassName"
+    try:
+        module = importlib.import_module(module_name)
+    except SyntaxError as err:
+        return (
+            f"{key}: class_path {class_path!r}: {err.filename}:{err.lineno}: SyntaxError: {err.msg}; fix the file there"
+        )
+    except ImportError as err:
+        return (
+            f"{key}: class_path {class_path!r} does not import: {err}; run from the folder that holds that"
+            " module (it is put on sys.path), or pip install it"
+        )
+    except Exception as err:
+        return f"{key}: importing {module_name} raised {_user_error_text(err)}"
+    obj = getattr(module, name, None)
+    if obj is None:
+        close = [n for n in dir(module) if n.lower() == name.lower()]
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"{key}: module {module_name} has no {name!r}{hint}; fix the class_path"
+    import lightning.pytorch as pl
+
+    if not (inspect.isclass(obj) and issubclass(obj, getattr(pl, base))):
+        what = f"a {type(obj).__name__}" if not inspect.isclass(obj) else "a class"
+        return (
+            f"{key}: {class_path} is {what} that is not a {base}; fix: give a subclass of"
+            f" lightning.pytorch.{base} (or lightning.{base})"
+        )
+    return None
+
+
+def user_frame(err: BaseException) -> Optional[tuple[BaseException, str, int, str]]:
+    """The innermost exception of ``err``'s chain raised in the user's own code, with its deepest user
+    frame (file, line, function): not the pack, not an installed library, not the standard library."""
+    import sysconfig
+    import traceback
+
+    skip = {
+        os.path.realpath(p) for p in (PACKAGE_DIR, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])
+    }
+    skip |= {os.path.realpath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    node: Optional[BaseException] = err
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        chain.append(node)
+        node = node.__cause__ or node.__context__
+    for exc in reversed(chain):  # innermost first
+        frames = [
+            f
+            for f in traceback.extract_tb(exc.__traceback__)
+            if not f.filename.startswith("<")
+            and not any(os.path.realpath(f.filename).startswith(p + os.sep) for p in skip)
+        ]
+        if frames:
+            last = frames[-1]
+            return exc, last.filename, last.lineno or 0, last.name
+    return None
+
+
+def _user_error_text(err: BaseException) -> str:
+    found = user_frame(err)
+    if found is None:
+        return f"{type(err).__name__}: {err}"
+    exc, filename, line, func = found
+    return f"{type(exc).__name__}: {exc} (at {filename}:{line}, in {func})"
 
 
 def _sets_model(argv: Sequence[str]) -> bool:
@@ -194,6 +310,12 @@ def with_default_model(argv: Sequence[str]) -> list[str]:
     out = list(argv)
     if _sets_model(out) or any(a in ("-h", "--help") for a in out):
         return out
+    data = _class_path_of(out, _config_files(out), "data")
+    if data and not _same_class(data, DEFAULT_DATA):
+        raise UsageError(
+            f"the config sets data ({data}) but no model: the embedded default model trains only on its own"
+            " digits. Fix: add model: {class_path: your_package.YourModel}, or leave out data: to train the demo"
+        )
     at = 1 if out and out[0] in TRAINER_COMMANDS else 0
     out.insert(at, f"--model={DEFAULT_MODEL}")
     return out

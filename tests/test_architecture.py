@@ -16,6 +16,7 @@ LAYERS: dict[str, int] = {
     "functional": 0,
     "lint": 0,
     "demo": 0,
+    "catalog": 0,  # the tips table written out (no import of the registry: `tips` answers without torch)
     "callbacks": 1,
     "data": 1,
     "strategies": 1,

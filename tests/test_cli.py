@@ -10,7 +10,8 @@ import pytest
 import torch
 import yaml
 
-from lightning_speedups.cli import main, resolve_config_args
+from lightning_speedups.cli import main
+from lightning_speedups.session import resolve_config_args
 from lightning_speedups.presets import list_presets
 
 QUICK = [

@@ -12,7 +12,7 @@ import pytest
 from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.config import PACK_SETTINGS, Speedups, all_settings
-from lightning_speedups.tips import BY_ID, TIPS, get_tip, parts_table
+from lightning_speedups.tips import BY_ID, TIPS, catalog_rows, get_tip, parts_table
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Setting, Tip
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -108,6 +108,18 @@ def test_callbacks_are_placed_in_the_records_order():
         "SpeedupsSummary",
     ]
     assert all(isinstance(cb, Callback) for cb in s.callbacks())
+
+
+def test_the_tips_catalog_is_the_registry_written_out():
+    """`tips` prints lightning_speedups.catalog.ROWS without importing the records: it must equal them."""
+    import pprint
+
+    from lightning_speedups.catalog import ROWS
+
+    assert ROWS == catalog_rows(), (
+        "lightning_speedups/catalog.py is out of date; set ROWS to this (then ruff format):\n"
+        + pprint.pformat(catalog_rows(), width=115)
+    )
 
 
 def test_readme_parts_table_is_generated_from_the_records():

@@ -111,21 +111,25 @@ def parts_table() -> str:
     return "\n".join(rows)
 
 
-def print_tips(console: Optional[Any] = None) -> None:
-    """Print the registry as a table."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="lightning_speedups: the tips")
-    for col in ("id", "slug", "title", "turned on by", "bench"):
-        table.add_column(col, overflow="fold")
+def catalog_rows() -> tuple[tuple[str, str, str, str, str], ...]:
+    """The ``tips`` command's table, one row per tip: id, slug, title, the keys that turn it on, how
+    bench times it. :data:`lightning_speedups.catalog.ROWS` is this, written out (a test keeps them equal)
+    so that ``tips`` answers without importing the records (and torch and Lightning with them)."""
+    rows = []
     for tip in TIPS:
         modes = sorted({v.mode for v in tip.bench_variants})
         bench = ", ".join(f"{m}: {sum(v.mode == m for v in tip.bench_variants)}" for m in modes) or "-"
         if tip.not_timed:
             bench += f"; not timed by samples/s: {tip.not_timed}"
-        table.add_row(tip.id, tip.slug, tip.title, "\n".join(tip.preset_keys) or "lint / doctor", bench)
-    (console or Console()).print(table)
+        rows.append((tip.id, tip.slug, tip.title, "\n".join(tip.preset_keys) or "lint / doctor", bench))
+    return tuple(rows)
+
+
+def print_tips(console: Optional[Any] = None) -> None:
+    """Print the registry as a table."""
+    from lightning_speedups.catalog import print_rows
+
+    print_rows(catalog_rows(), console)
 
 
 __all__ = [
@@ -137,6 +141,7 @@ __all__ = [
     "Setting",
     "SuiteCase",
     "Tip",
+    "catalog_rows",
     "get_tip",
     "part_names",
     "parts_table",
