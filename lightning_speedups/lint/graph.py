@@ -60,6 +60,19 @@ class Project:
         self._hot: Optional[set[ast.AST]] = None
         self._hot_files: set[str] = set()
 
+    def close(self) -> None:
+        """Drop the contexts and their links back to the project (a reference cycle: left alone, the
+        garbage collector would later walk every ast node of the run to free them)."""
+        for ctx in self._contexts.values():
+            ctx.project = None
+            ctx.__dict__.clear()
+        self._contexts.clear()
+        self._callers.clear()
+        self._files = {}
+        self._hot = None
+        self.__dict__.pop("_methods", None)
+        self.__dict__.pop("_defined", None)
+
     def __len__(self) -> int:
         return len(self._files)
 
@@ -250,6 +263,8 @@ class Project:
             found = self.resolve_name(ctx, func)
             if found is not None:
                 return found if isinstance(found[1], DEF_TYPES) else None
+            if func.attr not in self.method_names():
+                return None  # no class of the project has such a method
             prior = ctx.bindings_before(owner) or ctx.bindings(ctx.tree).get(owner.id) or []
             classes = {self._class_of_value(ctx, b.value) if b.kind == "value" else None for b in prior}
             if len(classes) == 1:
@@ -316,6 +331,17 @@ class Project:
                         hot.add(found[1])
                         work.append(found)
         return hot
+
+    def method_names(self) -> frozenset[str]:
+        """Names of every indented ``def`` (methods, nested functions): ``obj.m()`` can resolve only to these."""
+        cached = self.__dict__.get("_methods")
+        if cached is None:
+            import re
+
+            pattern = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
+            cached = frozenset(m for _, source in self._files.values() for m in pattern.findall(source))
+            self.__dict__["_methods"] = cached
+        return cached
 
     def defined_names(self) -> frozenset[str]:
         """Names of every ``def`` in the project's text: a call of any other name resolves to nothing here."""

@@ -244,6 +244,7 @@ def lint_sources(
     for path, (tree, text) in files.items():
         assert tree is not None
         out.extend(lint_tree(tree, text, path, triggered_rules(text, rules), noqa=noqa, project=project))
+    project.close()
     return out
 
 
@@ -334,13 +335,16 @@ def lint_paths(
                 if chosen:
                     triggered[str(path)] = chosen
         project = Project(parsed)
+        parsed_count = len(parsed)
         for display, chosen in triggered.items():
             chosen = [r for r in chosen if r.gate is None or r.gate(project, display)]
             if chosen:  # a file no rule needs gets a context only if a caller's frequency needs it
                 tree, text = parsed[display]
                 assert tree is not None
                 findings.extend(lint_tree(tree, text, display, chosen, include_tests=include_tests, project=project))
+        project.close()
+        parsed.clear()
     finally:
         if gc_was_enabled:
             gc.enable()
-    return LintResult(findings=findings, files=len(parsed), errors=errors)
+    return LintResult(findings=findings, files=parsed_count, errors=errors)
