@@ -29,7 +29,7 @@ class ScheduleSettings:
 
     name: Literal["off", "onecycle", "cyclic"] = "off"
     #: peak learning rate: a number, ``None`` (the optimizer's lr) or ``"auto"`` (an LR range test at the
-    #: start of fit, Lightning's ``LearningRateFinder``, picks it; the chosen lr is printed)
+    #: start of fit, through the trainer's own loop and undone from memory, picks it; the chosen lr is printed)
     max_lr: Union[float, Literal["auto"], None] = bounded(None, gt=0)
     pct_start: float = bounded(0.25, gt=0, lt=1)
     div_factor: float = bounded(25.0, gt=0)
