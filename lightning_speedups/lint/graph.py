@@ -310,7 +310,10 @@ class Project:
                             work.append((ctx, fn))
             for call in ctx.calls:  # the bodies of training loops, wherever they are
                 func = call.func
-                if not (isinstance(func, ast.Attribute) and func.attr in ("backward", "manual_backward", "step")):
+                if not (
+                    (isinstance(func, ast.Attribute) and func.attr in ("backward", "manual_backward", "step"))
+                    or terminal_name(func).lower().endswith("scaler")
+                ):
                     continue
                 for anc, _ in ctx.ancestors(call):
                     if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and ctx.is_training_loop(anc):
@@ -353,6 +356,22 @@ class Project:
             cached = frozenset(m for _, source in self._files.values() for m in pattern.findall(source))
             self.__dict__["_defined"] = cached
         return cached
+
+    def imports_gpu_module(self, ctx: FileContext) -> bool:
+        """A project module that ``ctx`` imports mentions CUDA (where its device comes from)."""
+        memo = ctx.__dict__.get("_imports_gpu")
+        if memo is None:
+            memo = False
+            for module, attr, level in self.imports(ctx).values():
+                for mod in (module, f"{module}.{attr}" if attr else module):
+                    path = self.module_file(str(ctx.path), mod, level) if mod or level else None
+                    if path is not None and "cuda" in self._files[path][1]:
+                        memo = True
+                        break
+                if memo:
+                    break
+            ctx.__dict__["_imports_gpu"] = memo
+        return bool(memo)
 
     def is_hot_file(self, path: str) -> bool:
         """``path`` holds a function a training step reaches (or a training step itself)."""
@@ -405,7 +424,7 @@ class Project:
 
 def _mentions_step(source: str) -> bool:
     """The text shows a training step: a step method, a backward, or an optimizer / scaler step."""
-    if "backward(" in source or "training_step" in source or "validation_step" in source:
+    if "backward(" in source or "training_step" in source or "validation_step" in source or "scaler(" in source:
         return True
     i = source.find(".step(")
     while i != -1:

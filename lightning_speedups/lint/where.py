@@ -209,6 +209,8 @@ class Where:
                         owner = terminal_name(func.value).lower()
                         if "opt" in owner or "scaler" in owner:
                             return True
+                if len(node.args) >= 2 and terminal_name(func).lower().endswith("scaler"):
+                    return True  # loss_scaler(loss, optimizer, ...): timm's NativeScaler scales, backpropagates, steps
                 if depth < 3:
                     fn = self._helper(node)
                     if fn is not None and self.is_step_function(fn, depth + 1):
@@ -315,7 +317,7 @@ class Where:
                     every_n = True
             if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):  # type: ignore[attr-defined]
                 if self.is_training_loop(anc):
-                    base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True, root_cpu=self.cpu_only)  # type: ignore[attr-defined]
+                    base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True, root_cpu=self.root_cpu_only)  # type: ignore[attr-defined]
                 elif self.is_epoch_loop(anc) or self._contains_training_loop(anc):
                     base = Runs(PER_EPOCH, f"a loop over epochs (line {anc.lineno})")
                 elif self.is_batch_loop(anc):
@@ -385,7 +387,7 @@ class Where:
             if best is not None and best.how == PER_EPOCH:
                 # called once per epoch: full-batch training, where a step is an epoch
                 return Runs(PER_EPOCH, f"{name}() (one optimizer step per epoch)")
-            return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True, root_cpu=self.cpu_only)  # type: ignore[attr-defined]
+            return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True, root_cpu=self.root_cpu_only)  # type: ignore[attr-defined]
         if best is None:
             if "epoch" in name or self._runs_training_loop(fn):
                 return Runs(PER_EPOCH, f"{name}() (around a training loop)")
@@ -405,6 +407,15 @@ class Where:
         or ``None``: not part of the training step, every N steps, an error branch, a CPU-only file."""
         r = self.hot_runs(node)
         return r.where if r is not None else None
+
+    @property
+    def root_cpu_only(self) -> bool:
+        """The file never leaves the CPU (:attr:`cpu_only`) and neither do the project modules it imports
+        (a device from ``dist_util.dev()`` lives in another file)."""
+        if not self.cpu_only:  # type: ignore[attr-defined]
+            return False
+        project = getattr(self, "project", None)
+        return project is None or not project.imports_gpu_module(self)
 
     def _maybe_hot(self, node: ast.AST) -> bool:
         """``node`` is in a function a training step reaches, or in a training loop: only then can it

@@ -17,7 +17,7 @@ _SYNC_BUILTINS = frozenset({"bool", "float", "int"})
 
 def _HOT_TRIGGER(source: str) -> bool:
     """A training step shows in the text: a step method, a backward, or an optimizer / scaler step."""
-    if "backward(" in source or "training_step" in source or "validation_step" in source:
+    if "backward(" in source or "training_step" in source or "validation_step" in source or "scaler(" in source:
         return True
     i = source.find(".step(")
     while i != -1:
@@ -253,6 +253,8 @@ def _passes_tensor(ctx: FileContext, node: ast.AST) -> bool:
     if fn is None or ctx.project is None:
         return True  # cannot tell: keep the finding
     for other, call in ctx.project.callers(ctx, fn):
+        if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+            return True  # update(**losses): what it passes is not visible, keep the finding
         if any(other.is_tensor(a) for a in [*call.args, *(k.value for k in call.keywords)]):
             return True
     return False
