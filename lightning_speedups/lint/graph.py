@@ -70,8 +70,8 @@ class Project:
         self._callers.clear()
         self._files = {}
         self._hot = None
-        self.__dict__.pop("_methods", None)
-        self.__dict__.pop("_defined", None)
+        self.__dict__.pop("_defs", None)
+        self._tokens = None
 
     def __len__(self) -> int:
         return len(self._files)
@@ -335,27 +335,32 @@ class Project:
                         work.append(found)
         return hot
 
-    def method_names(self) -> frozenset[str]:
-        """Names of every indented ``def`` (methods, nested functions): ``obj.m()`` can resolve only to these."""
-        cached = self.__dict__.get("_methods")
+    def _def_names(self) -> tuple[frozenset[str], frozenset[str]]:
+        """``(every def's name, every indented def's name)`` of the project's text, in one pass."""
+        cached = self.__dict__.get("_defs")
         if cached is None:
             import re
 
-            pattern = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
-            cached = frozenset(m for _, source in self._files.values() for m in pattern.findall(source))
-            self.__dict__["_methods"] = cached
+            pattern = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
+            every: set[str] = set()
+            indented: set[str] = set()
+            for _, source in self._files.values():
+                if "def" not in source:
+                    continue
+                for indent, name in pattern.findall(source):
+                    every.add(name)
+                    if indent:
+                        indented.add(name)
+            cached = self.__dict__["_defs"] = (frozenset(every), frozenset(indented))
         return cached
+
+    def method_names(self) -> frozenset[str]:
+        """Names of every indented ``def`` (methods, nested functions): ``obj.m()`` can resolve only to these."""
+        return self._def_names()[1]
 
     def defined_names(self) -> frozenset[str]:
         """Names of every ``def`` in the project's text: a call of any other name resolves to nothing here."""
-        cached = self.__dict__.get("_defined")
-        if cached is None:
-            import re
-
-            pattern = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
-            cached = frozenset(m for _, source in self._files.values() for m in pattern.findall(source))
-            self.__dict__["_defined"] = cached
-        return cached
+        return self._def_names()[0]
 
     def imports_gpu_module(self, ctx: FileContext) -> bool:
         """A project module that ``ctx`` imports mentions CUDA (where its device comes from)."""
@@ -409,17 +414,13 @@ class Project:
         return out
 
     def files_naming(self, name: str) -> list[str]:
-        """The files whose text holds the identifier ``name`` (an index built on first use)."""
+        """The files whose text holds ``name`` (a substring test, remembered per name)."""
         if self._tokens is None:
-            import re
-
-            word = re.compile(r"[A-Za-z_]\w*")
-            tokens: dict[str, list[str]] = {}
-            for path, (_, source) in self._files.items():
-                for tok in set(word.findall(source)):
-                    tokens.setdefault(tok, []).append(path)
-            self._tokens = tokens
-        return self._tokens.get(name, [])
+            self._tokens = {}
+        found = self._tokens.get(name)
+        if found is None:
+            found = self._tokens[name] = [path for path, (_, source) in self._files.items() if name in source]
+        return found
 
 
 def _mentions_step(source: str) -> bool:
