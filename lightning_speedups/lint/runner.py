@@ -227,8 +227,8 @@ def lint_sources(
     """Lint several source texts as one project (``{path: source}``): calls between them count.
 
     Example:
-        >>> train = "import torch\nfrom meter import Meter\ndef fit(loader, net, opt):\n    m = Meter()\n    for x in loader:\n        loss = net(x).sum()\n        loss.backward()\n        opt.step()\n        m.update(loss)\n    torch.cuda.empty_cache()\n"
-        >>> meter = "class Meter:\n    def update(self, v):\n        self.total += v.item()\n"
+        >>> train = "import torch\\nfrom meter import Meter\\ndef fit(loader, net, opt):\\n    m = Meter()\\n    for x in loader:\\n        loss = net(x.cuda()).sum()\\n        loss.backward()\\n        opt.step()\\n        m.update(loss)\\n"
+        >>> meter = "class Meter:\\n    def update(self, v):\\n        self.total += v.item()\\n"
         >>> [(f.path, f.line, f.code) for f in lint_sources({"train.py": train, "meter.py": meter})]
         [('meter.py', 3, 'LS206')]
 
