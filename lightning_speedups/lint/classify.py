@@ -306,8 +306,8 @@ class Classifiers:
             name = self.call_name(call)
             if name is None:
                 continue
-            if name.startswith("torch.accelerator."):
-                return True
+            if name.startswith(("torch.accelerator.", "torch.cuda.")):
+                return True  # torch.cuda.synchronize() / empty_cache() / set_device(): a CUDA run
             if (
                 name in _AUTO_ACCELERATOR
                 and keyword(call, "accelerator") is None

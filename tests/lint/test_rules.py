@@ -245,3 +245,14 @@ def test_a_name_imported_as_two_things_is_not_resolved():
     src = "import numpy as np\nimport torch\n\ndef f():\n    import jax.numpy as np\n    a = np.zeros(3)\n    return torch.tensor(a)\n"
     assert codes_of(src) == []
     assert codes_of(src.replace("    import jax.numpy as np\n", "")) == [(6, "LS101")]
+
+
+def test_a_cuda_call_alone_makes_the_file_a_gpu_run():
+    # the only GPU signal is torch.cuda.*: the loop is not CPU-only, so its syncs count
+    src = (
+        "import torch\n\n\ndef fit(model, loader, opt):\n    for x in loader:\n"
+        "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+        "        torch.cuda.synchronize()\n        print(loss.item())\n"
+    )
+    assert codes_of(src) == [(9, "LS205")]  # the .item() after the explicit sync waits for nothing more
+    assert codes_of(src.replace("        torch.cuda.synchronize()\n", "")) == []  # no GPU signal left: CPU-only
