@@ -27,7 +27,7 @@ import ast
 import os
 from typing import TYPE_CHECKING, Optional
 
-from lightning_speedups.lint.astutil import DEF_TYPES, terminal_name
+from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, terminal_name
 
 if TYPE_CHECKING:
     from lightning_speedups.lint.context import FileContext
@@ -230,6 +230,31 @@ class Project:
             return found[0], found[1]
         return None
 
+    def _assigned_values(self, ctx: FileContext, owner: ast.Name) -> list[ast.AST]:
+        """What ``owner`` is assigned in its own scope (or, when nothing there, at module level); empty
+        when it is a parameter there. Cheaper than the full bindings of the scope: only plain
+        ``name = value`` assignments of the file are looked at, indexed once by name."""
+        index = ctx.__dict__.get("_assign_index")
+        if index is None:
+            index = {}
+            for node in ctx.assigns:
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        index.setdefault(target.id, []).append(node)
+            ctx.__dict__["_assign_index"] = index
+        found = index.get(owner.id)
+        if not found:
+            return []
+        scope = ctx.scope_of(owner)
+        if isinstance(scope, FUNC_TYPES):
+            args = scope.args
+            if any(a.arg == owner.id for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]):
+                return []
+        values = [a.value for a in found if ctx.scope_of(a) is scope]
+        if not values and scope is not ctx.tree:
+            values = [a.value for a in found if ctx.scope_of(a) is ctx.tree]
+        return values
+
     def method(
         self, ctx: FileContext, cls: ast.ClassDef, name: str, depth: int = 0
     ) -> Optional[tuple[FileContext, ast.AST]]:
@@ -265,8 +290,8 @@ class Project:
                 return found if isinstance(found[1], DEF_TYPES) else None
             if func.attr not in self.method_names():
                 return None  # no class of the project has such a method
-            prior = ctx.bindings_before(owner) or ctx.bindings(ctx.tree).get(owner.id) or []
-            classes = {self._class_of_value(ctx, b.value) if b.kind == "value" else None for b in prior}
+            values = self._assigned_values(ctx, owner)
+            classes = {self._class_of_value(ctx, v) for v in values}
             if len(classes) == 1:
                 only = next(iter(classes))
                 if only is not None:
