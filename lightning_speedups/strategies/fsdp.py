@@ -13,7 +13,20 @@ Card:
     ``state_dict_type="full"``; ``cpu_offload`` keeps the sharded parameters in host memory.
     Expected gain: memory per device about 1/N of parameters, gradients and optimizer state.
     When it hurts: every block's parameters are all-gathered in forward and backward: slower than
-    DDP for a model that fits one device; norm clipping by Lightning and AGC do not apply to shards.
+    DDP for a model that fits one device; AGC (a norm per parameter tensor) does not apply to shards.
+
+Clipping: the Trainer's norm clipping (the user's ``gradient_clip_val`` or ``speedups.grad_clip``), which
+Lightning's ``FSDPPrecision`` refuses, goes through FSDP's own ``clip_grad_norm_`` on the root unit
+(:class:`ShardedNormClipPrecision`: one norm over every rank's shards); value clipping is element-wise
+and already right on shards.
+
+Input gradients and ``requires_grad`` (:func:`fsdp_gradient_problems`): a model that sets
+``requires_grad`` of its parameters while training (an energy-based model's sampler freezing the
+network) stops under FSDP (they are views of a flat parameter; ``use_orig_params=True`` does not change
+that); one that computes gradients itself inside training (``torch.autograd.grad`` for adversarial
+examples or a WGAN-GP gradient penalty) trains, but on several processes its weights drift from plain
+Lightning's and DDP's from the second step, silently (measured). Both are refused in ``setup``, before
+any ``training_step``, with the fix (the ddp preset), or skipped with the reason when the model is known.
 
 Manual optimization: Lightning runs ``training_step`` through the wrapped model's ``forward``, so with
 the whole LightningModule in one FSDP unit ``manual_backward`` runs inside that unit's forward, and
@@ -39,10 +52,14 @@ shards itself can use ``trainer.strategy: ModelParallelStrategy`` directly.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from typing import Any, Literal, Optional
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 from typing_extensions import override
@@ -183,6 +200,168 @@ def fsdp_manual_error(problems: list[str]) -> str:
     )
 
 
+def _grad_calls(node: ast.AST) -> bool:
+    """Whether ``node`` computes gradients: ``x.backward(...)`` or ``(torch.)autograd.grad(...)``."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            if sub.func.attr == "backward":
+                return True
+            if sub.func.attr == "grad" and ast.unparse(sub.func.value).endswith("autograd"):
+                return True
+    return False
+
+
+def _sets_requires_grad(node: ast.AST) -> bool:
+    """Whether ``node`` sets ``requires_grad`` of something other than a fresh input: ``p.requires_grad =
+    ...`` or ``m.requires_grad_(...)`` on a name bound by a loop over ``.parameters()``, or on a module."""
+    for sub in ast.walk(node):
+        targets: list[ast.AST] = []
+        if isinstance(sub, ast.Assign):
+            targets = [t.value for t in sub.targets if isinstance(t, ast.Attribute) and t.attr == "requires_grad"]
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "requires_grad_":
+            targets = [sub.func.value]
+        for target in targets:
+            text = ast.unparse(target)
+            if "parameters()" in text or text.startswith("self."):
+                return True
+            if isinstance(target, ast.Name) and _loops_over_parameters(node, target.id):
+                return True
+    return False
+
+
+def _loops_over_parameters(node: ast.AST, name: str) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.For, ast.comprehension)) and isinstance(sub.target, ast.Name) and sub.target.id == name:
+            if "parameters(" in ast.unparse(sub.iter):
+                return True
+    return False
+
+
+_FRAMEWORKS = ("torch", "lightning", "pytorch_lightning", "builtins", "torchmetrics", "typing", "collections")
+
+
+def _user_class(cls: type) -> bool:
+    return cls.__module__.split(".")[0] not in _FRAMEWORKS
+
+
+def _own_methods(model: nn.Module) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """``(Class.method, node)`` for the methods of the model's own classes: the LightningModule's, its
+    sub-modules', and those of the helper objects it holds (a sampler); framework classes excluded."""
+    classes: list[type] = []
+    for m in model.modules():
+        holders = [type(m)] + [type(v) for v in vars(m).values() if not isinstance(v, (nn.Module, type))]
+        for cls in holders:
+            for base in cls.__mro__:
+                if _user_class(base) and base not in classes:
+                    classes.append(base)
+    out = []
+    for cls in classes:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        node = tree.body[0] if tree.body else None
+        for fn in node.body if isinstance(node, ast.ClassDef) else []:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name != "__init__":
+                out.append((f"{cls.__name__}.{fn.name}", fn))
+    return out
+
+
+def requires_grad_toggles(model: nn.Module) -> list[str]:
+    """Methods of the model's own classes (see :func:`input_gradient_methods`) that set ``requires_grad``
+    of parameters around a gradient computation: an energy-based model's Langevin sampler that freezes
+    the network, takes the input gradient and unfreezes it. Under FSDP the parameters such code reaches
+    inside ``training_step`` are views of a flat parameter, not leaves, and torch refuses ("you can only
+    change requires_grad flags of leaf variables"), with ``use_orig_params`` true or false (measured).
+
+    Example:
+        >>> requires_grad_toggles(nn.Linear(2, 2))
+        []
+    """
+    return [name for name, fn in _own_methods(model) if _sets_requires_grad(fn) and _grad_calls(fn)]
+
+
+def input_gradient_methods(model: nn.Module) -> list[str]:
+    """Methods of the model's own classes (the LightningModule's, its sub-modules', those of the helper
+    objects it holds) that compute gradients themselves: ``torch.autograd.grad`` (adversarial examples,
+    a WGAN-GP gradient penalty) or ``.backward()`` (not Lightning's ``manual_backward``). Read from the
+    source; empty when it cannot be read.
+
+    Under FSDP (torch 2.13, FSDP1, gloo) such a model trains with plain Lightning's losses on one
+    process, but on two its weights leave those of plain Lightning and of DDP from the second optimizer
+    step (measured: 0.05 after 4 steps, with ``use_orig_params`` true or false and with
+    ``backward_prefetch=None``; DDP matches to 3e-8), silently.
+
+    Example:
+        >>> input_gradient_methods(nn.Linear(2, 2))
+        []
+    """
+    return [name for name, fn in _own_methods(model) if _grad_calls(fn)]
+
+
+def fsdp_gradient_problems(model: nn.Module) -> list[str]:
+    """Why the fsdp preset cannot train ``model`` (empty when it can): parameters whose ``requires_grad``
+    it toggles while training, gradients it computes itself inside training."""
+    out = []
+    toggles = requires_grad_toggles(model)
+    if toggles:
+        out.append(
+            f"{', '.join(toggles)} sets requires_grad of the model's parameters around a gradient computation:"
+            " under FSDP those parameters are views of a flat parameter, not leaves, and torch refuses"
+            ' ("you can only change requires_grad flags of leaf variables"), with use_orig_params true or false'
+        )
+    grads = [m for m in input_gradient_methods(model) if m not in toggles]
+    if grads:
+        out.append(
+            f"{', '.join(grads)} computes gradients itself (torch.autograd.grad or .backward() inside training):"
+            " under FSDP on several processes the weights then drift from what plain Lightning and DDP"
+            " compute, from the second step on, with no error (measured on 2 processes, use_orig_params true"
+            " or false)"
+        )
+    return out
+
+
+def fsdp_gradient_error(problems: list[str]) -> str:
+    """The refusal for a model :func:`fsdp_gradient_problems` finds problems in."""
+    return (
+        "speedups.fsdp: " + "; ".join(problems) + ". Fix: train this model with the ddp preset"
+        " (speedups.fsdp.enabled: false, speedups.ddp.enabled: true), which computes the same gradients as"
+        " one process; FSDP is for models that do not fit one device"
+    )
+
+
+class ShardedNormClipPrecision(FSDPPrecision):
+    """Lightning's :class:`FSDPPrecision` whose norm clipping (``Trainer(gradient_clip_algorithm="norm")``,
+    the user's or ``speedups.grad_clip``) goes through FSDP's own ``clip_grad_norm_`` on the root unit:
+    one norm over every rank's shards (Lightning's plugin refuses norm clipping under FSDP). Value
+    clipping is element-wise, so Lightning's own (on the local shards) is already right."""
+
+    fsdp_strategy: Optional[FSDPStrategy] = None
+
+    @override
+    def clip_grad_by_norm(self, optimizer: torch.optim.Optimizer, clip_val: float) -> None:  # type: ignore[override]
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        strategy = self.fsdp_strategy
+        model = strategy.model if strategy is not None else None
+        if isinstance(model, FullyShardedDataParallel):
+            model.clip_grad_norm_(clip_val)
+            return
+        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        roots = [
+            m
+            for m in (model.children() if model is not None else [])
+            if isinstance(m, FullyShardedDataParallel) and any(id(p) in params for p in m.parameters())
+        ]
+        if len(roots) != 1:
+            raise ValueError(
+                "speedups.fsdp: norm clipping needs one FSDP root for the optimizer's parameters (FSDP's"
+                f" clip_grad_norm_ is per root); found {len(roots)}. Fix: clip by value"
+                " (gradient_clip_algorithm: value), or one optimizer per sub-network"
+            )
+        roots[0].clip_grad_norm_(clip_val)
+
+
 class SpeedupsFSDPStrategy(FSDPStrategy):
     """Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` wrapped at the model's repeated
     blocks (and twin sub-networks), with a mixed-precision policy that follows the Trainer's precision.
@@ -207,6 +386,25 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
         assert model is not None
         self.manual = not getattr(model, "automatic_optimization", True)
         notes = []
+        gradient_problems = fsdp_gradient_problems(model)
+        if gradient_problems:
+            raise ValueError(fsdp_gradient_error(gradient_problems))
+        plugin = self.precision_plugin
+        if type(plugin) is FSDPPrecision:  # norm clipping through FSDP's clip_grad_norm_ (see the class)
+            plugin.__class__ = ShardedNormClipPrecision
+            self.precision_plugin = plugin
+        if isinstance(plugin, ShardedNormClipPrecision):
+            plugin.fsdp_strategy = self
+            clip = getattr(trainer, "gradient_clip_val", None)
+            algorithm = getattr(trainer, "gradient_clip_algorithm", None) or "norm"
+            algorithm = str(getattr(algorithm, "value", algorithm))  # Lightning's GradClipAlgorithmType
+            if clip:
+                how = (
+                    "through FSDP's clip_grad_norm_ (one norm over every rank's shards)"
+                    if algorithm == "norm"
+                    else "element-wise on each rank's shards"
+                )
+                notes.append(f"gradient clipping by {algorithm} at {clip} {how}")
         if self.manual:
             problems = manual_layout_problems(model)
             if problems:

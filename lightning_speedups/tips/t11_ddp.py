@@ -20,7 +20,12 @@ from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.memory import FIT_SHARE, estimate_fit
 from lightning_speedups.inspection.words import fmt_bytes, names_text
 from lightning_speedups.strategies import ddp_strategy, fsdp_strategy
-from lightning_speedups.strategies.fsdp import fsdp_manual_error, manual_layout_problems
+from lightning_speedups.strategies.fsdp import (
+    fsdp_gradient_error,
+    fsdp_gradient_problems,
+    fsdp_manual_error,
+    manual_layout_problems,
+)
 from lightning_speedups.tips.record import BuildContext, Setting, SuiteCase, Tip
 
 
@@ -157,12 +162,12 @@ def fsdp_conflicts(s: Any) -> list[str]:
             " FSDP already all-reduces (reduce-scatters) gradients; turn one of them off"
             " (--config ddp.yaml or --config fsdp.yaml, not both)"
         )
-    clip = s.grad_clip.algorithm
-    if clip in ("norm", "agc"):
+    if s.grad_clip.algorithm == "agc":
         out.append(
-            f"`speedups.grad_clip.algorithm: {clip}` does not work under FSDP: each rank holds a shard of every"
-            " gradient, so a norm over the local gradients is wrong (Lightning refuses norm clipping with FSDP)."
-            " Use `speedups.grad_clip.algorithm: value` or `off` with fsdp"
+            "`speedups.grad_clip.algorithm: agc` does not work under FSDP: AGC clips each parameter tensor by its"
+            " own norm, and each rank holds a shard of a flat parameter, not whole tensors. Use"
+            " `speedups.grad_clip.algorithm: norm` (FSDP's clip_grad_norm_, one norm over every shard) or"
+            " `value` with fsdp"
         )
     return out
 
@@ -173,6 +178,11 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     layout = manual_layout_problems(ctx.model) if f.enabled and ctx.manual_optimization else []
     if layout:  # the strategy would refuse it in setup; with the model known, skip with the reason
         ctx.note("fsdp (T11)", False, f"skipped, {fsdp_manual_error(layout).removeprefix('speedups.fsdp: ')}")
+        return
+    gradients = fsdp_gradient_problems(ctx.model) if f.enabled and ctx.model is not None else []
+    if gradients:  # likewise: refused in setup without the model, skipped with the reason when it is known
+        why = fsdp_gradient_error(gradients).removeprefix("speedups.fsdp: ")
+        ctx.note("fsdp (T11)", False, f"skipped, {why}")
         return
     if f.enabled:
         problems = fsdp_conflicts(s)

@@ -1,5 +1,6 @@
 """The fsdp preset composes with every packaged preset: both keep their parts, and the pair builds its
-Trainer arguments or stops with the reason (one strategy; no norm / AGC clipping of shards)."""
+Trainer arguments or stops with the reason (one strategy; no AGC of shards; norm clipping goes through
+FSDP's own clip_grad_norm_, see test_fsdp_shapes.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,7 @@ from lightning_speedups.presets import list_presets, preset
 from lightning_speedups.strategies import SpeedupsDDPStrategy, SpeedupsFSDPStrategy
 
 OTHERS = sorted(set(list_presets()) - {"fsdp"})
-REFUSED = {
-    "ddp": "a run has one strategy",
-    "transformer": "grad_clip.algorithm: norm` does not work under FSDP",
-}
+REFUSED = {"ddp": "a run has one strategy"}
 
 
 @pytest.mark.parametrize("other", OTHERS)
@@ -31,11 +29,19 @@ def test_fsdp_pairs_keep_both_parts_and_build_or_refuse_with_the_reason(other, f
     assert "ActivationCheckpointing" in names_of
 
 
-def test_value_clipping_is_fine_under_fsdp(tmp_path):
+@pytest.mark.parametrize("algorithm", ["value", "norm"])
+def test_value_and_norm_clipping_are_fine_under_fsdp(tmp_path, algorithm):
     mine = tmp_path / "clip.yaml"
-    mine.write_text("speedups:\n  grad_clip:\n    algorithm: value\n    value: 0.5\n")
-    kwargs = preset("fsdp", str(mine)).trainer_kwargs(accelerator="cpu")  # not refused, unlike norm / AGC
+    mine.write_text(f"speedups:\n  grad_clip:\n    algorithm: {algorithm}\n    value: 0.5\n")
+    kwargs = preset("fsdp", str(mine)).trainer_kwargs(accelerator="cpu")  # not refused, unlike AGC
     assert isinstance(kwargs["strategy"], SpeedupsFSDPStrategy)
+
+
+def test_agc_is_refused_under_fsdp_with_the_fix(tmp_path):
+    mine = tmp_path / "agc.yaml"
+    mine.write_text("speedups:\n  grad_clip:\n    algorithm: agc\n")
+    with pytest.raises(ValueError, match=r"algorithm: agc` does not work under FSDP.*Use `speedups.grad_clip"):
+        preset("fsdp", str(mine)).trainer_kwargs(accelerator="cpu")
 
 
 def test_the_ddp_preset_builds_the_strategy_that_keeps_static_graph_from_accumulation():
