@@ -78,6 +78,9 @@ LINT_SEVERITY = {
     "LS306": "medium",  # profiler on
     "LS201": "medium",  # .item()/.cpu() in the step
     "LS202": "medium",  # print(tensor) in the step
+    "LS204": "medium",  # a device tensor formatted into a string in the step
+    "LS205": "medium",  # an explicit device synchronize in the step
+    "LS206": "medium",  # a host read in a helper the step calls
 }
 
 

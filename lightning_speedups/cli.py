@@ -98,7 +98,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(COMMAND_HELP[command])
         return 0
     if command in COMMAND_HELP and args[1:]:
-        print(f"error: {command} takes no arguments, got {' '.join(args[1:])}\n{COMMAND_HELP[command]}", file=sys.stderr)
+        print(
+            f"error: {command} takes no arguments, got {' '.join(args[1:])}\n{COMMAND_HELP[command]}", file=sys.stderr
+        )
         return 2
     if command == "presets":
         return _print_presets()
@@ -150,16 +152,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _train(args: list[str]) -> int:
+    import signal
+
     from lightning_speedups.session import SpeedupsCLI, resolve_config_args
 
     resolved = resolve_config_args(args)
     saved_argv = sys.argv
+    # Lightning's graceful shutdown after Ctrl+C ignores SIGINT from then on: restored afterwards
+    saved_sigint = signal.getsignal(signal.SIGINT)
     # LightningCLI reads sys.argv (and its DDP launcher re-runs it): give it the resolved paths.
     sys.argv = [saved_argv[0] if saved_argv else "lightning_speedups", *resolved]
     try:
         SpeedupsCLI(args=None)
     finally:
         sys.argv = saved_argv
+        if saved_sigint is not None:
+            signal.signal(signal.SIGINT, saved_sigint)
     return 0
 
 

@@ -24,6 +24,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
+from lightning_speedups.callbacks import SpeedupsSummary
 from lightning_speedups.config import Speedups
 from lightning_speedups.presets import PresetError, resolve_config
 
@@ -126,10 +127,15 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
     import re
 
     files = _config_files(argv)
-    match = re.search(r"does not accept option '([^']+)'", message) or re.search(r"Parser key \"([^\"]+)\"", message)
+    match = (
+        re.search(r"does not accept option '([^']+)'", message)
+        or re.search(r"Parser key \"([^\"]+)\"", message)
+        or re.search(r"unrecognized arguments: --([^\s=]+)", message)
+    )
     key = match.group(1) if match else None
+    unknown = "does not accept option" in message or "unrecognized arguments" in message
     lines = [message.strip().splitlines()[0]]
-    if key is not None and "does not accept option" in message:
+    if key is not None and unknown:
         lines = [f"unknown key {key!r}"]
     detail = [line.strip() for line in message.strip().splitlines()[1:] if line.strip()]
     literal = next((re.search(r"Literal\[(.*)\]\. Got value: (.*)", d) for d in detail if "Literal[" in d), None)
@@ -154,7 +160,7 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
             lines[0] += f" (given on the command line: --{key} {given})"
         elif where:
             lines[0] += f" (set in {where})"
-        if "does not accept option" in message and parser is not None:
+        if unknown and parser is not None:
             known = [d for a in parser._actions for d in [getattr(a, "dest", "")] if d]
             parent = key.rsplit(".", 1)[0] if "." in key else ""
             siblings = [k for k in known if k.rsplit(".", 1)[0] == parent] or known
@@ -436,10 +442,18 @@ class SpeedupsCLI(LightningCLI):
                 )
                 continue
             config[key] = value
-        callbacks = list(callbacks) + speedups.callbacks(
-            notes, accelerator=config.get("accelerator", "auto"), model=model
-        )
-        return super()._instantiate_trainer(config, callbacks)
+        pack = speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"), model=model)
+        # a part the user already lists in trainer.callbacks is theirs: adding the pack's too would run it
+        # twice (and Lightning refuses two stateful callbacks with one state_key)
+        listed = config.get("callbacks") or []
+        theirs = {type(cb) for cb in [*callbacks, *(listed if isinstance(listed, list) else [listed])]}
+        twice = [cb for cb in pack if type(cb) in theirs]
+        pack = [cb for cb in pack if type(cb) not in theirs]
+        summary = next((cb for cb in pack if isinstance(cb, SpeedupsSummary)), None)
+        for cb in twice:
+            if summary is not None:
+                summary.notes.append((type(cb).__name__, True, "kept yours from trainer.callbacks (not added twice)"))
+        return super()._instantiate_trainer(config, list(callbacks) + pack)
 
     @staticmethod
     def configure_optimizers(lightning_module: Any, optimizer: Any, lr_scheduler: Any = None) -> Any:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "cli_value",
     "flatten",
+    "nest",
     "override_args",
     "preset_speedups",
     "reset_args",
@@ -60,6 +61,23 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
                 out.update(flatten(v, key))
             else:
                 out[key] = v
+    return out
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted keys as a nested mapping, the inverse of :func:`flatten`.
+
+    Example:
+        >>> nest({"a.b": 1, "d": 2})
+        {'a': {'b': 1}, 'd': 2}
+    """
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *head, last = key.split(".")
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
     return out
 
 

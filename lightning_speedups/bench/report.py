@@ -9,7 +9,7 @@ import textwrap
 import time
 from typing import Any, Optional
 
-from lightning_speedups.bench.args import flatten, preset_speedups, speedups_defaults
+from lightning_speedups.bench.args import flatten, nest, preset_speedups, speedups_defaults
 from lightning_speedups.bench.results import MEMORY_FIGURE, BenchResult, VariantRecord
 
 MiB = 2**20
@@ -319,17 +319,6 @@ def plot(result: BenchResult, path: str) -> None:
     plt.close(fig)
 
 
-def _nest(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return out
-
-
 def decided_speedups(record: VariantRecord) -> dict[str, Any]:
     """The ``speedups`` keys a variant decides (dotted): what its presets set, then its own overrides.
 
@@ -370,7 +359,7 @@ def preset_dict(result: BenchResult, record: Optional[VariantRecord] = None) -> 
         for k, v in decided.items()
         if defaults.get(k, object()) != v or (k in result.user_speedups_keys and result.user_speedups.get(k) != v)
     }
-    return {"speedups": _nest(keep)}
+    return {"speedups": nest(keep)}
 
 
 def write_preset(result: BenchResult, path: str, record: Optional[VariantRecord] = None) -> str:

@@ -36,6 +36,7 @@ from rich.progress import (
 )
 
 from lightning_speedups.bench.args import (
+    nest,
     override_args,
     preset_speedups,
     reset_args,
@@ -70,7 +71,7 @@ from lightning_speedups.bench.variants import (
     target_tip_variants,
 )
 from lightning_speedups.inspection import inspect_setup
-from lightning_speedups.presets import list_presets
+from lightning_speedups.presets import PresetError, list_presets, parse_speedups
 from lightning_speedups.session import UsageError, build
 
 __all__ = ["TARGET_PRESETS", "Bench"]
@@ -157,6 +158,12 @@ class Bench:
         self.trainer_overrides = trainer_overrides(o, self.device, os.path.join(self.root, "trainer"))
         self.user_values = user_speedups(o.args)
         self.user_keys = list(self.user_values)
+        # the runs reset these in the baseline, so the build below does not see them: checked as given
+        known = {k: v for k, v in self.user_values.items() if v is not None}
+        try:
+            parse_speedups(nest(known), "your config's speedups")
+        except PresetError as err:
+            raise BenchError(str(err).removeprefix("your config's speedups: ")) from None
         # baseline "yours": the config as given is the baseline, each variant adds its tip on top
         self.reset = reset_args(self.user_keys) if o.baseline == "reset" else []
         model = self._build_once()

@@ -18,6 +18,7 @@ from helpers import FakeLauncher
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from lightning_speedups.bench import Bench, BenchOptions, flatten, speedups_defaults
+from lightning_speedups.bench.args import nest
 from lightning_speedups.bench.report import decided_speedups, write_preset
 from lightning_speedups.config import GROUPS, Speedups, all_settings
 
@@ -84,17 +85,6 @@ def user_values() -> dict[str, Any]:
     return out
 
 
-def _nest(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *head, last = key.split(".")
-        for h in head:
-            node = node.setdefault(h, {})
-        node[last] = value
-    return out
-
-
 def _compose(*files: str) -> dict[str, Any]:
     """``--config a --config b`` through jsonargparse, as LightningCLI merges the ``speedups:`` section."""
     parser = ArgumentParser(exit_on_error=False)
@@ -120,7 +110,7 @@ def benched(tmp_path_factory):
     root = tmp_path_factory.mktemp("round_trip")
     values = user_values()
     mine = root / "mine.yaml"
-    mine.write_text(yaml.safe_dump({"speedups": _nest(values)}, sort_keys=False))
+    mine.write_text(yaml.safe_dump({"speedups": nest(values)}, sort_keys=False))
     out = {}
     for name, (options, rates, _) in SCENARIOS.items():
         fake = FakeLauncher({"baseline": 100.0, **rates})
@@ -139,7 +129,7 @@ def test_user_values_are_valid_and_differ_from_the_defaults():
     defaults = speedups_defaults()
     assert set(values) == set(defaults), "every leaf of speedups: has a user value"
     assert all(values[k] != defaults[k] for k in values)
-    groups = {k: v for k, v in _nest(values).items() if k in GROUPS}
+    groups = {k: v for k, v in nest(values).items() if k in GROUPS}
     built = Speedups(**{k: GROUPS[k](**v) for k, v in groups.items()})  # every value passes its record's bounds
     assert built.channels_last is False  # only the groups were given
 
