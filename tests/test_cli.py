@@ -11,8 +11,8 @@ import torch
 import yaml
 
 from lightning_speedups.cli import main
-from lightning_speedups.session import resolve_config_args
 from lightning_speedups.presets import list_presets
+from lightning_speedups.session import resolve_config_args
 
 QUICK = [
     "--trainer.max_epochs",
