@@ -115,5 +115,47 @@ PROJECTS: dict[str, Project] = {
             trainer={"max_epochs": 2},
             shape="frozen backbone unfrozen by Lightning's BackboneFinetuning at epoch 1",
         ),
+        # issue 22: shapes of fresh public modules (self-supervised, config-driven, input gradients)
+        Project(
+            "momentum_twins",
+            "projects.selfsup.MomentumTwins",
+            "projects.selfsup.UnlabelledData",
+            shape="BYOL-style twins: momentum encoder updated in on_train_batch_end, LARS, warm-up-cosine dict"
+            " interval step, a config object in hparams, two validation loaders, a torchmetrics object logged",
+        ),
+        Project(
+            "student_teacher",
+            "projects.selfsup.StudentTeacher",
+            "projects.selfsup.UnlabelledData",
+            shape="DINO-style student / frozen teacher (EMA in on_train_batch_end), a centre buffer updated each step",
+        ),
+        Project(
+            "hydra_classifier",
+            "projects.configured.HydraClassifier",
+            "projects.configured.DigitsLike",
+            shape="Hydra-template classifier: functools.partial optimizer and scheduler, a dataclass config and a"
+            " user class in hparams; torchmetrics objects logged; two validation loaders; a monitored scheduler",
+        ),
+        Project(
+            "course_transformer",
+            "projects.configured.CourseTransformer",
+            "projects.configured.ParityData",
+            trainer={"gradient_clip_val": 0.5, "gradient_clip_algorithm": "norm"},
+            shape="course Transformer: the user's own norm clipping in their Trainer, a warm-up set by hand in an"
+            " optimizer_step override",
+        ),
+        Project(
+            "energy",
+            "projects.energy.EnergyModel",
+            "projects.energy.UnlabelledVectors",
+            shape="energy-based model: a sampler toggles requires_grad of the parameters around input-gradient"
+            " Langevin steps, a replay buffer that grows every step",
+        ),
+        Project(
+            "adversarial",
+            "projects.energy.AdversarialClassifier",
+            "projects.energy.VectorData",
+            shape="FGSM adversarial training: torch.autograd.grad of the loss w.r.t. the input inside training_step",
+        ),
     )
 }
