@@ -223,11 +223,35 @@ def test_runner_picks_baseline_when_nothing_helps(tmp_path):
     assert data == {"speedups": {}}  # nothing decided: nothing that could override the user's own keys
 
 
-def test_runner_budget_too_small_after_baseline():
+def test_runner_budget_too_small_after_baseline_keeps_the_baselines_figures():
     fake = FakeLauncher({"baseline": 100.0}, wall=15.0)
-    bench = _bench(fake, budget=25.0)
-    with pytest.raises(BenchError, match="too small"):
-        bench.run()
+    result = _bench(fake, budget=25.0).run()
+    assert fake.calls == ["baseline"]  # nothing else fits: not run, not refused
+    base = result.records[0]
+    assert base.summary.samples_per_s.median == 100.0
+    assert any("left no time for a variant" in n and "give at least 36 s" in n for n in result.notes)
+    assert all(r.skipped and "--budget" in r.skipped for r in result.records[1:])
+
+
+def test_a_baseline_that_times_out_is_a_timeout_with_what_to_give():
+    class Slow(FakeLauncher):
+        def run(self, spec, name, timeout=None):
+            self.calls.append(spec["variant"])
+            self.now += timeout
+            return {
+                "status": "failed",
+                "reason": f"timed out after {timeout:.0f} s",
+                "timed_out": True,
+                "timeout_s": timeout,
+                "wall_s": timeout,
+            }
+
+    fake = Slow({"baseline": 100.0})
+    with pytest.raises(BenchError) as err:
+        _bench(fake, budget=60.0).run()
+    text = str(err.value)
+    assert "stopped at 30 s" in text and "a time-out, not a failure to train" in text and "does not train" not in text
+    assert "--budget" in text and "--steps" in text and "--timeout" in text
 
 
 def test_runner_budget_reduces_repeats_and_skips():
