@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
@@ -32,6 +34,7 @@ class SpeedupsSummary(SpeedupCallback):
                 state, reason = cb.status
                 tip = f" ({cb.tip})" if cb.tip else ""
                 rows.append((f"{cb.part}{tip}", state == "active", reason))
+        rows = merge_kept(rows, trainer)
         width = max((len(name) for name, _, _ in rows), default=0)
         return [f"  {'on ' if active else 'off'}  {name:<{width}}  {reason}" for name, active, reason in rows]
 
@@ -58,3 +61,51 @@ class SpeedupsSummary(SpeedupCallback):
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._print(trainer)
+
+
+_KEPT = re.compile(r"kept trainer\.(\w+)=")
+
+
+def merge_kept(rows: list[tuple[str, bool, str]], trainer: Any = None) -> list[tuple[str, bool, str]]:
+    """One line per setting: a part's line that names the Trainer flags it set (``gradient_clip_val=1.0``)
+    absorbs the "kept trainer.K=..." lines for those flags (the user's own value won), and says the values
+    that run, read from the Trainer.
+
+    Example:
+        >>> rows = [("grad_clip (T15)", True, "clip gradients by norm at 1.0 (gradient_clip_val=1.0,"
+        ...          " gradient_clip_algorithm='norm')"),
+        ...         ("gradient_clip_val", False, "kept trainer.gradient_clip_val=5 from the config (speedups wanted 1.0)")]
+        >>> for row in merge_kept(rows): print(row)
+        ('grad_clip (T15)', True, "runs gradient_clip_val=5, gradient_clip_algorithm='norm': kept trainer.gradient_clip_val=5 from the config (speedups wanted 1.0)")
+    """
+    kept = {m.group(1): i for i, (_, _, reason) in enumerate(rows) if (m := _KEPT.match(reason))}
+    if not kept:
+        return rows
+    out: list[tuple[str, bool, str]] = []
+    absorbed: set[int] = set()
+    merged: dict[int, tuple[str, bool, str]] = {}
+    for i, (name, active, reason) in enumerate(rows):
+        if i in kept.values() or not active:
+            continue
+        named = re.findall(r"\b(\w+)=(\S+?)[,)]", reason)
+        mine = [k for k, _ in named if k in kept]
+        if not mine:
+            continue
+        values = []
+        for key, wanted in named:
+            if trainer is not None and hasattr(trainer, key):
+                value: Any = getattr(trainer, key)
+                value = getattr(value, "value", value)  # Lightning's GradClipAlgorithmType
+                values.append(f"{key}={value!r}")
+            elif key in kept:  # no Trainer to read: the kept value, as its line says it
+                values.append(f"{key}={rows[kept[key]][2].split('=', 1)[1].split(' ', 1)[0]}")
+            else:
+                values.append(f"{key}={wanted}")
+        why = "; ".join(rows[kept[k]][2] for k in mine)
+        merged[i] = (name, active, f"runs {', '.join(values)}: {why}")
+        absorbed.update(kept[k] for k in mine)
+    for i, row in enumerate(rows):
+        if i in absorbed:
+            continue
+        out.append(merged.get(i, row))
+    return out

@@ -97,7 +97,9 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
         "grad_clip (T15)",
         "T15",
         {"gradient_clip_val": value, "gradient_clip_algorithm": clip.algorithm},
-        f"clip gradients by {clip.algorithm} at {value}",
+        # the flags named as K=V: the summary merges a user's own value for them into this one line
+        f"clip gradients by {clip.algorithm} at {value} (gradient_clip_val={value!r},"
+        f" gradient_clip_algorithm={clip.algorithm!r})",
         f"clip in training_step: self.clip_gradients(opt, gradient_clip_val={value}, gradient_clip_algorithm={clip.algorithm!r})"
         " between self.manual_backward(loss) and opt.step(), or use speedups.grad_clip.algorithm: agc",
     )
