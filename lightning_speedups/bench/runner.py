@@ -36,6 +36,7 @@ from rich.progress import (
 )
 
 from lightning_speedups.bench.args import (
+    flatten,
     nest,
     override_args,
     preset_speedups,
@@ -58,6 +59,7 @@ from lightning_speedups.bench.variants import (
     BASELINE,
     NOISE_PAIR,
     PRESETS_NOT_TIMED,
+    TARGET_VARIANTS,
     TIP_VARIANTS,
     BudgetExhausted,
     SearchResult,
@@ -69,17 +71,46 @@ from lightning_speedups.bench.variants import (
     preset_variant,
     resolve_tips,
     target_tip_variants,
+    tip_variant,
 )
+from lightning_speedups.config import all_settings
 from lightning_speedups.inspection import inspect_setup
 from lightning_speedups.presets import PresetError, list_presets, parse_speedups
 from lightning_speedups.session import UsageError, build
 
 __all__ = ["TARGET_PRESETS", "Bench"]
 
-#: the presets a time-to-target bench runs by default (those that exist)
-TARGET_PRESETS = ("fast", "converge", "fast+converge")
+#: the presets a time-to-target bench runs by default (those that exist), likeliest winner first
+TARGET_PRESETS = ("fast+converge", "converge", "fast")
 #: presets a time-to-target bench never runs (several devices; deliberately slow)
 TARGET_PRESETS_NOT_RUN = {k: v for k, v in PRESETS_NOT_TIMED.items() if k in ("ddp", "debug")}
+
+
+def target_order(tips: list[Variant], presets: list[Variant]) -> list[Variant]:
+    """The candidates of a time-to-target bench, likeliest first, so that a --budget that cannot hold them
+    all spends itself there: presets that change the optimisation (``converge``, ``fast+converge``), then
+    the tips' own target-mode variants (the records' ``BenchVariant(mode="target")``), then the other
+    presets, then the throughput-only tips (their samples/s gain shortens the time a little)."""
+
+    owners = {s.path: owner for owner, s in all_settings()}
+
+    def converges(v: Variant) -> bool:  # a preset that sets a key of a tip with target-mode variants
+        keys = [k for section in preset_speedups(v) for k in flatten(section)]
+        return any(
+            owner in TARGET_VARIANTS
+            for k in keys
+            for path, owner in owners.items()
+            if k == path or k.startswith(path + ".")
+        )
+
+    def target_tip(v: Variant) -> bool:
+        return bool(v.tips) and v.tips[0] in TARGET_VARIANTS
+
+    order = [v for v in presets if converges(v)]
+    order += [v for v in tips if target_tip(v)]
+    order += [v for v in presets if not converges(v)]
+    order += [v for v in tips if not target_tip(v)]
+    return order
 
 
 class Bench:
@@ -172,8 +203,11 @@ class Bench:
             self.notes.append(f"the {part} part could not inspect the model: {error}")
         if target:
             tip_variants, self.skipped_tips = target_tip_variants(self.selected, self.batch_size, self.info)
+            if self.selected is None:  # the throughput tips that apply shorten the time too: after the others
+                timed, _ = plan_tips(self.info)
+                tip_variants += [tip_variant(t) for t in timed if TIP_VARIANTS[t].goal == "speed"]
             self.timed_tips = [t for v in tip_variants for t in v.tips]
-            self.variants = [BASELINE, *tip_variants, *[preset_variant(p) for p in self.presets]]
+            self.variants = [BASELINE, *target_order(tip_variants, [preset_variant(p) for p in self.presets])]
         else:
             self.timed_tips, self.skipped_tips = plan_tips(self.info, self.selected)
             self.variants = build_variants(
@@ -519,6 +553,8 @@ class Bench:
                 f"; {o.flag('budget')} {o.budget:g} s must hold at least the baseline and one variant (2 runs): the"
                 " baseline's first run may take half of it, and the repeats and variants are cut to fit"
             )
+        if self.target is not None:  # the order is the plan: a budget that cannot hold all cuts from the end
+            text += "\n  in this order: " + ", ".join(v.name for v in self.variants)
         return text
 
     def partial_result(self) -> Optional[BenchResult]:

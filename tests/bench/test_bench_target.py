@@ -389,3 +389,26 @@ def test_bench_target_end_to_end(tmp_path, capsys):
     assert base["status"] == "ok" and base["reached"] and base["steps_to_target"] == 2
     assert base["checks"][0]["value"] is not None and data["target"]["mode"] == "min"
     assert out_yaml.exists()
+
+
+def test_target_search_plans_convergence_first_from_the_records(capsys):
+    """Default --target candidates: the presets that set a convergence tip's keys, the tips' target-mode
+    variants, the other presets, the throughput tips, the A/A pair last; the plan is printed first."""
+    from rich.console import Console
+
+    from lightning_speedups.bench.variants import TARGET_VARIANTS
+
+    fake = FakeLauncher({"baseline": [1.0]}, target=True)
+    bench = _bench(fake, tips=None, presets=None, repeats=1, target="val_acc=0.9")
+    names = [v.name for v in bench.variants]
+    assert names[:3] == ["baseline", "preset:fast+converge", "preset:converge"]
+    kinds = ["target" if v.tips and v.tips[0] in TARGET_VARIANTS else v.kind for v in bench.variants[3:]]
+    first_other = kinds.index("preset")
+    assert set(kinds[:first_other]) == {"target"} and kinds[first_other] == "preset"  # then preset:fast
+    assert set(kinds[first_other + 1 : -1]) == {"tip"} and names[-1] == "baseline (A/A)"
+    assert "T24 channels-last" in names  # a throughput tip that applies to the CNN
+    console = Console(record=True, width=400)
+    bench.console = console
+    bench.run()
+    plan = console.export_text()
+    assert "in this order: baseline, preset:fast+converge, preset:converge" in plan
