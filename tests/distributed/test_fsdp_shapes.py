@@ -89,15 +89,23 @@ def test_plain_shapes_are_not_refused():
 
 
 @pytest.mark.slow
-def test_the_users_norm_clipping_on_two_processes_is_one_norm_over_every_shard(tmp_path):
-    ranks = run_workers("clip_norm", tmp_path, timeout=150, script=HERE / "fsdp_shapes_worker.py")
-    plain = fit("clip_norm", fsdp=False, batch_size=8)  # one process, the whole global batch
+@pytest.mark.parametrize("shape", ["clip_norm", "clip_value"])
+def test_the_users_clipping_on_two_processes_equals_one_process_on_the_global_batch(tmp_path, shape):
+    ranks = run_workers(shape, tmp_path, timeout=150, script=HERE / "fsdp_shapes_worker.py")
+    plain = fit(shape, fsdp=False, batch_size=8)  # one process, the whole global batch
     for r in ranks:
         assert r["global_step"] == 4
         _close(r["final"], plain["final"])
     halves = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"])]
     assert halves == pytest.approx(plain["losses"], abs=1e-5)
-    assert any("through FSDP's clip_grad_norm_" in line for line in ranks[0]["summary"])
+    how = "through FSDP's clip_grad_norm_" if shape == "clip_norm" else "element-wise on each rank's shards"
+    assert any(how in line for line in ranks[0]["summary"]), ranks[0]["summary"]
+
+
+@pytest.mark.slow
+def test_the_energy_model_is_refused_on_two_processes_before_training(tmp_path):
+    with pytest.raises(AssertionError, match=r"speedups\.fsdp: LangevinSampler\.sample sets requires_grad"):
+        run_workers("energy", tmp_path, timeout=150, script=HERE / "fsdp_shapes_worker.py")
 
 
 @pytest.mark.slow
