@@ -214,3 +214,32 @@ def test_a_schedule_set_elsewhere_stops_this_one_with_the_reason():
     assert schedule.status[0] == "skipped" and "stopped at step 0" in schedule.status[1]
     assert model.lrs == pytest.approx([0.01 * (s + 1) for s in range(6)])  # the model's own values ran
     assert not any(c.name == "speedups-onecycle" for c in trainer.lr_scheduler_configs)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_range_test_under_a_wrapping_strategy_restores_as_without_it(strategy, monkeypatch):
+    """The snapshot reaches the wrapped model (DDP / FSDP flat parameters on one process): the pick and
+    the training after it equal plain Lightning's."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "distributed"))
+    from fsdp_shapes_worker import Shape
+
+    from lightning_speedups.presets import preset
+
+    def run(names: tuple[str, ...]) -> tuple[float, list[float]]:
+        pl.seed_everything(0, verbose=False)
+        model = Shape()
+        p = preset(*names)
+        trainer = quiet_trainer(
+            **p.trainer_kwargs(accelerator="cpu"), max_steps=6, use_distributed_sampler=False, callbacks=p.callbacks()
+        )
+        trainer.fit(model)
+        schedule = next(cb for cb in trainer.callbacks if isinstance(cb, LRSchedule))
+        assert schedule.range_pick is not None and model.calls == 6
+        return schedule.range_pick.lr, model.losses
+
+    plain_lr, plain_losses = run(("converge",))
+    lr, losses = run((strategy, "converge"))
+    assert lr == pytest.approx(plain_lr, rel=1e-5)
+    assert losses == pytest.approx(plain_losses, abs=1e-5)

@@ -272,7 +272,10 @@ class TrainingSnapshot:
         mods = []
         buffers = []
         for m in module.modules():
-            mods.append((m, m.training, _plain_attributes(m), dict(m._buffers)))
+            # torch's own modules (layers, the DDP / FSDP wrappers) keep their state in parameters and
+            # buffers; their plain attributes are configuration and wrapper bookkeeping, left alone
+            attrs = {} if type(m).__module__.startswith("torch.") else _plain_attributes(m)
+            mods.append((m, m.training, attrs, dict(m._buffers)))
             for name, buf in m._buffers.items():
                 buffers.append((m, name, None if buf is None else buf.detach().clone()))
         params = [(p, p.detach().clone(), p.requires_grad) for p in module.parameters()]
