@@ -387,6 +387,13 @@ class Bench:
             speed_tips = [t for t in self.timed_tips if t in TIP_VARIANTS and TIP_VARIANTS[t].goal == "speed"]
             share = 0.7 if (o.search and len(speed_tips) >= 2) else 1.0  # keep time for the search
             fits = int((self._remaining() * share + first["wall_s"]) // max(per_sweep, 1e-9))
+            if fits < repeats and self.target is not None:
+                # a ratio needs paired repeats: keep them for the likeliest candidates (the plan's order)
+                # and cut candidates from the end, rather than run everything once and pick nothing
+                kept = self._cut_for_repeats(first["wall_s"])
+                if kept is not None:
+                    repeats = kept
+                    fits = repeats
             if fits < repeats:
                 repeats = max(1, fits)
                 self.notes.append(
@@ -421,6 +428,35 @@ class Bench:
                 compare_target(record.summary, record.runs, base.summary, base.runs)
             else:
                 compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
+
+    def _cut_for_repeats(self, first_wall: float) -> Optional[int]:
+        """Target mode with a budget too small for every candidate at every repeat: the most repeats (at
+        least 2) at which the baseline and the first candidates in order fit; the rest are marked not run.
+        ``None``: not even one candidate fits twice."""
+        o = self.options
+        for repeats in range(o.repeats, 1, -1):
+            total, k = -first_wall, 0  # the baseline's first run is already done
+            for record in self.records:
+                cost = self._estimate(record.variant) * repeats
+                if total + cost > self._remaining():
+                    break
+                total += cost
+                k += 1
+            if k >= 2:
+                cut = self.records[k:]
+                for record in cut:
+                    record.skipped = (
+                        f"not run: the {o.flag('budget')} held the first {k - 1} candidates in the plan's order at"
+                        f" {repeats} paired repeats"
+                    )
+                if cut:
+                    self.notes.append(
+                        f"{o.flag('budget')} {o.budget:g} s: the first {k - 1} candidates at {repeats} repeats;"
+                        f" not run: {', '.join(r.variant.name for r in cut)}"
+                    )
+                self._add_total((repeats - o.repeats) * len(self.records) - repeats * len(cut))
+                return repeats
+        return None
 
     def noise(self) -> float:
         """The noise floor: how far from 1.0 the A/A pair of baselines landed (0 without the pair)."""

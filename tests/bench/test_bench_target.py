@@ -412,3 +412,18 @@ def test_target_search_plans_convergence_first_from_the_records(capsys):
     bench.run()
     plan = console.export_text()
     assert "in this order: baseline, preset:fast+converge, preset:converge" in plan
+
+
+def test_a_target_budget_keeps_paired_repeats_for_the_first_candidates():
+    """A budget too small for every candidate at every repeat cuts candidates from the end of the plan
+    (its order: likeliest first), not the repeats (one repeat gives no interval, so no pick)."""
+    fake = FakeLauncher({"baseline": [1.0, 1.0, 1.0]}, target=True)
+    bench = _bench(fake, tips=None, presets=None, repeats=3, target="val_acc=0.9", budget=32.0)
+    result = bench.run()
+    assert bench.repeats_used == 3
+    ran = [r for r in result.records if r.runs]
+    assert [r.variant.name for r in ran][:3] == ["baseline", "preset:fast+converge", "preset:converge"]
+    assert all(len(r.runs) == 3 for r in ran)
+    cut = [r for r in result.records if not r.runs]
+    assert cut and all("in the plan's order at 3 paired repeats" in r.skipped for r in cut)
+    assert result.records.index(cut[0]) == len(ran)  # the cut is the end of the plan
