@@ -42,3 +42,27 @@ def _no_process_group_left():
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ the projects' CLI drivers (issue 19)
+_CLI_TEST = "test_cli_every_preset_then_doctor_and_bench"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the projects' CLI drivers (tests/projects/driver.py) in the background as soon as the
+    session knows which of their tests it runs: one driver at a time beside the other tests, so the
+    minutes of CLI work overlap the rest of the suite instead of being charged to one test."""
+    projects = [
+        item.callspec.params["project"]
+        for item in session.items
+        if item.name.startswith(_CLI_TEST + "[") and hasattr(item, "callspec")
+    ]
+    if projects and not session.config.getoption("collectonly"):
+        from projects.driver import session_drivers
+
+        session_drivers(list(dict.fromkeys(projects)))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if "projects.driver" in sys.modules:
+        sys.modules["projects.driver"].stop_session_drivers()

@@ -2,7 +2,9 @@
 
 - from Python: ``Trainer(**preset(name).trainer_kwargs(), callbacks=preset(name).callbacks())``, in process;
 - through the CLI: ``fit --config NAME --config user.yaml``, one process per project looping over the
-  presets (``projects/driver.py``), which then runs ``doctor --json`` and a short ``bench``.
+  presets (``projects/driver.py``), which then runs ``doctor --json`` and a short ``bench``. The drivers
+  run in the background from the session's start (``tests/conftest.py``), one at a time beside the
+  other tests; each project's test waits for its own driver only, bounded by the driver's deadline.
 
 Each run must finish with a finite loss, and every pack part must say whether it applied (a skipped
 part with its one-line reason). :data:`KNOWN` lists the pairs that fail today, as strict xfails: the
@@ -11,19 +13,13 @@ day one is fixed its test fails until the entry is removed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from typing import Any
 
 import pytest
 import torch
 
+from projects.driver import DRIVER_DEADLINE, session_drivers
 from projects.matrix import PROJECTS, fit_python, presets
-
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: (project, preset) -> why it fails today (owner: the strategies' engineer; see the suite's known gaps)
 KNOWN: dict[tuple[str, str], str] = {
@@ -68,58 +64,21 @@ def test_python_api(project: str, name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ the CLI
-@pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Every project's driver, two at a time (one torch thread each: the 2 CI cores stay busy)."""
-    out_dir = tmp_path_factory.mktemp("projects")
-    # an in-process DDP / FSDP fit (the Python-API tests) leaves Lightning's MASTER_PORT, LOCAL_RANK, ...
-    # in os.environ: a child that inherits them believes it is a launched rank
-    leaked = {
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "NODE_RANK",
-        "LOCAL_RANK",
-        "RANK",
-        "WORLD_SIZE",
-        "GROUP_RANK",
-        "LOCAL_WORLD_SIZE",
-        "PL_GLOBAL_SEED",
-        "PL_SEED_WORKERS",
-    }
-    clean = {k: v for k, v in os.environ.items() if k not in leaked}
-    env = {
-        **clean,
-        "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-    todo = list(PROJECTS)
-    running: dict[str, tuple[subprocess.Popen, float]] = {}
-    results: dict[str, Any] = {}
-    while todo or running:
-        while todo and len(running) < 2:
-            name = todo.pop(0)
-            cmd = [sys.executable, "-m", "projects.driver", name, str(out_dir / f"{name}.json")]
-            running[name] = (
-                subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-                time.time(),
-            )
-        for name, (proc, t0) in list(running.items()):
-            if proc.poll() is None and time.time() - t0 < 400:
-                continue
-            if proc.poll() is None:
-                proc.kill()
-            log = proc.communicate()[0]
-            path = out_dir / f"{name}.json"
-            results[name] = json.loads(path.read_text()) if path.exists() else {"crash": log[-4000:]}
-            del running[name]
-        time.sleep(0.2)
-    return results
+#: one driver's deadline plus the time to read its result: a test waits for its own project's driver only
+#: (started in the background by tests/conftest.py, or at once when the test asks first), so its bound is
+#: one driver's work on a loaded machine, not every project's
+CLI_TIMEOUT = int(DRIVER_DEADLINE) + 60
 
 
+@pytest.fixture
+def cli_run(project: str) -> dict[str, Any]:
+    return session_drivers().result(project)
+
+
+@pytest.mark.timeout(CLI_TIMEOUT)
 @pytest.mark.parametrize("project", list(PROJECTS))
-def test_cli_every_preset_then_doctor_and_bench(project: str, cli_runs: dict[str, Any]) -> None:
-    res = cli_runs[project]
+def test_cli_every_preset_then_doctor_and_bench(project: str, cli_run: dict[str, Any]) -> None:
+    res = cli_run
     assert "crash" not in res, res.get("crash")
     fixed = []
     for name in PRESETS:
