@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_speedups.bench import speedups_defaults
+from lightning_speedups.bench.args import nest
 
 QUIET = dict(
     accelerator="cpu",
@@ -107,16 +109,16 @@ class TinyTransformer(pl.LightningModule):
 
 def nested_speedups(overrides):
     """The ``speedups:`` section a bench run reports: every default, ``overrides`` (dotted keys) on top, nested."""
-    section = dict(speedups_defaults())
-    section.update(overrides)
-    out: dict = {}
-    for k, val in section.items():
-        node = out
-        *head, last = k.split(".")
-        for h in head:
-            node = node.setdefault(h, {})
-        node[last] = val
-    return out
+    return nest({**speedups_defaults(), **overrides})
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test (the 2 CI cores stay shared fairly), restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 class FakeLauncher:

@@ -10,7 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from helpers import quiet_trainer
+from helpers import one_thread, quiet_trainer  # noqa: F401  (one_thread: a fixture)
 from torch import nn
 from torch.nn import functional as F
 
@@ -95,12 +95,7 @@ def _fit(model: pl.LightningModule, schedule: LRSchedule, steps: int = 6) -> tup
     return trainer, probe
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize(

@@ -17,20 +17,14 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from fsdp_manual_worker import dqn, gan
-from helpers import quiet_trainer
+from helpers import one_thread, quiet_trainer  # noqa: F401  (one_thread: a fixture)
 from launch import HERE, run_workers
 from torch import nn
 
 from lightning_speedups.presets import preset
 from lightning_speedups.strategies.fsdp import manual_layout_problems, twin_children
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _check_gan(run: dict, batches: int) -> None:

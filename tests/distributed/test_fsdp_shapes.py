@@ -17,18 +17,13 @@ import re
 import pytest
 import torch
 from fsdp_shapes_worker import MODELS, Shape, fit
+from helpers import one_thread  # noqa: F401  (a fixture)
 from launch import HERE, run_workers
 
 from lightning_speedups.presets import preset
 from lightning_speedups.strategies.fsdp import fsdp_gradient_problems, requires_grad_toggles
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _close(a: dict[str, list[float]], b: dict[str, list[float]], tol: float = 1e-5) -> None:
