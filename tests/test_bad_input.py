@@ -210,6 +210,8 @@ def test_bad_input_is_refused_in_one_message(project, capsys, argv, expect):
 
 
 def test_ctrl_c_during_fit_exits_130_and_keeps_the_folder_consistent(project):
+    # Python's own handler (an earlier test or library may have left SIGINT ignored: then no Ctrl+C arrives)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     handler = signal.getsignal(signal.SIGINT)
     code = main(["fit", "--config", "my.yaml", "--model.init_args.interrupt_at=1", "--trainer.max_steps=5", *QUIET])
     assert code == 130
@@ -218,3 +220,4 @@ def test_ctrl_c_during_fit_exits_130_and_keeps_the_folder_consistent(project):
     assert (project / "config.yaml").is_file()
     assert main(["fit", "--config", "my.yaml", "--trainer.max_steps=1", *QUIET]) == 0
     assert (project / "config-2.yaml").is_file() and os.path.getsize(project / "config.yaml") > 0
+    signal.signal(signal.SIGINT, before)

@@ -246,8 +246,14 @@ class TrainingSnapshot:
     state nor copied (modules, callables, config objects) are kept as they are.
 
     Example:
-        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
-        >>> net.seen = [1, 2]
+        >>> class Net(torch.nn.Module):  # a user's module: its plain attributes are training state
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.body = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+        ...         self.seen = [1, 2]
+        ...     def forward(self, x):
+        ...         return self.body(x)
+        >>> net = Net()
         >>> opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         >>> snap = TrainingSnapshot.capture(net, [opt])
         >>> net(torch.randn(4, 2)).sum().backward(); opt.step(); net.seen.append(3); _ = net.eval()

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import TYPE_CHECKING, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, terminal_name
 
-if TYPE_CHECKING:
-    from lightning_speedups.lint.context import FileContext
+#: lint.context.FileContext, which imports this module (so not imported here, not even for types)
+FileContext = Any
 
 _Def = ast.AST  # a FunctionDef / AsyncFunctionDef
 
@@ -43,7 +44,13 @@ class Project:
     """The files of one ``lint`` run: ``{path: (tree, source)}`` (``tree`` ``None``: not parsed yet);
     contexts are made on demand."""
 
-    def __init__(self, files: dict[str, tuple[Optional[ast.Module], str]]) -> None:
+    def __init__(
+        self,
+        files: dict[str, tuple[Optional[ast.Module], str]],
+        make_context: Optional[Callable[[ast.Module, str, str], FileContext]] = None,
+    ) -> None:
+        # FileContext's module imports this one: the class comes in as an argument (no import cycle)
+        self._make_context = make_context
         self._files = files
         self._norm = {_norm(p): p for p in files}
         self._contexts: dict[str, FileContext] = {}
@@ -81,13 +88,13 @@ class Project:
         """The :class:`FileContext` of ``path`` (made once)."""
         ctx = self._contexts.get(path)
         if ctx is None:
-            from lightning_speedups.lint.context import FileContext
-
+            if self._make_context is None:
+                raise RuntimeError("Project(files, make_context=FileContext) builds contexts")
             tree, source = self._files[path]
             if tree is None:  # only syntax-checked so far
                 tree = ast.parse(source, filename=path)
                 self._files[path] = (tree, source)
-            ctx = FileContext(tree, path, source)
+            ctx = self._make_context(tree, path, source)
             ctx.project = self
             self._contexts[path] = ctx
         return ctx

@@ -152,7 +152,7 @@ def lint_tree(
         ctx = project.context(str(path))
     else:
         ctx = FileContext(tree, path, source)
-        (project or Project({str(path): (tree, source)})).adopt(ctx, str(path))
+        (project or Project({str(path): (tree, source)}, FileContext)).adopt(ctx, str(path))
     if ctx.is_test_file and not include_tests:
         return []
     display = str(path)
@@ -239,7 +239,7 @@ def lint_sources(
     files: dict[str, tuple[Optional[ast.Module], str]] = {
         path: (ast.parse(text, filename=path), text) for path, text in sources.items()
     }
-    project = Project(files)
+    project = Project(files, FileContext)
     out: list[Finding] = []
     for path, (tree, text) in files.items():
         assert tree is not None
@@ -334,7 +334,7 @@ def lint_paths(
                 parsed[str(path)] = (tree, text)
                 if chosen:
                     triggered[str(path)] = chosen
-        project = Project(parsed)
+        project = Project(parsed, FileContext)
         parsed_count = len(parsed)
         for display, chosen in triggered.items():
             chosen = [r for r in chosen if r.gate is None or r.gate(project, display)]
