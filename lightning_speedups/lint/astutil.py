@@ -153,3 +153,16 @@ def snippet(node: ast.AST, limit: int = 40) -> str:
         return "..."
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def mentions_step(source: str) -> bool:
+    """The text shows a training step: a step method, a backward, or an optimizer / scaler step."""
+    if "backward(" in source or "training_step" in source or "validation_step" in source or "scaler(" in source:
+        return True
+    i = source.find(".step(")
+    while i != -1:
+        owner = source[max(0, i - 40) : i].lower()
+        if "opt" in owner or "scaler" in owner:
+            return True
+        i = source.find(".step(", i + 1)
+    return False

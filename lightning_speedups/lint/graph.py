@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Optional
 
-from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, terminal_name
+from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, mentions_step, terminal_name
 
 #: lint.context.FileContext, which imports this module (so not imported here, not even for types)
 FileContext = Any
@@ -330,7 +330,7 @@ class Project:
         self._hot = hot
         work: list[tuple[FileContext, ast.AST]] = []
         for path, (_, source) in self._files.items():
-            if _is_test_path(path) or not _mentions_step(source):
+            if _is_test_path(path) or not mentions_step(source):
                 continue
             ctx = self.context(path)
             for defs in ctx.functions.values():
@@ -453,19 +453,6 @@ class Project:
         if found is None:
             found = self._tokens[name] = [path for path, (_, source) in self._files.items() if name in source]
         return found
-
-
-def _mentions_step(source: str) -> bool:
-    """The text shows a training step: a step method, a backward, or an optimizer / scaler step."""
-    if "backward(" in source or "training_step" in source or "validation_step" in source or "scaler(" in source:
-        return True
-    i = source.find(".step(")
-    while i != -1:
-        owner = source[max(0, i - 40) : i].lower()
-        if "opt" in owner or "scaler" in owner:
-            return True
-        i = source.find(".step(", i + 1)
-    return False
 
 
 def _is_test_path(path: str) -> bool:

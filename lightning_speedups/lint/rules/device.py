@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
+from lightning_speedups.lint.astutil import mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, FileContext, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 from lightning_speedups.lint.where import STEP_METHODS, Runs
@@ -15,17 +16,8 @@ SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
 _SYNC_BUILTINS = frozenset({"bool", "float", "int"})
 
 
-def _HOT_TRIGGER(source: str) -> bool:
-    """A training step shows in the text: a step method, a backward, or an optimizer / scaler step."""
-    if "backward(" in source or "training_step" in source or "validation_step" in source or "scaler(" in source:
-        return True
-    i = source.find(".step(")
-    while i != -1:
-        owner = source[max(0, i - 40) : i].lower()
-        if "opt" in owner or "scaler" in owner:
-            return True
-        i = source.find(".step(", i + 1)
-    return False
+#: files a per-step rule looks at: a training step shows in the text (the graph's own test)
+_HOT_TRIGGER = mentions_step
 
 
 TENSOR_FACTORIES = frozenset(
