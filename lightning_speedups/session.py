@@ -285,25 +285,7 @@ def _user_error_text(err: BaseException) -> str:
 
 def _sets_model(argv: Sequence[str]) -> bool:
     """Whether the arguments or a config name the model's class (``--model.init_args.x=1`` alone does not)."""
-    if any(a == "--model" or a.startswith(("--model=", "--model.class_path")) for a in argv):
-        return True
-    files = _config_files(argv)
-    return _find_key(files, "model.class_path") is not None or _find_model_string(files)
-
-
-def _find_model_string(files: Sequence[str]) -> bool:
-    """A config that names the model by a bare class path (``model: my.Model``)."""
-    import yaml
-
-    for path in files:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                node: Any = yaml.safe_load(fh)
-        except Exception:  # unreadable here: the parser reports it
-            continue
-        if isinstance(node, dict) and isinstance(node.get("model"), str):
-            return True
-    return False
+    return _class_path_of(argv, _config_files(argv), "model") is not None
 
 
 def with_default_model(argv: Sequence[str]) -> list[str]:
