@@ -13,6 +13,55 @@ SCOPE_TYPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, as
 COMP_TYPES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
 
+# Fields of an ast node that hold no child node the rules need: strings, ints, the Load/Store
+# context and the operator singletons (ast.Add() is one shared object: a parent link means nothing).
+_LEAF_FIELDS = frozenset(
+    {
+        "ctx",
+        "op",
+        "ops",
+        "id",
+        "attr",
+        "arg",
+        "module",
+        "level",
+        "kind",
+        "conversion",
+        "is_async",
+        "type_comment",
+        "name",
+        "n",
+        "s",
+    }
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:
+        fields = _CHILD_FIELDS[cls] = tuple(
+            f for f in cls._fields if f not in _LEAF_FIELDS and not (cls is ast.Constant and f == "value")
+        )
+    return fields
+
+
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """The child nodes of ``node`` in field order, as :func:`ast.iter_child_nodes` gives them, less
+    the expression contexts, the operator singletons and what leaf fields hold (a third of the cost)."""
+    out: list[ast.AST] = []
+    cls = type(node)
+    for name in _CHILD_FIELDS.get(cls) or _child_fields(cls):
+        value = getattr(node, name, None)
+        if value is None:
+            continue
+        if type(value) is list:
+            out.extend(item for item in value if isinstance(item, ast.AST))
+        elif isinstance(value, ast.AST):
+            out.append(value)
+    return out
+
+
 TRAINER = "lightning.pytorch.Trainer"
 DATALOADER = "torch.utils.data.DataLoader"
 

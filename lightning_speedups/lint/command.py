@@ -40,6 +40,12 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--ignore", type=_codes, default=None, metavar="CODES", help="codes to skip (same forms)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="syntax-check every file again (default: skip files whose exact contents compiled before; "
+        "digests under $XDG_CACHE_HOME/lightning_speedups, or set LIGHTNING_SPEEDUPS_LINT_CACHE=0)",
+    )
     parser.add_argument("--list-rules", action="store_true", help="print the rules as a Markdown table and exit")
     return parser
 
@@ -63,7 +69,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     if args.list_rules:
         print(rule_table(rules))
         return 0
-    result = lint_paths(args.paths, select=args.select, ignore=args.ignore)
+    result = lint_paths(args.paths, select=args.select, ignore=args.ignore, cache=not args.no_cache)
     for error in result.errors:
         print(f"lint: error: {error}", file=sys.stderr)
     try:

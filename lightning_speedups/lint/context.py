@@ -16,6 +16,7 @@ from typing import Optional, Union
 
 from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for the rules
     _CANONICAL,
+    _CHILD_FIELDS,
     COMP_TYPES,
     DATALOADER,
     DEF_TYPES,
@@ -24,7 +25,9 @@ from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for th
     SCOPE_TYPES,
     TRAINER,
     Binding,
+    _child_fields,
     argument,
+    child_nodes,
     is_const,
     keyword,
     snippet,
@@ -34,28 +37,6 @@ from lightning_speedups.lint.classify import Classifiers
 from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.where import Where
 
-# Fields of an ast node that hold no child node the rules need: strings, ints, the Load/Store
-# context and the operator singletons (ast.Add() is one shared object: a parent link means nothing).
-_LEAF_FIELDS = frozenset(
-    {
-        "ctx",
-        "op",
-        "ops",
-        "id",
-        "attr",
-        "arg",
-        "module",
-        "level",
-        "kind",
-        "conversion",
-        "is_async",
-        "type_comment",
-        "name",
-        "n",
-        "s",
-    }
-)
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 _AST = ast.AST
 _BRANCH_TYPES = frozenset({ast.If, ast.While, ast.IfExp, ast.Assert})
 _Call, _Assign, _ClassDef, _Import, _ImportFrom, _Constant = (
@@ -66,15 +47,6 @@ _Call, _Assign, _ClassDef, _Import, _ImportFrom, _Constant = (
     ast.ImportFrom,
     ast.Constant,
 )
-
-
-def _child_fields(cls: type[ast.AST]) -> tuple[str, ...]:
-    fields = _CHILD_FIELDS.get(cls)
-    if fields is None:
-        fields = _CHILD_FIELDS[cls] = tuple(
-            f for f in cls._fields if f not in _LEAF_FIELDS and not (cls is ast.Constant and f == "value")
-        )
-    return fields
 
 
 class FileContext(Classifiers, Where):
@@ -284,7 +256,7 @@ class FileContext(Classifiers, Where):
             elif isinstance(node, ast.Delete):
                 for target in node.targets:
                     bind(target, "other", None, node.lineno)
-            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+            stack.extend(reversed(child_nodes(node)))
         self._bindings[scope] = out
         return out
 

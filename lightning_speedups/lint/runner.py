@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
+from lightning_speedups.lint.cache import SyntaxCache
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.rules import RULES, Rule
@@ -286,8 +287,12 @@ def lint_paths(
     select: Optional[Iterable[str]] = None,
     ignore: Optional[Iterable[str]] = None,
     include_tests: bool = False,
+    cache: bool = False,
 ) -> LintResult:
     """Lint files and directories (recursively over ``*.py``); test files only with ``include_tests``.
+
+    With ``cache`` (the command line's default), files whose exact contents compiled in an earlier run
+    are not syntax-checked again (see ``cache.py``: digests under the user's cache directory).
 
     A path that does not exist or a file that cannot be read or parsed is reported as one error line
     and the other files are still linted; :attr:`LintResult.exit_code` is then 2.
@@ -305,6 +310,7 @@ def lint_paths(
     findings: list[Finding] = []
     parsed: dict[str, tuple[Optional[ast.Module], str]] = {}
     triggered: dict[str, list[Rule]] = {}
+    syntax = SyntaxCache.default(cache)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # ast trees hold no cycles: collecting while a large file parses only costs time
     try:
@@ -320,10 +326,12 @@ def lint_paths(
                     tree: Optional[ast.Module] = None
                     if chosen:
                         tree = ast.parse(data, filename=str(path))
-                    else:
+                        syntax.add(data)
+                    elif not syntax.known(data):
                         # no rule can fire here: check the syntax without building Python ast objects
                         # (a third cheaper, and nothing to free); the graph parses it later if it must
                         compile(data, str(path), "exec", dont_inherit=True)
+                        syntax.add(data)
                 except SyntaxError as exc:
                     where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
                     errors.append(f"{where}: cannot parse: {exc.msg}")
@@ -347,4 +355,5 @@ def lint_paths(
     finally:
         if gc_was_enabled:
             gc.enable()
+        syntax.save()
     return LintResult(findings=findings, files=parsed_count, errors=errors)

@@ -30,7 +30,7 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
-from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, terminal_name
+from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, child_nodes, terminal_name
 
 PER_BATCH = "per batch"
 PER_SAMPLE = "per sample"
@@ -215,7 +215,7 @@ class Where:
                     fn = self._helper(node)
                     if fn is not None and self.is_step_function(fn, depth + 1):
                         return True
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
         return False
 
     def is_step_function(self, fn: ast.AST, depth: int = 0) -> bool:
@@ -245,7 +245,7 @@ class Where:
             if isinstance(node, LOOP_TYPES):
                 out.append(node)
                 continue
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
         return out
 
     @staticmethod
@@ -286,7 +286,7 @@ class Where:
                 if self.is_training_loop(node) or self._contains_training_loop(node):
                     return True
                 continue
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
         return False
 
     def _contains_training_loop(self, loop: ast.AST) -> bool:
