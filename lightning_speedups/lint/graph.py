@@ -222,8 +222,11 @@ class Project:
                 return self._lookup(path, node.attr)
         return None
 
-    def _class_of_value(self, ctx: FileContext, value: Optional[ast.AST]) -> Optional[tuple[FileContext, ast.ClassDef]]:
-        """``value`` is ``Cls(...)`` for a class of the project (also ``Cls(...).to(device)``, ``.cuda()``)."""
+    def _class_of_value(
+        self, ctx: FileContext, value: Optional[ast.AST], depth: int = 0
+    ) -> Optional[tuple[FileContext, ast.ClassDef]]:
+        """``value`` is ``Cls(...)`` for a class of the project (also ``Cls(...).to(device)``, ``.cuda()``,
+        and ``f(...)`` / ``self.m(...)`` whose every return is a ``Cls(...)``)."""
         while (
             isinstance(value, ast.Call)
             and isinstance(value.func, ast.Attribute)
@@ -235,7 +238,48 @@ class Project:
         found = self.resolve_name(ctx, value.func)
         if found is not None and isinstance(found[1], ast.ClassDef):
             return found[0], found[1]
+        if depth < 2 and terminal_name(value.func) in self.defined_names():
+            # a function or method of the project whose every return is one class's object
+            # (posterior = self.encode(x); posterior.sample(): encode returns DiagonalGaussian(...))
+            fn = self.resolve_call(ctx, value)
+            if fn is not None:
+                return self._returned_class(fn[0], fn[1], depth + 1)
         return None
+
+    def _returned_class(self, ctx: FileContext, fn: ast.AST, depth: int) -> Optional[tuple[FileContext, ast.ClassDef]]:
+        """The class of the project whose object ``fn`` returns on every ``return`` (``None`` when the
+        returns differ, return something else, or there is none)."""
+        memo = ctx.__dict__.setdefault("_returned_class", {})
+        if fn in memo:
+            return memo[fn]  # type: ignore[no-any-return]
+        memo[fn] = None  # recursion guard
+        values: list[ast.AST] = []
+        stack = list(fn.body)  # type: ignore[attr-defined]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (*DEF_TYPES, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(node, ast.Return):
+                if node.value is None:
+                    return None
+                values.append(node.value)
+                continue
+            if isinstance(node, ast.stmt):
+                stack.extend(n for n in ast.iter_child_nodes(node) if isinstance(n, (ast.stmt, ast.excepthandler)))
+        classes: set[Optional[tuple[FileContext, ast.ClassDef]]] = set()
+        for value in values:
+            if isinstance(value, ast.Name):
+                assigned = self._assigned_values(ctx, value)
+                if not assigned:
+                    return None
+                classes.update(self._class_of_value(ctx, v, depth) for v in assigned)
+            else:
+                classes.add(self._class_of_value(ctx, value, depth))
+            if len(classes) > 1 or None in classes:
+                return None
+        result = next(iter(classes)) if len(classes) == 1 else None
+        memo[fn] = result
+        return result
 
     def _assigned_values(self, ctx: FileContext, owner: ast.Name) -> list[ast.AST]:
         """What ``owner`` is assigned in its own scope (or, when nothing there, at module level); empty

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Optional
 
 from lightning_speedups.lint.astutil import mentions_step
-from lightning_speedups.lint.context import DEF_TYPES, FileContext, keyword, snippet, terminal_name
+from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 from lightning_speedups.lint.where import STEP_METHODS, Runs
 
@@ -408,6 +408,18 @@ LEGACY_DTYPES = {
 _TYPE_STRINGS = {f"torch.cuda.{k}": v for k, v in LEGACY_DTYPES.items() if v is not None}
 
 
+_SIZED_FACTORIES = frozenset({"empty", "zeros", "ones", "full", "rand", "randn"})
+
+
+def _empty_size(sizes: list[ast.expr]) -> bool:
+    """A literal 0 among the sizes (``torch.empty(0)``, ``torch.zeros((0, d))``): an empty tensor."""
+    for size in sizes:
+        elts = size.elts if isinstance(size, (ast.Tuple, ast.List)) else [size]
+        if any(is_const(e, 0) for e in elts):
+            return True
+    return False
+
+
 def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, bool, ast.Call, list[ast.Call]]]:
     """``(factory, random, factory call, calls between it and the move)`` when ``move``'s receiver is
     a fresh CPU tensor from a torch factory."""
@@ -446,6 +458,8 @@ def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, boo
         return (factory, random, inner, chain) if filled and inner.args else None
     if factory.endswith("_like"):
         return None  # made where its argument lives, which the file seldom shows (often the GPU already)
+    if factory in _SIZED_FACTORIES and _empty_size(inner.args[:1] if factory == "full" else inner.args):
+        return None  # torch.empty(0).to(x.device): nothing to copy, the move costs no more than the fix
     if factory in TENSOR_FACTORIES:
         return factory, random or factory in RANDOM_FACTORIES, inner, chain
     return None

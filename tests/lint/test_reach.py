@@ -1,0 +1,54 @@
+"""How often a line runs, decided over the project: cases whose frequency (not only whether they fire)
+the fixtures' ``# expect`` comments cannot show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning_speedups.lint import lint_sources
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _sources(folder: str) -> dict[str, str]:
+    d = FIXTURES / folder
+    return {f"project/{folder}/{p.name.removesuffix('.txt')}": p.read_text() for p in sorted(d.glob("*.py.txt"))}
+
+
+def test_method_of_a_returned_object_runs_where_the_object_is_used():
+    """``posterior = self.encode(x); posterior.sample()``: encode returns DiagonalGaussian(...), so
+    sample() runs per batch (it was "unknown"), and Prior.draw(), called on make_prior()'s object only
+    from __init__, runs once (it was reported as "unknown")."""
+    found = lint_sources(_sources("ls203_returned_object"))
+    assert [(Path(f.path).name, f.line, f.code, f.severity, f.runs) for f in found] == [
+        ("distributions.py", 11, "LS203", "warning", "per batch")
+    ]
+    assert "called from forward" in found[0].message
+
+
+def test_a_function_with_returns_of_two_classes_resolves_to_neither():
+    sources = {
+        "dist.py": (
+            "import torch\n"
+            "class A:\n"
+            "    def sample(self):\n"
+            "        return torch.randn(3).to('cuda')\n"
+            "class B:\n"
+            "    def sample(self):\n"
+            "        return torch.rand(3).to('cuda')\n"
+        ),
+        "model.py": (
+            "import torch\n"
+            "from dist import A, B\n"
+            "class M(torch.nn.Module):\n"
+            "    def pick(self, x):\n"
+            "        if x:\n"
+            "            return A()\n"
+            "        return B()\n"
+            "    def forward(self, x):\n"
+            "        d = self.pick(x)\n"
+            "        return d.sample()\n"
+        ),
+    }
+    found = lint_sources(sources)
+    assert {(f.path, f.line, f.runs) for f in found} == {("dist.py", 4, "unknown"), ("dist.py", 7, "unknown")}
