@@ -275,19 +275,48 @@ class Where:
         self._training_loop[loop] = found  # type: ignore[attr-defined]
         return found
 
-    def _runs_training_loop(self, fn: ast.AST) -> bool:
-        """``fn`` runs a whole training loop per call (so its own body runs about once per epoch)."""
+    def is_rollout_loop(self, loop: ast.AST) -> bool:
+        """``loop`` steps an environment once per iteration (``envs.step(action)`` in its own body, not in
+        a nested loop or function): RL rollouts run as often as training steps, or more."""
+        memo = self.__dict__.setdefault("_rollout", {})
+        cached = memo.get(loop)
+        if cached is None:
+            cached = False
+            stack = list(loop.body)  # type: ignore[attr-defined]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (ast.ClassDef, ast.Lambda, *DEF_TYPES, *LOOP_TYPES)):
+                    continue
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "step"
+                    and "env" in terminal_name(node.func.value).lower()
+                ):
+                    cached = True
+                    break
+                stack.extend(child_nodes(node))
+            memo[loop] = cached
+        return cached
+
+    def _runs_training_loop(self, fn: ast.AST) -> str:
+        """``"epoch"``: ``fn`` runs a training loop per call (a train_one_epoch: its own body runs about
+        once per epoch); ``"whole"``: it runs the loop over epochs around the training loop (a main /
+        train function: its own body is the run's setup); ``""``: neither."""
+        found = ""
         stack = list(fn.body)  # type: ignore[attr-defined]
         while stack:
             node = stack.pop()
             if isinstance(node, (ast.ClassDef, ast.Lambda, *DEF_TYPES)):
                 continue
             if isinstance(node, LOOP_TYPES):
-                if self.is_training_loop(node) or self._contains_training_loop(node):
-                    return True
+                if self.is_training_loop(node):
+                    return "epoch"
+                if self._contains_training_loop(node):
+                    found = "whole"
                 continue
             stack.extend(child_nodes(node))
-        return False
+        return found
 
     def _contains_training_loop(self, loop: ast.AST) -> bool:
         memo = self.__dict__.setdefault("_contains", {})
@@ -318,6 +347,8 @@ class Where:
             if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):  # type: ignore[attr-defined]
                 if self.is_training_loop(anc):
                     base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True, root_cpu=self.root_cpu_only)  # type: ignore[attr-defined]
+                elif self.is_rollout_loop(anc):
+                    base = Runs(PER_BATCH, f"a rollout loop (line {anc.lineno}): one environment step per iteration")
                 elif self.is_epoch_loop(anc) or self._contains_training_loop(anc):
                     base = Runs(PER_EPOCH, f"a loop over epochs (line {anc.lineno})")
                 elif self.is_batch_loop(anc):
@@ -389,8 +420,11 @@ class Where:
                 return Runs(PER_EPOCH, f"{name}() (one optimizer step per epoch)")
             return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True, root_cpu=self.root_cpu_only)  # type: ignore[attr-defined]
         if best is None:
-            if "epoch" in name or self._runs_training_loop(fn):
+            around = self._runs_training_loop(fn)
+            if "epoch" in name or around == "epoch":
                 return Runs(PER_EPOCH, f"{name}() (around a training loop)")
+            if around == "whole":
+                return Runs(ONCE, f"{name}() (it runs the whole loop over epochs)")
             files = len(getattr(self, "project", None) or ()) or 1
             return Runs(UNKNOWN, f"{name}(): no call of it in the {files} file{'s' if files != 1 else ''} linted")
         if best.how in (PER_BATCH, PER_SAMPLE, EVERY_N):

@@ -52,3 +52,13 @@ def test_a_function_with_returns_of_two_classes_resolves_to_neither():
     }
     found = lint_sources(sources)
     assert {(f.path, f.line, f.runs) for f in found} == {("dist.py", 4, "unknown"), ("dist.py", 7, "unknown")}
+
+
+def test_rollout_loop_runs_per_environment_step_and_a_main_function_once():
+    """cleanrl's shape: random actions drawn on the CPU inside the loop that calls envs.step() are per
+    step warnings (they were "per epoch" info); a helper called from a function that runs the whole loop
+    over epochs runs once (it was "per epoch")."""
+    text = (FIXTURES / "ls203_rollout_loop.py.txt").read_text()
+    found = lint_sources({"project/rollout.py": text})
+    assert {(f.line, f.severity, f.runs) for f in found} == {(23, "warning", "per batch"), (26, "warning", "per batch")}
+    assert all("a rollout loop (line 21): one environment step per iteration" in f.message for f in found)
