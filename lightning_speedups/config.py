@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.advisor import SpeedAdvisor
-from lightning_speedups.callbacks import AutomaticOptimizationFlags, SpeedupsSummary
+from lightning_speedups.callbacks import AutomaticOptimizationFlags, AutoProbe, SpeedupCallback, SpeedupsSummary
 from lightning_speedups.tips import TIPS
 from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting, SettingError
 from lightning_speedups.tips.t01_lr_schedule import ScheduleSettings
@@ -49,6 +49,7 @@ PACK_SETTINGS: tuple[Setting, ...] = (
     Setting("summary", bool, True, doc="Print which speed-ups are active and which were skipped, and why."),
 )
 DEFERRED_ORDER = 0
+PROBE_ORDER = 1
 ADVISOR_ORDER = 900
 SUMMARY_ORDER = 1000
 
@@ -175,6 +176,9 @@ class SpeedupsBase:
             placed.append((DEFERRED_ORDER, AutomaticOptimizationFlags(d.name, d.tip, d.kwargs, d.what, d.fix)))
         for tip in TIPS:
             placed.extend(tip.callbacks(self, ctx))
+        if any(isinstance(cb, SpeedupCallback) and cb.uses_probe for _, cb in placed):
+            # the auto settings that depend on the model are timed on it at the first batch
+            placed.append((PROBE_ORDER, AutoProbe()))
         if self.monitors.advisor:
             placed.append((ADVISOR_ORDER, SpeedAdvisor()))
         if self.summary:

@@ -36,6 +36,8 @@ from typing import Any, Optional
 
 from lightning.pytorch.callbacks import Callback
 
+from lightning_speedups.functional.timing import Timeline
+
 SANITY_WINDOW = 5
 
 
@@ -173,6 +175,7 @@ class BenchProbe(Callback):
         self._window: list[tuple[Any, Any, Any]] = []  # (previous end, start, end) of each timed batch
         self._cuda = False
         self._device: Any = None
+        self._timeline = Timeline()
         self.rss_before: Optional[int] = None
         self.peak_rss: Optional[int] = None
         self.hwm_reset = False
@@ -183,25 +186,12 @@ class BenchProbe(Callback):
         self._alloc: Optional[CpuAllocationPeak] = None
         self.done = False
 
-    # --- time
+    # --- time: marks on the run's timeline (functional.timing.Timeline, the timer the start-up probe uses too)
     def _mark(self) -> Any:
         """A point on the run's timeline: on CUDA an event recorded on the current stream (no sync, so the
         overlap that pinned memory, ``non_blocking`` copies and asynchronous launches buy stays visible);
         elsewhere the host clock."""
-        if self._cuda:
-            import torch
-
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    @staticmethod
-    def _seconds(a: Any, b: Any) -> float:
-        """Seconds from mark ``a`` to mark ``b`` (CUDA events: once both have completed)."""
-        if isinstance(a, float):
-            return b - a
-        return float(a.elapsed_time(b)) / 1000.0
+        return self._timeline.mark()
 
     def _reset_cuda_peak(self) -> None:
         import torch
@@ -212,13 +202,10 @@ class BenchProbe(Callback):
 
     def _close_window(self) -> None:
         """Turn the timed window's marks into step and wait times (on CUDA: one sync for the whole window)."""
-        if self._cuda:
-            import torch
-
-            torch.cuda.synchronize(self._device)
+        self._timeline.sync()
         for prev_end, start, end in self._window:
-            self.wait_times.append(self._seconds(prev_end, start))
-            self.step_times.append(self._seconds(prev_end, end))
+            self.wait_times.append(self._timeline.seconds(prev_end, start))
+            self.step_times.append(self._timeline.seconds(prev_end, end))
         self._window = []
 
     @property
@@ -234,6 +221,7 @@ class BenchProbe(Callback):
             self.t_fit = time.perf_counter()
         self._cuda = pl_module.device.type == "cuda"
         self._device = pl_module.device
+        self._timeline = Timeline(pl_module.device)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.t_train_start = time.perf_counter()

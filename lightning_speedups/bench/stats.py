@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from lightning_speedups.functional.timing import gain_verdict, noise_of, ratio_interval
+
 # ------------------------------------------------------------------------------------- summaries
 
 
@@ -220,71 +222,7 @@ def compare(
 
 
 # ------------------------------------------------------------------------------ confidence intervals
-
-#: two-sided 95% quantiles of Student's t, by degrees of freedom (1..30; above: the normal's 1.96)
-_T95 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
-
-
-def t95(dof: int) -> float:
-    """The two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
-    if dof < 1:
-        raise ValueError(f"`dof` must be >= 1, got {dof}")
-    return _T95[dof - 1] if dof <= len(_T95) else 1.96
-
-
-def ratio_interval(ratios: Sequence[float]) -> tuple[Optional[float], Optional[float], Optional[float]]:
-    """``(geometric mean, low, high)``: a 95% confidence interval of a ratio from paired repeats.
-
-    Each repeat pairs a variant with the baseline of the same repeat (same seed, run side by side), so
-    the ratios are independent draws; the interval is Student's t on their logarithms, back-transformed
-    (a ratio of 2 and one of 0.5 are equally far from 1). One ratio gives no interval (``None``s).
-
-    Example:
-        >>> g, lo, hi = ratio_interval([1.10, 1.12, 1.08])
-        >>> round(g, 3), round(lo, 3), round(hi, 3)
-        (1.1, 1.051, 1.151)
-        >>> ratio_interval([1.2])
-        (1.2, None, None)
-    """
-    logs = [math.log(r) for r in ratios if r is not None and r > 0 and math.isfinite(r)]
-    if not logs:
-        return None, None, None
-    mean = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(mean), None, None
-    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+# t95 and ratio_interval live in functional.timing: one pairing rule for bench and the start-up probe
 
 
 def paired_ratios(
@@ -308,9 +246,7 @@ def paired_ratios(
 
 def noise_floor(aa: Optional[VariantSummary]) -> float:
     """How far from 1.0 an A/A pair (the baseline against itself) landed: the gain noise alone gives."""
-    if aa is None or aa.speedup is None:
-        return 0.0
-    return abs(aa.speedup - 1.0)
+    return noise_of(None if aa is None else aa.speedup)
 
 
 def pick_verdict(summary: Optional[VariantSummary], min_gain: float, noise: float = 0.0) -> tuple[bool, str]:
@@ -333,16 +269,5 @@ def pick_verdict(summary: Optional[VariantSummary], min_gain: float, noise: floa
         return False, f"missed the target in {summary.target_missed} of {summary.runs_ok} run(s)"
     if not summary.sane:
         return False, f"failed the sanity check ({summary.sanity})"
-    g = summary.speedup
     lo, hi = summary.speedup_ci
-    if g is None:
-        return False, "no ratio to the baseline"
-    if lo is None or hi is None:
-        return False, f"gain {g:.2f}x has no confidence interval (one paired repeat; use --repeats 2 or more)"
-    if lo <= 1.0:
-        return False, f"95% CI {lo:.2f}-{hi:.2f} includes 1.0"
-    if g < 1.0 + min_gain:
-        return False, f"gain {g:.2f}x is below --min-gain {min_gain:.0%}"
-    if g - 1.0 <= noise:
-        return False, f"gain {g:.2f}x is within the noise floor (A/A pair off by {100 * noise:.1f}%)"
-    return True, f"gain {g:.2f}x, 95% CI {lo:.2f}-{hi:.2f}"
+    return gain_verdict(summary.speedup, lo, hi, min_gain, noise, min_gain_name="--min-gain")

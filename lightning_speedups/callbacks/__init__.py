@@ -1,6 +1,7 @@
 """Lightning callbacks, one per tip and file, their shared base class and hook helpers."""
 
 from lightning_speedups.callbacks.agc import AdaptiveGradientClipping
+from lightning_speedups.callbacks.auto_probe import AutoProbe
 from lightning_speedups.callbacks.automatic_flags import AutomaticOptimizationFlags
 from lightning_speedups.callbacks.base import (
     SpeedupCallback,
@@ -34,6 +35,7 @@ from lightning_speedups.callbacks.lr_schedule import LRSchedule
 from lightning_speedups.callbacks.matmul_precision import MatmulPrecision
 from lightning_speedups.callbacks.no_grad_eval import NoGradEvalCheck
 from lightning_speedups.callbacks.non_blocking import NonBlockingCheck
+from lightning_speedups.callbacks.probed_precision import ProbedPrecision
 from lightning_speedups.callbacks.shape_watch import ShapeWatch
 from lightning_speedups.callbacks.storage_check import StorageCheck
 from lightning_speedups.callbacks.summary import SpeedupsSummary
@@ -42,6 +44,7 @@ from lightning_speedups.callbacks.sync_guard import SyncGuard
 __all__ = [
     "ActivationCheckpointing",
     "AdaptiveGradientClipping",
+    "AutoProbe",
     "AutomaticOptimizationFlags",
     "ChannelsLast",
     "CompileModules",
@@ -62,6 +65,7 @@ __all__ = [
     "MatmulPrecision",
     "NoGradEvalCheck",
     "NonBlockingCheck",
+    "ProbedPrecision",
     "ShapeWatch",
     "SpeedupCallback",
     "SpeedupsSummary",

@@ -7,11 +7,14 @@ these lines when training starts, so a user sees at a glance what is on, what wa
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from lightning_speedups.functional.probe import Axis
 
 
 def on_cuda(trainer) -> bool:
@@ -40,6 +43,21 @@ class SpeedupCallback(Callback):
     def status(self) -> Optional[tuple[str, str]]:
         """``("active" | "skipped", reason)`` once the part has decided, else ``None``."""
         return self._status
+
+    @property
+    def awaits_probe(self) -> bool:
+        """Whether the start-up probe (:class:`~lightning_speedups.callbacks.AutoProbe`) has yet to run in this
+        fit: parts with an ``auto`` setting leave their decision to it, and the summary waits for it."""
+        return False
+
+    @property
+    def uses_probe(self) -> bool:
+        """Whether this part leaves an ``auto`` decision to the start-up probe (the presets add one for it)."""
+        return False
+
+    def probe_axes(self, trainer: Any, pl_module: Any) -> list[Axis]:
+        """The ``auto`` decisions this part leaves to the start-up probe, as candidates to time (none by default)."""
+        return []
 
     @property
     def active(self) -> bool:

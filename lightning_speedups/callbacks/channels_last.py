@@ -17,7 +17,9 @@ from lightning_speedups.functional.channels_last import (
     batch_to_channels_last,
     channels_last_candidates,
     to_channels_last,
+    to_channels_last_undoable,
 )
+from lightning_speedups.functional.probe import Axis, Option
 
 _HOOK = "on_after_batch_transfer"
 _MARK = "_lightning_speedups_channels_last"
@@ -46,20 +48,33 @@ class ChannelsLast(SpeedupCallback):
     own hook runs first and the conversion is applied to what it returns. ``teardown`` removes the
     wrappers. This covers fit, validate, test and predict, on every strategy.
 
+    With ``auto=True`` the layout is measured instead of assumed: the start-up probe
+    (:class:`~lightning_speedups.callbacks.AutoProbe`) times the model's steps in both layouts at the
+    first batch and the model is converted only when channels_last is faster beyond the noise. Without
+    an ``AutoProbe`` in the callbacks (or outside ``fit``) ``auto`` keeps the contiguous layout.
+
     Args:
         exclude_keys: substrings of dict keys / dataclass or namedtuple field names whose values are
             never converted (default: ``("label", "target", "mask")``).
+        auto: leave the decision to the start-up probe.
 
     Example::
 
         trainer = Trainer(callbacks=[ChannelsLast()], precision="bf16-mixed")
+        trainer = Trainer(callbacks=[ChannelsLast(auto=True), AutoProbe()])  # kept only if faster here
     """
 
     tip = "T24"
     part = "channels_last"
 
-    def __init__(self, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS) -> None:
+    def __init__(self, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS, auto: bool = False) -> None:
         super().__init__()
+        if not isinstance(auto, bool):
+            raise TypeError(f"`auto` must be True or False; got {auto!r}.")
+        self.auto = auto
+        self._awaiting = False
+        self._undo: Any = None
+        self._where: Any = None
         if isinstance(exclude_keys, str) or not all(isinstance(k, str) for k in exclude_keys):
             raise TypeError(f"`exclude_keys` must be a list of strings (e.g. ['label', 'mask']); got {exclude_keys!r}.")
         self.exclude_keys = tuple(exclude_keys)
@@ -90,17 +105,65 @@ class ChannelsLast(SpeedupCallback):
         if not channels_last_candidates(pl_module):
             self.report(False, "skipped, model has no 4D/5D convolutions", echo=True)
             return
+        if self.auto:
+            self._where = (trainer, pl_module)
+            self._awaiting = stage == "fit"
+            why = "waits for the start-up probe at the first batch" if self._awaiting else "decided only in fit"
+            self.report(False, f"auto: {why}; contiguous until then")
+            return
+        self._convert(trainer, pl_module, "")
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._awaiting and not any(getattr(cb, "awaits_probe", False) for cb in trainer.callbacks):  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+            self._awaiting = False
+            self.report(False, "auto without the start-up probe (AutoProbe callback): stays contiguous")
+
+    @property
+    def uses_probe(self) -> bool:
+        return self.auto
+
+    @override
+    def probe_axes(self, trainer: Any, pl_module: Any) -> list[Axis]:
+        if not self._awaiting:
+            return []
+        exclude = self.exclude_keys
+
+        def apply() -> None:
+            self._undo = to_channels_last_undoable(pl_module)
+
+        def undo() -> None:
+            self._undo()
+
+        option = Option(
+            "channels_last", apply, undo, batch=functools.partial(batch_to_channels_last, exclude_keys=exclude)
+        )
+        return [Axis("channels_last", "contiguous", [option], self._decide)]
+
+    def _decide(self, option: Any, reason: str) -> None:
+        self._awaiting = False
+        if option is None:
+            self.report(False, reason)
+            return
+        trainer, pl_module = self._where
+        self._convert(trainer, pl_module, reason)
+
+    def _convert(self, trainer: pl.Trainer, pl_module: pl.LightningModule, reason: str) -> None:
         to_channels_last(pl_module, warn=False)
         self._wrap_hook(pl_module)
         datamodule: pl.LightningDataModule | None = getattr(trainer, "datamodule", None)
         if datamodule is not None and is_overridden(_HOOK, datamodule, pl.LightningDataModule):
             self._wrap_hook(datamodule)
         n = len(channels_last_candidates(pl_module))
-        self.report(True, f"model ({n} modules with 4D/5D weights) and batches in channels_last")
+        self.report(
+            True,
+            f"model ({n} modules with 4D/5D weights) and batches in channels_last" + (f"; {reason}" if reason else ""),
+        )
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         forget_after_configure_model(pl_module, self)
+        self._awaiting, self._where, self._undo = False, None, None
         for owner in self._wrapped:
             hook = owner.__dict__.get(_HOOK)
             if hook is not None and getattr(hook, _MARK, False):

@@ -26,6 +26,7 @@ class SpeedupsSummary(SpeedupCallback):
         super().__init__()
         self.notes = list(notes)
         self.lines: list[str] = []
+        self._shown = False
 
     def summarize(self, trainer: pl.Trainer) -> list[str]:
         rows = [(name, active, reason) for name, active, reason in self.notes]
@@ -39,14 +40,23 @@ class SpeedupsSummary(SpeedupCallback):
         return [f"  {'on ' if active else 'off'}  {name:<{width}}  {reason}" for name, active, reason in rows]
 
     def _print(self, trainer: pl.Trainer) -> None:
-        if self.lines:
+        if self._shown:
             return
+        self._shown = True
         self.lines = self.summarize(trainer)
         if self.lines:
             rank_zero_info("lightning_speedups:\n" + "\n".join(self.lines))
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # the start-up probe decides its parts at the first batch: the summary waits for its figures
+        if not any(getattr(cb, "awaits_probe", False) for cb in trainer.callbacks):  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+            self._print(trainer)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._print(trainer)
 
     @override

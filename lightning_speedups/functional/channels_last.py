@@ -31,7 +31,13 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-__all__ = ["DEFAULT_EXCLUDE_KEYS", "batch_to_channels_last", "channels_last_candidates", "to_channels_last"]
+__all__ = [
+    "DEFAULT_EXCLUDE_KEYS",
+    "batch_to_channels_last",
+    "channels_last_candidates",
+    "to_channels_last",
+    "to_channels_last_undoable",
+]
 
 #: Batch entries whose key (dict key, dataclass field or namedtuple field) contains one of these
 #: words (case-insensitive) are never converted: labels, targets and masks keep their layout.
@@ -108,6 +114,55 @@ def to_channels_last(model: nn.Module, *, warn: bool = True) -> nn.Module:
     # the Parameter objects (so an optimizer built earlier still holds the right tensors).
     model._apply(convert)
     return model
+
+
+def to_channels_last_undoable(model: nn.Module) -> Callable[[], None]:
+    """Convert like :func:`to_channels_last` and return a function that puts back the layout of every
+    tensor it converted (parameters keep their objects; buffers and gradients are converted back too).
+
+    The start-up probe tries channels_last on the user's model this way and undoes it when it is not
+    faster.
+
+    Example:
+        >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+        >>> undo = to_channels_last_undoable(net)
+        >>> net[0].weight.is_contiguous(memory_format=torch.channels_last), net[0].weight.is_contiguous()
+        (True, False)
+        >>> undo(); net[0].weight.is_contiguous()
+        True
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
+    params = [
+        p for p in model.parameters() if (fmt := _format_for(p)) is not None and not p.is_contiguous(memory_format=fmt)
+    ]
+    buffers = [
+        (m, name)
+        for m in model.modules()
+        for name, b in m._buffers.items()
+        if b is not None and (fmt := _format_for(b)) is not None and not b.is_contiguous(memory_format=fmt)
+    ]
+    formats = {id(p): _layout(p) for p in params}
+    buffer_formats = {(id(m), name): _layout(m._buffers[name]) for m, name in buffers}  # type: ignore[arg-type]
+    to_channels_last(model, warn=False)
+
+    def undo() -> None:
+        with torch.no_grad():
+            for p in params:
+                p.data = p.data.contiguous(memory_format=formats[id(p)])
+                if p.grad is not None:
+                    p.grad = p.grad.contiguous(memory_format=formats[id(p)])
+            for m, name in buffers:
+                b = m._buffers[name]
+                if b is not None:
+                    m._buffers[name] = b.contiguous(memory_format=buffer_formats[(id(m), name)])
+
+    return undo
+
+
+def _layout(t: torch.Tensor) -> torch.memory_format:
+    """The layout a tensor that is not channels-last is in: contiguous when it is, else kept as it is."""
+    return torch.contiguous_format if t.is_contiguous() else torch.preserve_format
 
 
 def _excluded(key: Any, exclude_keys: tuple[str, ...]) -> bool:

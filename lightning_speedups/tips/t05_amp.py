@@ -2,8 +2,9 @@
 
 Card:
     Seeds: A#4, B#11 (claim: 2.75x faster, 37% less memory on BERT-size models).
-    What it does: precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones, bf16 on
-    CPUs with AMX or AMD avx512_bf16 and fp32 elsewhere; half picks the leanest; fp8 adds torchao
+    What it does: precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones; on CPUs
+    with AMX or AMD avx512_bf16 the start-up probe times bf16 against fp32 on the model (ProbedPrecision),
+    fp32 elsewhere; half picks the leanest; fp8 adds torchao
     float8 linears (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls
     back to auto with a one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision,
     restored after the fit).
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from lightning_speedups.callbacks import MatmulPrecision
+from lightning_speedups.callbacks import MatmulPrecision, ProbedPrecision
 from lightning_speedups.callbacks.float8 import Float8Training
 from lightning_speedups.functional import cuda_supports_bf16, resolve_precision
-from lightning_speedups.functional.precision import resolve_float8
+from lightning_speedups.functional.precision import accelerator_is_cuda, cpu_fast_bf16, resolve_float8
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import device_words
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
@@ -79,6 +80,9 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     """The Trainer arguments T05 sets before the Trainer exists."""
     if s.precision == "off":
         return
+    if _probed(s, ctx):
+        ctx.trainer_kwargs["precision"] = "32-true"
+        return  # ProbedPrecision says what the probe decided
     value, reason = resolve_precision(s.precision, ctx.accelerator)
     if value is not None:
         ctx.trainer_kwargs["precision"] = value
@@ -87,9 +91,22 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
         ctx.note("precision (T05)", False, f"skipped, {reason}")
 
 
+def _probed(s: Any, ctx: BuildContext) -> bool:
+    """``auto`` on a CPU with bf16 units: bf16-mixed is timed against fp32 on the model (ProbedPrecision)."""
+    acc = ctx.accelerator
+    return (
+        s.precision == "auto"
+        and not accelerator_is_cuda(acc)
+        and str(acc) in ("cpu", "auto", "None")
+        and cpu_fast_bf16() is not None
+    )
+
+
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T05 adds, each at its place in the callback list."""
     out: list[Placed] = [(90, MatmulPrecision(s.tf32))] if s.tf32 != "off" else []
+    if _probed(s, ctx):
+        out.append((91, ProbedPrecision()))
     if s.precision == "fp8" and resolve_float8(ctx.accelerator)[0]:
         # model surgery in setup, before the optimizer exists: after checkpointing (70), before compile (80)
         out.append((75, Float8Training()))
@@ -106,7 +123,7 @@ TIP = Tip(
     title="Automatic mixed precision chosen for the hardware",
     seeds=("A#4", "B#11"),
     claim="2.75x faster, 37% less memory on BERT-size models",
-    does="precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones, bf16 on CPUs with AMX or AMD avx512_bf16 and fp32 elsewhere; half picks the leanest; fp8 adds torchao float8 linears (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls back to auto with a one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision, restored after the fit).",
+    does="precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones; on CPUs with AMX or AMD avx512_bf16 the start-up probe times bf16 against fp32 on the model (ProbedPrecision), fp32 elsewhere; half picks the leanest; fp8 adds torchao float8 linears (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls back to auto with a one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision, restored after the fit).",
     gain="1.3x-1.7x measured on an AMD CPU with avx512_bf16; 2x-3x on tensor-core GPUs",
     hurts="0.83x measured on a Xeon without AMX; fp16 needs loss scaling; reduced precision can change results",
     check=check,
@@ -126,7 +143,7 @@ TIP = Tip(
     ),
     trainer_kwargs=trainer_kwargs,
     callbacks=callbacks,
-    parts=(resolve_precision, MatmulPrecision, Float8Training),
+    parts=(resolve_precision, MatmulPrecision, ProbedPrecision, Float8Training),
     bench=BenchVariant({"precision": "half"}),
     suite=(
         SuiteCase("bf16", settings={"precision": "bf16-mixed"}, maths="dtype", acted=_bf16),

@@ -3,14 +3,15 @@
 Card:
     Seeds: B#16 (claim: 8% to 35% with AMP).
     What it does: ChannelsLast puts the model's 4D/5D weights and the batches in channels_last
-    (NHWC) memory format: outputs unchanged.
+    (NHWC) memory format: outputs unchanged; with auto, only where the start-up probe (AutoProbe)
+    times it faster on the model.
     Expected gain: 1.2x measured on a small CNN on CPU; 8%-35% with AMP on tensor cores.
     When it hurts: models with few convolutions gain nothing and pay layout conversions.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, Union
 
 from lightning_speedups.callbacks import ChannelsLast
 from lightning_speedups.functional import batch_to_channels_last, to_channels_last
@@ -70,7 +71,9 @@ def check(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T24 adds, each at its place in the callback list."""
-    return [(60, ChannelsLast())] if s.channels_last else []
+    if not s.channels_last:
+        return []
+    return [(60, ChannelsLast(auto=s.channels_last == "auto"))]
 
 
 def _nhwc(model: Any) -> bool:
@@ -90,12 +93,18 @@ TIP = Tip(
     title="channels_last memory format for 4D/5D tensors",
     seeds=("B#16",),
     claim="8% to 35% with AMP",
-    does="ChannelsLast puts the model's 4D/5D weights and the batches in channels_last (NHWC) memory format: outputs unchanged.",
+    does="ChannelsLast puts the model's 4D/5D weights and the batches in channels_last (NHWC) memory format: outputs unchanged; with auto, only where the start-up probe (AutoProbe) times it faster on the model.",
     gain="1.2x measured on a small CNN on CPU; 8%-35% with AMP on tensor cores",
     hurts="models with few convolutions gain nothing and pay layout conversions",
     check=check,
     settings=(
-        Setting("channels_last", bool, False, doc="T24. Model and 4D/5D batches in channels_last memory format."),
+        Setting(
+            "channels_last",
+            Union[bool, Literal["auto"]],
+            False,
+            doc="T24. Model and 4D/5D batches in channels_last memory format; ``auto``: only where the start-up"
+            " probe measures it faster on the model.",
+        ),
     ),
     callbacks=callbacks,
     parts=(

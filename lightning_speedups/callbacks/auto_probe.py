@@ -1,0 +1,219 @@
+"""The start-up probe as a callback: ``auto`` settings decided on the user's own model, at the first batch."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+import lightning.pytorch as pl
+import torch
+from typing_extensions import override
+
+from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.functional.lr_range import TrainingSnapshot
+from lightning_speedups.functional.probe import Axis, Option, ProbeResult, decide_axes, run_probe
+from lightning_speedups.functional.timing import Timeline
+
+
+def _loss(outputs: Any) -> Optional[torch.Tensor]:
+    if isinstance(outputs, Mapping):
+        outputs = outputs.get("loss")
+    if isinstance(outputs, torch.Tensor) and outputs.requires_grad and outputs.numel() == 1:
+        return outputs
+    return None
+
+
+class AutoProbe(SpeedupCallback):
+    """Decides the pack's ``auto`` settings by timing them on the user's model, at the first training batch.
+
+    The parts whose gain depends on the hardware *and* the model (``channels_last: auto``,
+    ``optimizer: auto``, ``precision: auto`` on a CPU with bf16 units) wait for this callback instead of
+    deciding from device facts. At the first batch of ``fit`` it asks every part for its candidates
+    (:meth:`SpeedupCallback.probe_axes`), then runs a few forward / backward / optimizer steps of the
+    model on that batch through the strategy (its precision context, its wrapper), each candidate timed
+    interleaved with the baseline and paired per round, with an A/A pair for the noise floor
+    (:func:`~lightning_speedups.functional.probe.run_probe`: bench's timer and pairing rule). A
+    candidate is kept only when it is faster beyond the noise; otherwise the part stays as plain
+    Lightning runs it.
+
+    Nothing the steps touch is kept: the weights, buffers (BatchNorm statistics), module modes, plain
+    attributes, optimizer state, the random generators and the precision plugin's state are put back
+    from memory before the batch's real step (a run after the probe equals a run without it, step for
+    step), and ``self.log`` calls of those steps are dropped. The decisions and figures are in the
+    start-up summary, which waits for them.
+
+    It costs ``(warmup + steps) x (1 + rounds x (options + 2))`` steps
+    (:func:`~lightning_speedups.functional.probe.probe_plan`: 48 for three options with the defaults); it is skipped, and every part stays as it is, when that would exceed ``max_seconds`` or
+    ``max_fraction`` of the run's planned steps (a run too short to repay it), under manual optimization,
+    or with no optimizer. On several processes every rank times the same steps and rank zero's decisions
+    are broadcast.
+
+    Args:
+        rounds: timed rounds (at least 2, for an interval).
+        steps: timed steps per candidate per round.
+        warmup: untimed steps after each switch.
+        min_gain: the smallest gain kept on top of the noise floor.
+        max_seconds: the probe's budget in seconds.
+        max_fraction: the largest share of the run's planned training time the probe may cost (``None``: no
+            such limit, only ``max_seconds``).
+        clock: the host clock (seconds), injectable for tests; CUDA runs time with CUDA events.
+
+    Example::
+
+        trainer = Trainer(callbacks=[ChannelsLast(auto=True), FusedOptimizer("auto"), AutoProbe()])
+    """
+
+    part = "auto_probe"
+
+    def __init__(
+        self,
+        rounds: int = 3,
+        steps: int = 2,
+        warmup: int = 1,
+        min_gain: float = 0.02,
+        max_seconds: float = 5.0,
+        max_fraction: Optional[float] = 0.05,
+        clock: Optional[Callable[[], float]] = None,
+    ) -> None:
+        super().__init__()
+        if rounds < 2 or steps < 1 or warmup < 0:
+            raise ValueError(
+                f"AutoProbe: `rounds` must be >= 2, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}."
+            )
+        if not (min_gain >= 0 and max_seconds > 0 and (max_fraction is None or 0 < max_fraction <= 1)):
+            raise ValueError(
+                "AutoProbe: `min_gain` must be >= 0, `max_seconds` > 0 and `max_fraction` in (0, 1];"
+                f" got {min_gain}, {max_seconds}, {max_fraction}."
+            )
+        self.rounds, self.steps, self.warmup = rounds, steps, warmup
+        self.min_gain, self.max_seconds, self.max_fraction = min_gain, max_seconds, max_fraction
+        self.clock = clock
+        self.result: Optional[ProbeResult] = None
+        self._pending = False
+
+    @property
+    def awaits_probe(self) -> bool:  # type: ignore[override]
+        return self._pending
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._pending = True
+        self.result = None
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._pending:
+            return
+        self._pending = False
+        parts = [cb for cb in trainer.callbacks if isinstance(cb, SpeedupCallback) and cb is not self]  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+        axes = [axis for cb in parts for axis in cb.probe_axes(trainer, pl_module)]
+        if not axes:
+            self.report(False, "skipped, no auto setting waits for it")
+            return
+        why = self._refusal(trainer, pl_module)
+        if why:
+            decisions = {a.name: (a.keep, f"not probed ({why}): stays {a.keep}") for a in axes}
+            self.report(False, f"skipped, {why}")
+        else:
+            result = self._probe(trainer, pl_module, batch, batch_idx, axes)
+            self.result = result
+            decisions = trainer.strategy.broadcast(result.decisions)
+            if result.skipped:
+                self.report(False, f"skipped after {result.seconds:.2f} s ({result.steps} steps): {result.skipped}")
+            else:
+                self.report(
+                    True,
+                    f"{len(axes)} auto setting(s) timed on this model in {result.seconds:.2f} s ({result.steps} steps,"
+                    f" {result.rounds} rounds, {1000 * (result.step_s or 0):.0f} ms a step, A/A noise"
+                    f" {100 * result.noise:.1f}%)",
+                )
+        decide_axes(axes, decisions)
+
+    @staticmethod
+    def _refusal(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str:
+        if not pl_module.automatic_optimization:
+            return "the model steps its own optimizers (manual optimization)"
+        if len(trainer.optimizers) != 1:
+            return "no optimizer to step" if not trainer.optimizers else "several optimizers"
+        return ""
+
+    def _planned_steps(self, trainer: pl.Trainer) -> Optional[float]:
+        try:
+            steps = float(trainer.estimated_stepping_batches) * max(1, int(trainer.accumulate_grad_batches))
+        except Exception:
+            return None
+        return steps if math.isfinite(steps) else None
+
+    def _probe(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, axes: Sequence[Axis]
+    ) -> ProbeResult:
+        strategy = trainer.strategy
+        optimizer = trainer.optimizers[0]
+        root = strategy.model if isinstance(strategy.model, torch.nn.Module) else pl_module
+        snapshot = TrainingSnapshot.capture(root, trainer.optimizers)
+        precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
+
+        def step(options: Sequence[Option]) -> None:
+            data = batch
+            for option in options:
+                if option.batch is not None:
+                    data = option.batch(data)
+            with contextlib.ExitStack() as stack:
+                for option in options:
+                    if option.context is not None:
+                        stack.enter_context(option.context())
+                outputs = strategy.training_step(data, batch_idx)
+            loss = _loss(outputs)
+            if loss is None:
+                raise _NoLoss("training_step returned no loss with a gradient")
+            strategy.backward(loss, optimizer)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        # the steps' self.log calls are dropped: they are not training
+        patched = {name: pl_module.__dict__.get(name) for name in ("log", "log_dict")}
+        for name in patched:
+            object.__setattr__(pl_module, name, _drop)
+        wall = self.clock or time.perf_counter
+        start = wall()
+        try:
+            return run_probe(
+                step,
+                axes,
+                timeline=Timeline(pl_module.device, clock=self.clock),
+                rounds=self.rounds,
+                steps=self.steps,
+                warmup=self.warmup,
+                min_gain=self.min_gain,
+                max_seconds=self.max_seconds,
+                planned_steps=self._planned_steps(trainer),
+                max_fraction=self.max_fraction,
+                wall=wall,
+            )
+        except Exception as err:  # a model the steps cannot run outside the loop: nothing is decided
+            why = str(err) if isinstance(err, _NoLoss) else f"a probe step raised {type(err).__name__}: {err}"
+            failed = ProbeResult(skipped=why, seconds=wall() - start)
+            failed.decisions = {a.name: (a.keep, f"not probed ({why}): stays {a.keep}") for a in axes}
+            return failed
+        finally:
+            for name, value in patched.items():
+                if value is None:
+                    pl_module.__dict__.pop(name, None)
+                else:
+                    object.__setattr__(pl_module, name, value)
+            snapshot.restore()
+            trainer.precision_plugin.load_state_dict(precision_state)
+
+
+class _NoLoss(RuntimeError):
+    pass
+
+
+def _drop(*args: Any, **kwargs: Any) -> None:
+    return None

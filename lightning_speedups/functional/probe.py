@@ -1,0 +1,263 @@
+"""A start-up probe: time a few training steps of the user's own model under each candidate setting,
+interleaved and paired, and keep a candidate only when it is faster beyond the noise.
+
+``auto`` settings whose gain depends on the hardware *and* the model (the memory layout, the optimizer
+implementation, CPU bf16) are decided here, on the real model and a real batch, instead of from device
+facts. The engine knows nothing of Lightning: it is given a ``step`` (one forward, backward and optimizer
+step under the options passed to it) and the :class:`Axis` objects to decide; the caller
+(:class:`~lightning_speedups.callbacks.AutoProbe`) puts the training state back afterwards.
+
+How it measures (the timer and the pairing rule are bench's, :mod:`~lightning_speedups.functional.timing`):
+
+* one **calibration** of the baseline (``warmup`` + ``steps`` steps) gives the step time, from which the
+  probe's cost is estimated; a probe that would not fit its budget (seconds, and a share of the run's
+  planned time) is skipped before it starts, and every axis stays as it is;
+* then ``rounds`` rounds; in each, every variant (the baseline, each option of each axis alone, and the
+  baseline a second time for an A/A pair) is applied, run ``warmup`` untimed steps (layout conversions,
+  kernel selection) and ``steps`` timed ones, and undone; the order rotates from round to round, so a
+  drift of the machine hits every variant alike;
+* per round, each option's ratio is the baseline's median step time over the option's; the ratios of the
+  rounds give a 95% interval (:func:`ratio_interval`), the A/A pair the noise floor (:func:`noise_of`); an
+  option is kept when :func:`gain_verdict` says its gain counts, and of several options of one axis the
+  fastest is kept.
+
+Example:
+    >>> now, state = [0.0], {"fast": False}
+    >>> def step(options):  # a fake step: 1 s, or 0.5 s with "fast" on
+    ...     now[0] += 0.5 if state["fast"] else 1.0
+    >>> fast = Option("fast", lambda: state.update(fast=True), lambda: state.update(fast=False))
+    >>> axis = Axis("demo", "slow", [fast], lambda option, why: print("on:", option.label))
+    >>> result = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]))
+    >>> result.decisions["demo"][0], result.ratios["demo=fast"], result.steps
+    ('fast', [2.0, 2.0, 2.0], 30)
+    >>> decide_axes([axis], result.decisions)
+    on: fast
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from lightning_speedups.functional.timing import Timeline, gain_verdict, noise_of, ratio_interval
+
+__all__ = ["Axis", "Option", "ProbeResult", "decide_axes", "probe_plan", "run_probe"]
+
+
+@dataclass
+class Option:
+    """One candidate of an :class:`Axis`.
+
+    Attributes:
+        label: what it is (``"channels_last"``, ``"fused"``).
+        apply: turns it on (in place, undoable).
+        undo: puts back what ``apply`` changed.
+        batch: transforms the batch while the option is on (``None``: the batch as it is).
+        context: a context manager the step runs in while the option is on (an autocast).
+    """
+
+    label: str
+    apply: Callable[[], None]
+    undo: Callable[[], None]
+    batch: Optional[Callable[[Any], Any]] = None
+    context: Optional[Callable[[], contextlib.AbstractContextManager[Any]]] = None
+
+
+@dataclass
+class Axis:
+    """One ``auto`` setting to decide: what runs without it (``keep``) and its other options.
+
+    Attributes:
+        name: the setting (``"channels_last"``, ``"optimizer Adam"``).
+        keep: the label of what runs when no option is kept (the layout / implementation as it is).
+        options: the candidates.
+        decide: ``decide(option or None, reason)``, called once with the outcome (:func:`decide_axes`):
+            the option to turn on for the run (``None``: keep), and a one-line reason with the figures.
+    """
+
+    name: str
+    keep: str
+    options: list[Option]
+    decide: Callable[[Optional[Option], str], None]
+
+
+@dataclass
+class ProbeResult:
+    """What a probe measured and decided.
+
+    Attributes:
+        decisions: per axis name, ``(label kept, reason)``.
+        skipped: why the probe did not run (``""``: it ran).
+        seconds: the probe's own cost (host clock, conversions included).
+        steps: training steps it ran.
+        rounds: rounds it timed.
+        step_s: the baseline's median step time.
+        noise: the A/A noise floor.
+        ratios: per variant label, its per-round speed ratios over the baseline.
+    """
+
+    decisions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    skipped: str = ""
+    seconds: float = 0.0
+    steps: int = 0
+    rounds: int = 0
+    step_s: Optional[float] = None
+    noise: float = 0.0
+    ratios: dict[str, list[float]] = field(default_factory=dict)
+
+
+def probe_plan(n_options: int, rounds: int, steps: int, warmup: int) -> int:
+    """Training steps a probe runs: the calibration, then per round the baseline twice and every option.
+
+    Example:
+        >>> probe_plan(n_options=3, rounds=3, steps=2, warmup=1)
+        48
+    """
+    return (warmup + steps) * (1 + rounds * (n_options + 2))
+
+
+def _variant_key(axis: Axis, option: Optional[Option]) -> str:
+    return f"{axis.name}={option.label}" if option is not None else axis.name
+
+
+def run_probe(
+    step: Callable[[Sequence[Option]], None],
+    axes: Sequence[Axis],
+    *,
+    timeline: Optional[Timeline] = None,
+    rounds: int = 3,
+    steps: int = 2,
+    warmup: int = 1,
+    min_gain: float = 0.02,
+    max_seconds: Optional[float] = None,
+    planned_steps: Optional[float] = None,
+    max_fraction: Optional[float] = None,
+    wall: Optional[Callable[[], float]] = None,
+) -> ProbeResult:
+    """Time every option of every axis against the baseline, interleaved and paired, and decide each axis.
+
+    Args:
+        step: runs one training step with the given options on (their batch transforms and contexts).
+        axes: what to decide. Nothing is decided here: the result's ``decisions`` say what to keep, and
+            :func:`decide_axes` applies them once the caller has put the training state back.
+        timeline: the timer (:class:`~lightning_speedups.functional.timing.Timeline`; CUDA events on CUDA).
+        rounds: timed rounds (at least 2: one round gives no interval); fewer when the budget is short.
+        steps: timed steps per variant per round (their median is the variant's time in that round).
+        warmup: untimed steps after each switch.
+        min_gain: the smallest gain kept (on top of the noise floor).
+        max_seconds: the probe's budget in seconds (``None``: no limit).
+        planned_steps: the run's planned training steps (``None``: unknown).
+        max_fraction: the largest share of the planned run (``planned_steps`` x the step time) the probe
+            may cost; a run too short to repay it skips the probe.
+        wall: the host clock for the probe's own cost (default: the timeline's clock).
+    """
+    if rounds < 2 or steps < 1 or warmup < 0:
+        raise ValueError(f"`rounds` must be >= 2, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}.")
+    timeline = timeline or Timeline()
+    wall = wall or timeline.clock
+    result = ProbeResult()
+    t0 = wall()
+    options = [(axis, option) for axis in axes for option in axis.options]
+
+    def decide_all(why: str) -> ProbeResult:
+        result.skipped = why
+        for axis in axes:
+            reason = f"not probed ({why}): stays {axis.keep}"
+            result.decisions[axis.name] = (axis.keep, reason)
+        result.seconds = wall() - t0
+        return result
+
+    if not options:
+        return decide_all("no option to try")
+
+    def timed(active: Sequence[Option]) -> float:
+        for _ in range(warmup):
+            step(active)
+        marks = [timeline.mark()]
+        for _ in range(steps):
+            step(active)
+            marks.append(timeline.mark())
+        timeline.sync()
+        result.steps += warmup + steps
+        return statistics.median(timeline.seconds(a, b) for a, b in zip(marks, marks[1:]))
+
+    # calibration: the baseline's step time prices the probe before it commits to it
+    base_step = timed(())
+    result.step_s = base_step
+    per_round = (len(options) + 2) * (warmup + steps) * base_step
+    budget = max_seconds if max_seconds is not None else float("inf")
+    share = float("inf")
+    if planned_steps is not None and max_fraction is not None and planned_steps != float("inf"):
+        share = max_fraction * planned_steps * base_step
+    spent = wall() - t0
+    left = min(budget, share) - spent
+    fit = int(left // per_round) if per_round > 0 and left != float("inf") else rounds
+    if fit < 2:
+        cost = f"2 rounds of {len(options) + 2} variants cost {2 * per_round:.2f} s at {1000 * base_step:.1f} ms a step"
+        if share < budget:
+            return decide_all(
+                f"the run is too short to repay it: {cost}, over {max_fraction:.0%} of the planned"
+                f" {planned_steps:.0f} steps ({planned_steps * base_step:.1f} s)"  # type: ignore[operator]
+            )
+        return decide_all(f"{cost}, over its budget of {budget:.1f} s")
+    rounds = min(rounds, fit)
+
+    variants: list[tuple[str, list[Option]]] = [("A", [])]
+    variants += [(_variant_key(axis, option), [option]) for axis, option in options]
+    variants.append(("A2", []))
+    times: dict[str, list[float]] = {key: [] for key, _ in variants}
+    for r in range(rounds):
+        shift = r % len(variants)
+        for key, active in variants[shift:] + variants[:shift]:
+            with _applied(active):
+                times[key].append(timed(active))
+    result.rounds = rounds
+
+    base = times["A"]
+    result.ratios = {key: [b / t for b, t in zip(base, ts) if t > 0] for key, ts in times.items() if key != "A"}
+    aa, _, _ = ratio_interval(result.ratios["A2"])
+    result.noise = noise_of(aa)
+    for axis in axes:
+        best: Optional[tuple[float, Option, str]] = None
+        lines = []
+        for option in axis.options:
+            g, lo, hi = ratio_interval(result.ratios[_variant_key(axis, option)])
+            ok, why = gain_verdict(g, lo, hi, min_gain, result.noise, min_gain_name="the minimum gain")
+            figure = f"{option.label} {g:.2f}x" + (f" [{lo:.2f}-{hi:.2f}]" if lo is not None and hi is not None else "")
+            lines.append(figure if ok else f"{figure} ({why})")
+            if ok and g is not None and (best is None or g > best[0]):
+                best = (g, option, why)
+        summary = f"probed {', '.join(lines)} vs {axis.keep} over {rounds} rounds, A/A noise {100 * result.noise:.1f}%"
+        if best is None:
+            reason = f"stays {axis.keep}: {summary}"
+            result.decisions[axis.name] = (axis.keep, reason)
+        else:
+            reason = f"{best[1].label}: {summary}"
+            result.decisions[axis.name] = (best[1].label, reason)
+    result.seconds = wall() - t0
+    return result
+
+
+def decide_axes(axes: Sequence[Axis], decisions: dict[str, tuple[str, str]]) -> None:
+    """Call each axis's ``decide`` with the option its decision names (``None``: keep) and the reason; an
+    axis with no decision keeps what it has."""
+    for axis in axes:
+        label, reason = decisions.get(axis.name, (axis.keep, f"not probed: stays {axis.keep}"))
+        option = next((o for o in axis.options if o.label == label), None)
+        axis.decide(option, reason)
+
+
+@contextlib.contextmanager
+def _applied(active: Sequence[Option]) -> Iterator[None]:
+    done: list[Option] = []
+    try:
+        for option in active:
+            option.apply()
+            done.append(option)
+        yield
+    finally:
+        for option in reversed(done):
+            option.undo()

@@ -1,0 +1,178 @@
+"""The one timer and the one pairing rule of the pack: ``bench`` (whole runs side by side) and the start-up
+probe (:mod:`~lightning_speedups.functional.probe`, candidates inside one run) both time with
+:class:`Timeline` and judge with :func:`ratio_interval`, :func:`noise_of` and :func:`gain_verdict`.
+
+* :class:`Timeline`: marks on a run's timeline. On CUDA a mark is an event recorded on the current
+  stream (no host synchronisation inside a timed window, so asynchronous copies and launches keep
+  overlapping); :meth:`Timeline.sync` waits once, at the end of the window, before the marks are read.
+  Elsewhere a mark is the host clock, which a test can replace (``clock=``).
+* :func:`ratio_interval`: a 95% interval of a ratio from paired repeats (Student's t on the log ratios).
+* :func:`noise_of`: how far from 1.0 an A/A pair (the baseline against itself) landed.
+* :func:`gain_verdict`: a gain counts only when its interval lies above 1.0 and it clears both a minimum
+  gain and the noise floor.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+__all__ = ["Timeline", "gain_verdict", "noise_of", "ratio_interval", "t95"]
+
+
+class Timeline:
+    """Marks on a run's timeline and the seconds between them.
+
+    Args:
+        device: the device the work runs on; a CUDA device gets CUDA events.
+        clock: the host clock (seconds) for every other device; injectable for tests.
+
+    Example:
+        >>> ticks = iter([1.0, 1.5, 3.0])
+        >>> line = Timeline(clock=lambda: next(ticks))
+        >>> a, b, c = line.mark(), line.mark(), line.mark()
+        >>> line.sync(); line.seconds(a, b), line.seconds(b, c)
+        (0.5, 1.5)
+    """
+
+    def __init__(self, device: Any = None, clock: Optional[Callable[[], float]] = None) -> None:
+        self.device = device
+        self.cuda = getattr(device, "type", None) == "cuda"
+        self.clock = clock or time.perf_counter
+
+    def mark(self) -> Any:
+        """A point on the timeline: a recorded CUDA event on CUDA, else the host clock's reading."""
+        if self.cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return self.clock()
+
+    def sync(self) -> None:
+        """Wait for the device once (after a timed window, before :meth:`seconds` reads its marks)."""
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    @staticmethod
+    def seconds(a: Any, b: Any) -> float:
+        """Seconds from mark ``a`` to mark ``b`` (CUDA events: once both have completed)."""
+        if isinstance(a, (int, float)):
+            return float(b - a)
+        return float(a.elapsed_time(b)) / 1000.0
+
+
+#: two-sided 95% quantiles of Student's t, by degrees of freedom (1..30; above: the normal's 1.96)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+
+
+def t95(dof: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
+    if dof < 1:
+        raise ValueError(f"`dof` must be >= 1, got {dof}")
+    return _T95[dof - 1] if dof <= len(_T95) else 1.96
+
+
+def ratio_interval(ratios: Sequence[float]) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    """``(geometric mean, low, high)``: a 95% confidence interval of a ratio from paired repeats.
+
+    Each repeat pairs a variant with the baseline of the same repeat (run side by side), so the ratios
+    are independent draws; the interval is Student's t on their logarithms, back-transformed (a ratio
+    of 2 and one of 0.5 are equally far from 1). One ratio gives no interval (``None``s).
+
+    Example:
+        >>> g, lo, hi = ratio_interval([1.10, 1.12, 1.08])
+        >>> round(g, 3), round(lo, 3), round(hi, 3)
+        (1.1, 1.051, 1.151)
+        >>> ratio_interval([1.2])
+        (1.2, None, None)
+    """
+    logs = [math.log(r) for r in ratios if r is not None and r > 0 and math.isfinite(r)]
+    if not logs:
+        return None, None, None
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), None, None
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def noise_of(aa_ratio: Optional[float]) -> float:
+    """The noise floor an A/A ratio (the baseline against itself) gives: its distance from 1.0.
+
+    Example:
+        >>> round(noise_of(0.97), 2), noise_of(None)
+        (0.03, 0.0)
+    """
+    if aa_ratio is None:
+        return 0.0
+    return abs(aa_ratio - 1.0)
+
+
+def gain_verdict(
+    gain: Optional[float],
+    low: Optional[float],
+    high: Optional[float],
+    min_gain: float,
+    noise: float = 0.0,
+    *,
+    min_gain_name: str = "the minimum gain",
+    repeats_hint: str = "use --repeats 2 or more",
+) -> tuple[bool, str]:
+    """Whether a measured gain counts, and why (not): its 95% interval lies above 1.0 and it clears both
+    ``min_gain`` and the A/A ``noise`` floor.
+
+    Example:
+        >>> gain_verdict(1.05, 1.01, 1.09, min_gain=0.02, noise=0.06)
+        (False, 'gain 1.05x is within the noise floor (A/A pair off by 6.0%)')
+        >>> gain_verdict(1.05, 1.01, 1.09, min_gain=0.02, noise=0.01)
+        (True, 'gain 1.05x, 95% CI 1.01-1.09')
+    """
+    if gain is None:
+        return False, "no ratio to the baseline"
+    if low is None or high is None:
+        return False, f"gain {gain:.2f}x has no confidence interval (one paired repeat; {repeats_hint})"
+    if low <= 1.0:
+        return False, f"95% CI {low:.2f}-{high:.2f} includes 1.0"
+    if gain < 1.0 + min_gain:
+        return False, f"gain {gain:.2f}x is below {min_gain_name} {min_gain:.0%}"
+    if gain - 1.0 <= noise:
+        return False, f"gain {gain:.2f}x is within the noise floor (A/A pair off by {100 * noise:.1f}%)"
+    return True, f"gain {gain:.2f}x, 95% CI {low:.2f}-{high:.2f}"
