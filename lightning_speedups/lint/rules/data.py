@@ -140,10 +140,23 @@ def _loader_pin_memory(ctx: FileContext) -> Iterator[Hit]:
         return
     for call in _loaders(ctx):
         state = _pin_state(call)
+        if state is None:
+            continue
+        collate = keyword(call, "collate_fn")
+        fix = None
+        if collate is not None and not is_const(collate.value, None):
+            # the loader pins tensors and lists / tuples / dicts of them; an object of another class
+            # (DETR's NestedTensor) only if it has a pin_memory() method: the fix depends on the batch
+            fix = (
+                f"pin_memory=True (only when training on a GPU); the batches come from "
+                f"collate_fn={snippet(collate.value)}: tensors and lists / tuples / dicts of them are pinned, an "
+                "object of another class only if it defines pin_memory() (give it one, or only its plain "
+                "tensors gain)"
+            )
         if state == "missing":
-            yield Hit(call, "DataLoader without pin_memory=True in a file that moves batches to CUDA")
-        elif state == "False":
-            yield Hit(call, "DataLoader with pin_memory=False in a file that moves batches to CUDA")
+            yield Hit(call, "DataLoader without pin_memory=True in a file that moves batches to CUDA", fix)
+        else:
+            yield Hit(call, "DataLoader with pin_memory=False in a file that moves batches to CUDA", fix)
 
 
 # ---------------------------------------------------------------------------------- LS104

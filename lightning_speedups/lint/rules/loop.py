@@ -170,7 +170,9 @@ RULES = [
         "T12",
         "grad-zeroed-in-place",
         "p.grad.zero_() / p.grad.data.zero_() in a zero_grad override or a loop over parameters",
-        "p.grad = None (what optimizer.zero_grad() does by default)",
+        "p.grad = None (what optimizer.zero_grad() does by default); code that reads p.grad afterwards "
+        "(grad-norm logging, copying gradients to fp32 master weights) must then skip a parameter whose grad "
+        "is None (one that got no gradient this step)",
         _grad_zeroed_in_place,
         (r"grad\s*(?:\.\s*data\s*)?\.\s*(?:zero_|fill_|mul_)\s*\(",),
     ),

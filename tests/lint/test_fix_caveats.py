@@ -1,0 +1,48 @@
+"""Fix texts that depend on context say so: a loader with a collate_fn (an object of another class is
+pinned only if it defines pin_memory()), a gradient dropped instead of zeroed (readers must skip None)."""
+
+from __future__ import annotations
+
+from lightning_speedups.lint import lint_source
+
+LOADERS = """\
+import torch
+from torch.utils.data import DataLoader
+
+import utils
+
+plain = DataLoader(ds, batch_size=2, num_workers=2)
+detection = DataLoader(ds, batch_sampler=sampler, collate_fn=utils.collate_fn, num_workers=2)
+default = DataLoader(ds, batch_size=2, collate_fn=None, num_workers=2)
+x = batch.cuda()
+"""
+
+
+def test_loader_with_a_collate_fn_names_what_pinning_needs():
+    fixes = {f.line: f.fix for f in lint_source(LOADERS, select=["LS103"])}
+    assert set(fixes) == {6, 7, 8}
+    assert fixes[6] == fixes[8] == "pin_memory=True (only when training on a GPU)"
+    assert "collate_fn=utils.collate_fn" in fixes[7] and "defines pin_memory()" in fixes[7]
+
+
+FP16_ZERO_GRAD = """\
+import torch
+
+
+def zero_grad(model_params):
+    for param in model_params:
+        if param.grad is not None:
+            param.grad.detach_()
+            param.grad.zero_()
+
+
+def model_grads_to_master_grads(model_params, master_params):
+    master_params[0].grad = torch.cat([p.grad.data.detach().float().view(-1) for p in model_params])
+"""
+
+
+def test_grad_dropped_instead_of_zeroed_says_readers_must_skip_none():
+    (finding,) = lint_source(FP16_ZERO_GRAD, select=["LS303"])
+    assert finding.line == 8
+    assert finding.fix.startswith("p.grad = None")
+    assert "skip a parameter whose grad is None" in finding.fix
