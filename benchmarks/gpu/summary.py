@@ -160,6 +160,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         lines.append(
             f"{workload}: {w['params'] / 1e6:.1f}M parameters, {w['flops_per_batch'] / 1e12:.3f} TFLOP per training batch"
         )
+        for v in w.get("rows", []):
+            probe = v.get("probe") if isinstance(v, dict) else None
+            if probe:
+                chosen = ", ".join(f"{k}={c}" for k, c in probe["decisions"].items())
+                what = f"skipped ({probe['skipped']})" if probe["skipped"] else chosen
+                lines.append(
+                    f"  {v['variant']}: start-up probe {probe['seconds']:.1f} s, {probe['steps']} steps: {what}"
+                )
     lines += ["", table(report), ""]
     if args.elapsed is not None:
         lines.append(f"elapsed {args.elapsed:.0f} s")

@@ -31,7 +31,7 @@ from lightning.pytorch.loggers.logger import Logger
 
 from benchmarks.gpu.models import IMAGENET_MEAN, IMAGENET_STD, build, example_batch, param_count
 from lightning_speedups import preset
-from lightning_speedups.callbacks import DataWaitMonitor
+from lightning_speedups.callbacks import AutoProbe, DataWaitMonitor
 
 #: dense (no sparsity) bf16 tensor-core peak per GPU, FLOP/s, from the vendors' datasheets
 DENSE_BF16_PEAK = (
@@ -185,6 +185,11 @@ def run_variant(
     timer = WindowTimer(args.warmup, args.steps)
     monitor = PeakThroughputMonitor(peak, batch_size_fn=lambda b: int(b[0].shape[0]), window_size=max(2, args.steps))
     parts = p.callbacks()
+    probe = next((cb for cb in parts if isinstance(cb, AutoProbe)), None)
+    if probe is not None:
+        # the run is warmup + steps long: the probe of fast's auto parts runs anyway (its cost is in the
+        # warm-up), so the timed steps are what a real fit runs after it
+        probe.max_fraction = None
     wait = next((cb for cb in parts if isinstance(cb, DataWaitMonitor)), None)
     if wait is None:
         wait = DataWaitMonitor(log=False)
@@ -224,6 +229,15 @@ def run_variant(
         "loss": float(trainer.callback_metrics["train_loss"]) if "train_loss" in trainer.callback_metrics else None,
         "wall_s": wall,
         "parts": {k: f"{v[0]}: {v[1]}" for k, v in statuses.items()},
+        "probe": None
+        if probe is None or probe.result is None
+        else {
+            "seconds": probe.result.seconds,
+            "steps": probe.result.steps,
+            "skipped": probe.result.skipped,
+            "decisions": {k: v[0] for k, v in probe.result.decisions.items()},
+            "reasons": {k: v[1] for k, v in probe.result.decisions.items()},
+        },
         "notes": notes,
     }
     del trainer, model
