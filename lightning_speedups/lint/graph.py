@@ -66,6 +66,7 @@ class Project:
         self._tokens: Optional[dict[str, list[str]]] = None
         self._hot: Optional[set[ast.AST]] = None
         self._hot_files: set[str] = set()
+        self._resolving: set[ast.AST] = set()  # calls whose returned class is being resolved
 
     def close(self) -> None:
         """Drop the contexts and their links back to the project (a reference cycle: left alone, the
@@ -238,12 +239,17 @@ class Project:
         found = self.resolve_name(ctx, value.func)
         if found is not None and isinstance(found[1], ast.ClassDef):
             return found[0], found[1]
-        if depth < 2 and terminal_name(value.func) in self.defined_names():
+        if depth < 2 and terminal_name(value.func) in self.defined_names() and value not in self._resolving:
             # a function or method of the project whose every return is one class's object
-            # (posterior = self.encode(x); posterior.sample(): encode returns DiagonalGaussian(...))
-            fn = self.resolve_call(ctx, value)
-            if fn is not None:
-                return self._returned_class(fn[0], fn[1], depth + 1)
+            # (posterior = self.encode(x); posterior.sample(): encode returns DiagonalGaussian(...));
+            # x = x.m() refers to itself: the guard stops that cycle
+            self._resolving.add(value)
+            try:
+                fn = self.resolve_call(ctx, value)
+                if fn is not None:
+                    return self._returned_class(fn[0], fn[1], depth + 1)
+            finally:
+                self._resolving.discard(value)
         return None
 
     def _returned_class(self, ctx: FileContext, fn: ast.AST, depth: int) -> Optional[tuple[FileContext, ast.ClassDef]]:
@@ -403,8 +409,8 @@ class Project:
                 continue
             seen.add(body)
             self._hot_files.add(str(ctx.path))
-            for node in ast.walk(body):
-                if isinstance(node, ast.Call) and terminal_name(node.func) in defined:
+            for node in ctx.calls_within(body):
+                if terminal_name(node.func) in defined:
                     found = self.resolve_call(ctx, node)
                     if found is not None and found[1] not in hot:
                         hot.add(found[1])
@@ -470,7 +476,7 @@ class Project:
         name = fn.name  # type: ignore[attr-defined]
         cls = ctx.parents.get(fn)
         method = isinstance(cls, ast.ClassDef)
-        paths = self.files_naming(name)
+        paths = self.files_calling(name)
         if method:  # obj.m() resolves only where the class (or a subclass of it) is named
             assert isinstance(cls, ast.ClassDef)
             with_class = set(self.files_naming(cls.name))
@@ -489,6 +495,20 @@ class Project:
                     out.append((other, call))
         return out
 
+    def files_calling(self, name: str) -> list[str]:
+        """The files whose text holds a call of ``name`` (``name(`` / ``.name(``, spaces allowed before the
+        parenthesis): only there can a call resolve to it. Fewer contexts to build than every file that
+        merely names it (remembered per name)."""
+        key = "(" + name
+        if self._tokens is None:
+            self._tokens = {}
+        found = self._tokens.get(key)
+        if found is None:
+            found = self._tokens[key] = [
+                path for path in self.files_naming(name) if _text_calls(self._files[path][1], name)
+            ]
+        return found
+
     def files_naming(self, name: str) -> list[str]:
         """The files whose text holds ``name`` (a substring test, remembered per name)."""
         if self._tokens is None:
@@ -497,6 +517,25 @@ class Project:
         if found is None:
             found = self._tokens[name] = [path for path, (_, source) in self._files.items() if name in source]
         return found
+
+
+def _text_calls(source: str, name: str) -> bool:
+    """``source`` holds ``name`` as a whole identifier followed by ``(`` (spaces and line breaks allowed
+    between): plain ``str.find`` steps, cheaper than a regular expression that must check the character
+    before every candidate."""
+    end = len(source)
+    size = len(name)
+    i = source.find(name)
+    while i != -1:
+        before = source[i - 1] if i else " "
+        if not (before.isalnum() or before == "_"):
+            j = i + size
+            while j < end and source[j] in " \t\r\n\\":
+                j += 1
+            if j < end and source[j] == "(":
+                return True
+        i = source.find(name, i + size)
+    return False
 
 
 def _is_test_path(path: str) -> bool:

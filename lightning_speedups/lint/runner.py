@@ -324,12 +324,13 @@ def lint_paths(
                         raise ValueError("source code string cannot contain null bytes")
                     chosen = triggered_rules(text, rules)
                     tree: Optional[ast.Module] = None
-                    if chosen:
+                    if any(r.gate is None for r in chosen):
                         tree = ast.parse(data, filename=str(path))
                         syntax.add(data)
                     elif not syntax.known(data):
-                        # no rule can fire here: check the syntax without building Python ast objects
-                        # (a third cheaper, and nothing to free); the graph parses it later if it must
+                        # no rule can fire here, or only gated ones (LS206: a file a training step
+                        # reaches, which most are not): check the syntax without building Python ast
+                        # objects (a third cheaper, and nothing to free); parsed later if it must be
                         compile(data, str(path), "exec", dont_inherit=True)
                         syntax.add(data)
                 except SyntaxError as exc:
@@ -347,9 +348,10 @@ def lint_paths(
         for display, chosen in triggered.items():
             chosen = [r for r in chosen if r.gate is None or r.gate(project, display)]
             if chosen:  # a file no rule needs gets a context only if a caller's frequency needs it
-                tree, text = parsed[display]
-                assert tree is not None
-                findings.extend(lint_tree(tree, text, display, chosen, include_tests=include_tests, project=project))
+                ctx = project.context(display)  # parses a file that only a gated rule triggered on
+                findings.extend(
+                    lint_tree(ctx.tree, ctx.source, display, chosen, include_tests=include_tests, project=project)
+                )
         project.close()
         parsed.clear()
     finally:

@@ -27,6 +27,7 @@ Mixed into :class:`~lightning_speedups.lint.context.FileContext`. The answer for
 from __future__ import annotations
 
 import ast
+import bisect
 from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
@@ -79,6 +80,21 @@ class Runs:
 
     def every_n(self) -> Runs:
         return replace(self, how=EVERY_N) if self.how in (PER_BATCH, PER_SAMPLE) else self
+
+
+def _is_step_call(call: ast.Call) -> bool:
+    """A call :meth:`Where._calls_step` takes for a step by itself (backward, an optimizer or scaler step,
+    ``loss_scaler(loss, optimizer, ...)``)."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        attr = func.attr
+        if attr in ("backward", "manual_backward"):
+            return True
+        if attr == "step":
+            owner = terminal_name(func.value).lower()
+            if "opt" in owner or "scaler" in owner:
+                return True
+    return len(call.args) >= 2 and terminal_name(func).lower().endswith("scaler")
 
 
 def _text(node: Optional[ast.AST]) -> str:
@@ -191,6 +207,18 @@ class Where:
         return defs[0] if defs and len(defs) == 1 else None
 
     # ------------------------------------------------------------------ training steps and loops
+    def calls_within(self, node: ast.AST) -> list[ast.Call]:
+        """The calls on the lines of ``node`` (from its first line to its last), by a bisection of the
+        file's calls sorted by line: what ``ast.walk(node)`` would find, without walking."""
+        index = self.__dict__.get("_calls_by_line")
+        if index is None:
+            ordered = sorted(self.calls, key=lambda c: c.lineno)  # type: ignore[attr-defined]
+            index = self.__dict__["_calls_by_line"] = ([c.lineno for c in ordered], ordered)
+        lines, ordered = index
+        lo = bisect.bisect_left(lines, node.lineno)  # type: ignore[attr-defined]
+        hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)  # type: ignore[attr-defined]
+        return ordered[lo:hi]
+
     def _calls_step(self, stmts: list, depth: int) -> bool:
         """``stmts`` call backward / an optimizer step, not counting nested loops (closures and step
         functions of this file they call do count)."""
@@ -218,11 +246,45 @@ class Where:
             stack.extend(child_nodes(node))
         return False
 
+    def _step_candidates(self) -> tuple[set[ast.AST], set[ast.AST]]:
+        """``(candidates, listed)``: of the file's module-level functions and methods (``listed``), those
+        that can be step functions: their lines hold a backward / optimizer or scaler step call, or they
+        call such a function of this file by name (as deep as :meth:`_calls_step` follows helpers). A
+        superset, found from the call list without walking any body."""
+        cached = self.__dict__.get("_step_cands")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        listed = {fn for defs in self.functions.values() for fn in defs}
+        lines = sorted(call.lineno for call in self.calls if _is_step_call(call))  # type: ignore[attr-defined]
+        cands: set[ast.AST] = set()
+        if lines:
+            for fn in listed:
+                i = bisect.bisect_left(lines, fn.lineno)  # type: ignore[attr-defined]
+                if i < len(lines) and lines[i] <= (fn.end_lineno or fn.lineno):  # type: ignore[attr-defined]
+                    cands.add(fn)
+            sites = self.call_sites
+            for _ in range(3):
+                added = set()
+                for name in {fn.name for fn in cands}:  # type: ignore[attr-defined]
+                    for call in sites.get(name, ()):
+                        for fn in listed:
+                            if fn not in cands and fn.lineno <= call.lineno <= (fn.end_lineno or fn.lineno):  # type: ignore[attr-defined]
+                                added.add(fn)
+                if not added:
+                    break
+                cands |= added
+        cached = self.__dict__["_step_cands"] = (cands, listed)
+        return cached
+
     def is_step_function(self, fn: ast.AST, depth: int = 0) -> bool:
         """``fn`` performs one training step: it calls backward / ``optimizer.step()`` outside loops."""
         memo = self.__dict__.setdefault("_step_fn", {})
         if fn in memo:
             return bool(memo[fn])
+        cands, listed = self._step_candidates()
+        if fn in listed and fn not in cands:
+            memo[fn] = False
+            return False
         memo[fn] = False  # a recursive call is not a step
         memo[fn] = self._calls_step(fn.body, depth)  # type: ignore[attr-defined]
         return memo[fn]

@@ -62,3 +62,24 @@ def test_rollout_loop_runs_per_environment_step_and_a_main_function_once():
     found = lint_sources({"project/rollout.py": text})
     assert {(f.line, f.severity, f.runs) for f in found} == {(23, "warning", "per batch"), (26, "warning", "per batch")}
     assert all("a rollout loop (line 21): one environment step per iteration" in f.message for f in found)
+
+
+def test_a_name_assigned_from_its_own_method_call_ends():
+    """``h = h.refine()`` in a training loop (a value that refers to itself) once made the returned-class
+    search recurse without end; it resolves to nothing now, and the rest of the file is still linted."""
+    sources = {
+        "model.py": ("import torch\nclass Block(torch.nn.Module):\n    def refine(self):\n        return self\n"),
+        "train.py": (
+            "import torch\n"
+            "def train(model, loader, opt):\n"
+            "    for x in loader:\n"
+            "        h = model(x.cuda())\n"
+            "        h = h.refine()\n"
+            "        loss = h.sum()\n"
+            "        loss.backward()\n"
+            "        opt.step()\n"
+            "        print(loss.item())\n"
+        ),
+    }
+    found = lint_sources(sources)
+    assert [(f.path, f.line, f.code, f.runs) for f in found] == [("train.py", 9, "LS201", "per batch")]
