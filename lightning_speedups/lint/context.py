@@ -9,6 +9,7 @@ tell: a lint rule built on them reports nothing rather than guess.
 from __future__ import annotations
 
 import ast
+import bisect
 import os
 from collections.abc import Iterator
 from pathlib import PurePath
@@ -38,6 +39,9 @@ from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.where import Where
 
 _AST = ast.AST
+#: Fields that hold statements (or the with-items, except handlers and match cases holding them):
+#: without a `:=` in the file, only these are walked for bindings.
+_STMT_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases", "items"})
 _BRANCH_TYPES = frozenset({ast.If, ast.While, ast.IfExp, ast.Assert})
 _Call, _Assign, _ClassDef, _Import, _ImportFrom, _Constant = (
     ast.Call,
@@ -224,6 +228,7 @@ class FileContext(Classifiers, Where):
             assert isinstance(scope, (ast.Module, ast.ClassDef))  # scope_of() returns only SCOPE_TYPES
             body = list(scope.body)
 
+        walrus = ":=" in self.source or not self.source
         stack = body[::-1]
         while stack:
             node = stack.pop()
@@ -256,7 +261,16 @@ class FileContext(Classifiers, Where):
             elif isinstance(node, ast.Delete):
                 for target in node.targets:
                     bind(target, "other", None, node.lineno)
-            stack.extend(reversed(child_nodes(node)))
+            if walrus:
+                stack.extend(reversed(child_nodes(node)))
+            else:  # only statements bind (no `:=` in the file): their expressions need no walk
+                kids: list[ast.AST] = []
+                for field in type(node)._fields:
+                    if field in _STMT_FIELDS:
+                        value = getattr(node, field, None)
+                        if type(value) is list:
+                            kids.extend(value)
+                stack.extend(reversed(kids))
         self._bindings[scope] = out
         return out
 
@@ -273,6 +287,19 @@ class FileContext(Classifiers, Where):
         prior = [b for b in self.bindings(scope).get(name.id, ()) if b.line < name.lineno]
         return prior or None
 
+    def _assigns_within(self, node: ast.AST) -> list[ast.Assign]:
+        """The plain assignments on the lines of ``node`` (a bisection of the file's assignments by line)."""
+        index = self.__dict__.get("_assigns_by_line")
+        if index is None:
+            ordered = sorted(self.assigns, key=lambda a: a.lineno)
+            index = self.__dict__["_assigns_by_line"] = ([a.lineno for a in ordered], ordered)
+        lines, ordered = index
+        if not hasattr(node, "lineno"):  # the module: all of them
+            return list(ordered)
+        lo = bisect.bisect_left(lines, node.lineno)  # type: ignore[attr-defined]
+        hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)  # type: ignore[attr-defined]
+        return ordered[lo:hi]
+
     def self_attrs(self, cls: ast.ClassDef) -> tuple[dict[str, list[ast.AST]], set[str]]:
         """``({attr: [values assigned to self.attr]}, {method names})`` of a class."""
         cached = self._self_attrs.get(cls)
@@ -283,14 +310,13 @@ class FileContext(Classifiers, Where):
         for method in cls.body:
             if not isinstance(method, DEF_TYPES):
                 continue
-            for node in ast.walk(method):
-                if isinstance(node, ast.Assign):
-                    for target in node.targets:
-                        if (
-                            isinstance(target, ast.Attribute)
-                            and isinstance(target.value, ast.Name)
-                            and target.value.id == "self"
-                        ):
-                            attrs.setdefault(target.attr, []).append(node.value)
+            for node in self._assigns_within(method):
+                for target in node.targets:
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    ):
+                        attrs.setdefault(target.attr, []).append(node.value)
         self._self_attrs[cls] = (attrs, methods)
         return attrs, methods

@@ -215,6 +215,8 @@ class Where:
             ordered = sorted(self.calls, key=lambda c: c.lineno)  # type: ignore[attr-defined]
             index = self.__dict__["_calls_by_line"] = ([c.lineno for c in ordered], ordered)
         lines, ordered = index
+        if not hasattr(node, "lineno"):  # the module: all of them
+            return list(ordered)
         lo = bisect.bisect_left(lines, node.lineno)  # type: ignore[attr-defined]
         hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)  # type: ignore[attr-defined]
         return ordered[lo:hi]

@@ -83,3 +83,20 @@ def test_a_name_assigned_from_its_own_method_call_ends():
     }
     found = lint_sources(sources)
     assert [(f.path, f.line, f.code, f.runs) for f in found] == [("train.py", 9, "LS201", "per batch")]
+
+
+def test_a_host_copy_at_module_level_of_a_script_is_checked_against_the_module_scope():
+    """A script's training loop at module level: the host-consumer check looks for consumers in the
+    whole module (a module has no line range; that once raised AttributeError)."""
+    text = (
+        "import torch\n"
+        "for obs in loader:\n"
+        "    loss = net(obs.cuda()).sum()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    actions = net.act(obs.cuda()).cpu()\n"
+        "    rb.add(actions)\n"
+        "    print(loss.item())\n"
+    )
+    found = lint_sources({"train.py": text})
+    assert [(f.line, f.code) for f in found] == [(8, "LS201")]

@@ -109,7 +109,7 @@ def _after_synchronize(ctx: FileContext, call: ast.Call) -> bool:
     memo = ctx.__dict__.setdefault("_sync_lines", {})
     lines = memo.get(fn)
     if lines is None:
-        lines = memo[fn] = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call) and _is_synchronize(ctx, n)]
+        lines = memo[fn] = [n.lineno for n in ctx.calls_within(fn) if _is_synchronize(ctx, n)]
     return any(line < call.lineno for line in lines)
 
 
@@ -127,7 +127,7 @@ def _consumers(ctx: FileContext, scope: ast.AST) -> list[ast.Call]:
     memo = ctx.__dict__.setdefault("_consumers", {})
     found = memo.get(scope)
     if found is None:
-        found = memo[scope] = [n for n in ast.walk(scope) if _consumer(n)]  # type: ignore[misc]
+        found = memo[scope] = [n for n in ctx.calls_within(scope) if _consumer(n)]
     return found
 
 
