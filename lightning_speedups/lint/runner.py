@@ -295,7 +295,8 @@ def lint_paths(
     are not syntax-checked again (see ``cache.py``: digests under the user's cache directory).
 
     A path that does not exist or a file that cannot be read or parsed is reported as one error line
-    and the other files are still linted; :attr:`LintResult.exit_code` is then 2.
+    and the other files are still linted; :attr:`LintResult.exit_code` is then 2. So is a file on which
+    the linter itself fails (an internal error, named as such).
 
     Example:
         >>> result = lint_paths(["src/"], select=["LS2"])  # doctest: +SKIP
@@ -348,10 +349,13 @@ def lint_paths(
         for display, chosen in triggered.items():
             chosen = [r for r in chosen if r.gate is None or r.gate(project, display)]
             if chosen:  # a file no rule needs gets a context only if a caller's frequency needs it
-                ctx = project.context(display)  # parses a file that only a gated rule triggered on
-                findings.extend(
-                    lint_tree(ctx.tree, ctx.source, display, chosen, include_tests=include_tests, project=project)
-                )
+                try:
+                    ctx = project.context(display)  # parses a file that only a gated rule triggered on
+                    findings.extend(
+                        lint_tree(ctx.tree, ctx.source, display, chosen, include_tests=include_tests, project=project)
+                    )
+                except Exception as exc:  # a bug of ours on one file must not hide the others' findings
+                    errors.append(f"{display}: internal error of the linter: {type(exc).__name__}: {exc}")
         project.close()
         parsed.clear()
     finally:

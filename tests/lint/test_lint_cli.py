@@ -205,3 +205,22 @@ def test_a_file_that_does_not_parse_is_reported_whatever_it_holds(tmp_path, caps
     assert main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"lint: error: {bad}:" in err
+
+
+def test_an_internal_error_on_one_file_is_reported_and_the_others_still_linted(tmp_path, monkeypatch, capsys):
+    import lightning_speedups.lint.runner as runner
+
+    (tmp_path / "a.py").write_text(BAD)
+    (tmp_path / "b.py").write_text(BAD)
+    real = runner.lint_tree
+
+    def failing(tree, source, path, *args, **kwargs):
+        if str(path).endswith("a.py"):
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(tree, source, path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "lint_tree", failing)
+    assert main([str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert f"{tmp_path / 'a.py'}: internal error of the linter: RecursionError" in err
+    assert "b.py" in out and "a.py" not in out
