@@ -481,6 +481,16 @@ class Project:
             assert isinstance(cls, ast.ClassDef)
             with_class = set(self.files_naming(cls.name))
             paths = [p for p in paths if p in with_class]
+        elif isinstance(cls, ast.Module):
+            # f() of another file resolves only through an import naming f's module (``from .misc
+            # import f``, ``import misc``) or its package (a re-export in ``__init__.py``)
+            parts = _norm(str(ctx.path)).split("/")
+            stem = parts[-1][: -len(".py")] if parts[-1].endswith(".py") else parts[-1]
+            names = {stem, parts[-2]} if stem == "__init__" and len(parts) > 1 else {stem}
+            if len(parts) > 1 and stem != "__init__":
+                names.add(parts[-2])
+            own = str(ctx.path)
+            paths = [p for p in paths if p == own or any(n in self._files[p][1] for n in names)]
         for path in paths:
             if _is_test_path(path):
                 continue  # a test calling a helper in a loop is not training
