@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -81,6 +80,8 @@ class SyntaxCache:
             return
         keys = [k for k in self._old if k not in self._new] + list(self._new)
         keys = keys[-MAX_ENTRIES:]
+        import tempfile  # only when there is something to write (its imports cost start-up time)
+
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".lint-syntax-", dir=self.path.parent)
