@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import re
 from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
@@ -55,7 +56,15 @@ _ONCE_NAMES = frozenset(
 )
 _ONCE_PREFIXES = ("build_", "_build_", "setup_", "_setup_", "init_", "_init_", "create_model", "get_model", "load_")
 _EXIT_CALLS = frozenset({"exit", "quit", "_exit", "abort"})
-_LOADER_WORDS = ("loader", "batch", "dl")
+#: Parts of a name (split at "_", "." and other punctuation) that make a loop a loop over batches.
+_LOADER_PARTS = frozenset({"loader", "loaders", "dataloader", "batch", "batches", "dl", "dls"})
+
+
+def _words(text: str) -> list[str]:
+    """The parts of the names in ``text``: ``self.train_loader`` -> self, train, loader."""
+    return [w for w in re.split(r"[^a-z0-9]+", text) if w]
+
+
 #: How many calls deep a line's frequency is followed (memoised per function, so this is cheap).
 _MAX_DEPTH = 24
 
@@ -315,15 +324,20 @@ class Where:
     @staticmethod
     def is_epoch_loop(loop: ast.AST) -> bool:
         if isinstance(loop, ast.While):
-            return "epoch" in _text(loop.test)
+            # `while step < max_steps and it.epoch < epochs:` counts steps: a step loop with an epoch cap
+            test = _text(loop.test)
+            return "epoch" in test and "step" not in test and "iter" not in test
         return "epoch" in _text(loop.target) or "epoch" in _text(loop.iter)  # type: ignore[attr-defined]
 
     @staticmethod
     def is_batch_loop(loop: ast.AST) -> bool:
         if isinstance(loop, ast.While):
             return False
-        text = _text(_unwrap(loop.iter))  # type: ignore[attr-defined]
-        return any(w in text for w in _LOADER_WORDS) or "batch" in _text(loop.target)  # type: ignore[attr-defined]
+        words = _words(_text(_unwrap(loop.iter)))  # type: ignore[attr-defined]
+        # whole name parts (train_loader, val_dl, batches), not substrings (batch2model_input: input keys)
+        return any(w in _LOADER_PARTS or w.endswith("loader") for w in words) or "batch" in _words(
+            _text(loop.target)  # type: ignore[attr-defined]
+        )
 
     def is_training_loop(self, loop: ast.AST) -> bool:
         """``loop`` runs once per optimizer step (see the module docstring)."""

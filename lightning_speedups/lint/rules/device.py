@@ -103,9 +103,11 @@ def _is_synchronize(ctx: FileContext, call: ast.Call) -> bool:
 def _after_synchronize(ctx: FileContext, call: ast.Call) -> bool:
     """An explicit ``torch.cuda.synchronize()`` comes earlier in the same function: the device is idle
     already, so reading a value costs a copy, not a wait (LS205 reports the synchronize itself)."""
-    fn = ctx.enclosing_function(call)
-    if fn is None:
-        return False
+    fn: Optional[ast.AST] = ctx.enclosing_function(call)
+    if fn is None:  # a script's module-level loop: the synchronize must be in the same loop
+        fn = next((anc for anc, _ in ctx.ancestors(call) if isinstance(anc, (ast.For, ast.AsyncFor, ast.While))), None)
+        if fn is None:
+            return False
     memo = ctx.__dict__.setdefault("_sync_lines", {})
     lines = memo.get(fn)
     if lines is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet
+from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import AnyHit, Hit, Rule, hit_at
 
 _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.data_parallel")
@@ -89,6 +89,29 @@ def _grad_zeroed_in_place(ctx: FileContext) -> Iterator[Hit]:
             yield Hit(call, f"{snippet(call)} writes zeros into the gradient instead of dropping it")
 
 
+_REPRODUCIBLE_WORDS = ("seed", "determin", "reproduc")
+
+
+def _in_reproducibility_branch(ctx: FileContext, node: ast.AST) -> bool:
+    """``node`` sits in an ``if`` about seeding or determinism, or next to a ``manual_seed`` call in the
+    same block: the run asked for reproducible results, which the autotuner would give up."""
+    for anc, child in ctx.ancestors(node):
+        if isinstance(anc, ast.If) and any(child is s for s in anc.body):
+            test = ast.unparse(anc.test).lower()
+            if any(w in test for w in _REPRODUCIBLE_WORDS):
+                return True
+            if any(
+                isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and "seed" in terminal_name(s.value.func)
+                for s in anc.body
+            ):
+                return True
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            w in anc.name.lower() for w in _REPRODUCIBLE_WORDS
+        ):
+            return True  # def set_seed(...) / def make_deterministic(...)
+    return False
+
+
 def _benchmark_off(ctx: FileContext) -> Iterator[AnyHit]:
     if ctx.deterministic:
         return
@@ -96,6 +119,8 @@ def _benchmark_off(ctx: FileContext) -> Iterator[AnyHit]:
         if is_const(node.value, False) and any(
             ctx.qualname(t) == "torch.backends.cudnn.benchmark" for t in node.targets
         ):
+            if _in_reproducibility_branch(ctx, node):
+                continue  # `if args.seed is not None:` ... benchmark = False: asked for, on purpose
             yield (
                 node,
                 "cudnn.benchmark = False turns off the cuDNN autotuner (set explicitly, without deterministic mode)",
