@@ -460,6 +460,39 @@ class Project:
             ctx.__dict__["_imports_gpu"] = memo
         return bool(memo)
 
+    def imported_by_gpu_module(self, ctx: FileContext) -> bool:
+        """A project file that mentions CUDA imports ``ctx``'s module (or its package): the tensors an
+        algorithm's ``update()`` trains on may come from there (``agent.update(rollouts)`` in a
+        ``main.py`` that moves them to the device)."""
+        memo = ctx.__dict__.get("_imported_by_gpu")
+        if memo is not None:
+            return bool(memo)
+        own = str(ctx.path)
+        parts = _norm(own).split("/")
+        stem = parts[-1][: -len(".py")] if parts[-1].endswith(".py") else parts[-1]
+        package = parts[-2] if len(parts) > 1 else ""
+        targets = {_norm(own)}
+        if package:
+            targets.add("/".join(parts[:-1]) + "/__init__.py")
+        names = [n for n in (stem, package) if n and n != "__init__"]
+        memo = False
+        for path, (_, source) in self._files.items():
+            if path == own or "cuda" not in source or not any(n in source for n in names) or _is_test_path(path):
+                continue
+            other = self.context(path)
+            for module, attr, level in self.imports(other).values():
+                for mod in (module, f"{module}.{attr}" if attr else module):
+                    found = self.module_file(path, mod, level) if mod or level else None
+                    if found is not None and _norm(found) in targets:
+                        memo = True
+                        break
+                if memo:
+                    break
+            if memo:
+                break
+        ctx.__dict__["_imported_by_gpu"] = memo
+        return memo
+
     def is_hot_file(self, path: str) -> bool:
         """``path`` holds a function a training step reaches (or a training step itself)."""
         self.hot_functions()

@@ -522,12 +522,13 @@ class Where:
 
     @property
     def root_cpu_only(self) -> bool:
-        """The file never leaves the CPU (:attr:`cpu_only`) and neither do the project modules it imports
-        (a device from ``dist_util.dev()`` lives in another file)."""
+        """The file never leaves the CPU (:attr:`cpu_only`), nor do the project modules it imports (a
+        device from ``dist_util.dev()`` lives in another file) or those that import it (an RL algorithm's
+        ``update()`` trains on rollouts that ``main.py`` moved to the device)."""
         if not self.cpu_only:  # type: ignore[attr-defined]
             return False
         project = getattr(self, "project", None)
-        return project is None or not project.imports_gpu_module(self)
+        return project is None or not (project.imports_gpu_module(self) or project.imported_by_gpu_module(self))
 
     def _maybe_hot(self, node: ast.AST) -> bool:
         """``node`` is in a function a training step reaches, or in a training loop: only then can it

@@ -72,6 +72,20 @@ def _condition_tensors(ctx: FileContext, test: ast.AST) -> list[ast.AST]:
     return out
 
 
+def _latched(node: ast.AST, test: ast.AST) -> bool:
+    """``if flag or <tensor test>:`` whose body sets ``flag = True``: once the flag is set the tensor is
+    never read again (SwAV's ``use_the_queue or not torch.all(queue[i, -1, :] == 0)``), so it is not a
+    read on every step."""
+    if not (isinstance(node, ast.If) and isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or)):
+        return False
+    flags = {ast.unparse(v) for v in test.values[:-1] if isinstance(v, (ast.Name, ast.Attribute))}
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and is_const(stmt.value, True):
+            if any(isinstance(t, (ast.Name, ast.Attribute)) and ast.unparse(t) in flags for t in stmt.targets):
+                return True
+    return False
+
+
 #: Explicit waits for the device (LS205); a sync after one of them waits for nothing more.
 SYNCHRONIZE = frozenset(
     {
@@ -180,6 +194,19 @@ def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
             if r is not None and not _for_rpc(ctx, call) and not _for_host_consumer(ctx, call):
                 if not _after_synchronize(ctx, call):
                     found[call] = (f"`.{func.attr}()` in {r.where} copies to the host and waits for the GPU", r)
+        elif (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("get_scale", "state_dict")
+            and not call.args
+            and "scaler" in terminal_name(func.value).lower()
+        ):
+            # GradScaler.get_scale() (and the state_dict() that holds it) is the scale's .item()
+            r = ctx.hot_runs(call)
+            if r is not None and not _after_synchronize(ctx, call):
+                found[call] = (
+                    f"`{snippet(call, 40)}` in {r.where} reads the loss scale on the host (GradScaler's .item())",
+                    r,
+                )
         elif isinstance(func, ast.Name) and func.id in builtins_ok and len(call.args) == 1 and not call.keywords:
             r = ctx.hot_runs(call)
             if r is not None and ctx.is_tensor(call.args[0]) and not _after_synchronize(ctx, call):
@@ -193,7 +220,7 @@ def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
         if r is None:
             continue
         operands = _condition_tensors(ctx, test)
-        if not operands:
+        if not operands or _latched(node, test):
             continue
         kind = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
         shown = snippet(operands[0], 30)
