@@ -410,6 +410,7 @@ class Where:
     def runs(self, node: ast.AST, depth: int = 0) -> Runs:
         """How often ``node`` runs, as far as the file shows."""
         every_n = False
+        leaves: Optional[ast.If] = None  # a branch ending in `break`: it ends the loop it is in
         for anc, child in self.ancestors(node):  # type: ignore[attr-defined]
             if isinstance(anc, ast.Raise) or (isinstance(anc, ast.Assert) and child is anc.msg):
                 return Runs(ON_ERROR, "an error message")
@@ -422,7 +423,14 @@ class Where:
                     return Runs(ONCE, f"a first-call initialisation (line {anc.lineno})")
                 if _every_n_test(anc.test):
                     every_n = True
+                if leaves is None and isinstance(anc.body[-1], ast.Break):
+                    leaves = anc
             if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):  # type: ignore[attr-defined]
+                if leaves is not None and (
+                    self.is_training_loop(anc) or self.is_rollout_loop(anc) or self.is_batch_loop(anc)
+                ):
+                    # `if epoch_done: generate_example(); break`: at most once per run of the loop
+                    return Runs(PER_EPOCH, f"a branch that leaves the loop of line {anc.lineno} (line {leaves.lineno})")
                 if self.is_training_loop(anc):
                     base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True, root_cpu=self.root_cpu_only)  # type: ignore[attr-defined]
                 elif self.is_rollout_loop(anc):
@@ -432,6 +440,7 @@ class Where:
                 elif self.is_batch_loop(anc):
                     base = Runs(PER_BATCH, f"a loop over batches (line {anc.lineno})")
                 else:
+                    leaves = None  # a break there ends this plain loop, not the one around it
                     continue  # a plain loop: as often as the code around it (times its length)
                 return base.every_n() if every_n else base
             if isinstance(anc, DEF_TYPES):
