@@ -65,8 +65,8 @@ def _loaders(ctx: FileContext) -> Iterator[ast.Call]:
             yield call
 
 
-def _dataset_class(ctx: FileContext, node: Optional[ast.AST], at: ast.AST) -> Optional[str]:
-    """The class name (or ``torch.utils.data.X``) of the dataset ``node`` visibly is, else ``None``."""
+def _dataset_call(ctx: FileContext, node: Optional[ast.AST], at: ast.AST) -> Optional[ast.Call]:
+    """The call that made the dataset ``node`` (``Cls(...)``; through a name or ``self.attr``), if visible."""
     if isinstance(node, ast.Name):
         prior = ctx.bindings_before(node) or ctx.bindings(ctx.tree).get(node.id)
         if not prior or any(b.kind != "value" or b.value is None for b in prior):
@@ -78,28 +78,57 @@ def _dataset_class(ctx: FileContext, node: Optional[ast.AST], at: ast.AST) -> Op
         if len(values) != 1:
             return None
         node = values[0]
-    if not isinstance(node, ast.Call):
+    return node if isinstance(node, ast.Call) else None
+
+
+def _dataset_class(ctx: FileContext, node: Optional[ast.AST], at: ast.AST) -> Optional[str]:
+    """The class name (or ``torch.utils.data.X``) of the dataset ``node`` visibly is, else ``None``."""
+    call = _dataset_call(ctx, node, at)
+    if call is None:
         return None
-    qual = ctx.call_name(node)
+    qual = ctx.call_name(call)
     if qual is not None:
         return qual
-    return node.func.id if isinstance(node.func, ast.Name) else None
+    return call.func.id if isinstance(call.func, ast.Name) else None
+
+
+def _indexes_memory(node: ast.AST) -> bool:
+    """``self.data[i]`` / ``self.trajectories["states"][t][i]``: an index into an attribute."""
+    if not isinstance(node, ast.Subscript):
+        return False
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Attribute)
+
+
+def _in_memory_class(cls: ast.ClassDef) -> bool:
+    """``__getitem__`` only indexes attributes (``return self.data[i]``), possibly after looking up
+    where the item is (``t, i = self.get_idx[i]``): the data is in memory already."""
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__getitem__":
+            body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+                return False
+            if not all(isinstance(s, ast.Assign) and _indexes_memory(s.value) for s in body[:-1]):
+                return False
+            ret = body[-1].value
+            parts = ret.elts if isinstance(ret, ast.Tuple) else [ret]
+            return bool(parts) and all(_indexes_memory(p) for p in parts)
+    return False
 
 
 def _in_memory_datasets(ctx: FileContext) -> set[str]:
     """Dataset classes of this file whose ``__getitem__`` only indexes attributes (``return self.data[i]``)."""
-    out = set()
-    for cls in ctx.classes:
-        for node in cls.body:
-            if isinstance(node, ast.FunctionDef) and node.name == "__getitem__" and len(node.body) == 1:
-                ret = node.body[0]
-                if isinstance(ret, ast.Return) and ret.value is not None:
-                    parts = ret.value.elts if isinstance(ret.value, ast.Tuple) else [ret.value]
-                    if parts and all(
-                        isinstance(p, ast.Subscript) and isinstance(p.value, ast.Attribute) for p in parts
-                    ):
-                        out.add(cls.name)
-    return out
+    return {cls.name for cls in ctx.classes if _in_memory_class(cls)}
+
+
+def _in_memory_elsewhere(ctx: FileContext, call: Optional[ast.Call]) -> bool:
+    """The dataset's class lives in another file of the project and is in memory (``gail.ExpertDataset``)."""
+    project = getattr(ctx, "project", None)
+    if call is None or project is None:
+        return False
+    found = project.resolve_name(ctx, call.func)
+    return found is not None and isinstance(found[1], ast.ClassDef) and _in_memory_class(found[1])
 
 
 def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
@@ -122,6 +151,8 @@ def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
             continue  # workers each get a copy of the stream (a replay buffer goes stale): not a safe fix
         if kind == "torch.utils.data.TensorDataset" or (kind is not None and kind in _in_memory_datasets(ctx)):
             continue  # indexing tensors already in memory: workers only add inter-process copies
+        if _in_memory_elsewhere(ctx, _dataset_call(ctx, dataset, call)):
+            continue
         yield Hit(call, text)
 
 
