@@ -51,7 +51,9 @@ def test_a_function_with_returns_of_two_classes_resolves_to_neither():
         ),
     }
     found = lint_sources(sources)
-    assert {(f.path, f.line, f.runs) for f in found} == {("dist.py", 4, "unknown"), ("dist.py", 7, "unknown")}
+    # neither sample() is claimed per batch; with no call resolved and no training step reaching them,
+    # their frequency is unknown and LS203 does not report them
+    assert found == []
 
 
 def test_rollout_loop_runs_per_environment_step_and_a_main_function_once():

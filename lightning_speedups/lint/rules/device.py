@@ -9,7 +9,7 @@ from typing import Optional
 from lightning_speedups.lint.astutil import mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
-from lightning_speedups.lint.where import STEP_METHODS, Runs
+from lightning_speedups.lint.where import STEP_METHODS, UNKNOWN, Runs
 
 SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
 #: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
@@ -615,6 +615,10 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
             continue
         factory, random, inner, chain = created
         runs = ctx.runs(call)
+        if runs.how == UNKNOWN and not ctx._maybe_hot(call):
+            # nothing linted calls it and no training step reaches it: a sampling or demo script's
+            # function, or an API for other code; its one-off tensors are not a training cost
+            continue
         message = f"torch.{factory}(...) is created on the CPU and then copied by `.{func.attr}(...)`, {runs.how} (in {runs.where})"
         replacement = None
         if random:
@@ -666,7 +670,8 @@ RULES = [
         "T20",
         "create-then-move",
         "a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n)) followed by .cuda() / "
-        ".to(device) on a line that runs per batch (info where it runs per epoch or where the file does not show)",
+        ".to(device) on a line that runs per batch (info where it runs per epoch, or where how often is unknown in code "
+        "a training step reaches; not reported in code nothing linted calls)",
         "create it on the device: torch.zeros(..., device=device) (or x.new_zeros(...) / torch.zeros_like(x))",
         _create_then_move,
         (_factory_then_move_trigger,),
