@@ -122,7 +122,16 @@ def _unwrap(node: ast.AST) -> ast.AST:
 
 
 def _is_lazy_init(test: ast.AST) -> bool:
-    """``x is None`` / ``not state`` / ``len(state) == 0`` / ``"k" not in state``: a first-call branch."""
+    """``x is None`` / ``not state`` / ``len(state) == 0`` / ``"k" not in state``: a first-call branch;
+    also ``<conditions> and x is None`` (SwAV's queue, created once when an epoch is reached)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(
+            isinstance(v, ast.Compare)
+            and len(v.ops) == 1
+            and isinstance(v.ops[0], ast.Is)
+            and is_none(v.comparators[0])
+            for v in test.values
+        )
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         operand = test.operand
         if isinstance(operand, ast.Call) and terminal_name(operand.func) == "hasattr":
@@ -138,6 +147,10 @@ def _is_lazy_init(test: ast.AST) -> bool:
             left = test.left
             return isinstance(left, ast.Call) and terminal_name(left.func) == "len"
     return False
+
+
+def is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _every_n_test(test: ast.AST) -> bool:
