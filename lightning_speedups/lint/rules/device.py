@@ -649,8 +649,8 @@ RULES = [
         "LS201",
         "T08",
         "sync-in-step",
-        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)`, `float(t)`, `int(t)` or a tensor in an `if`/`while` "
-        "condition inside training_step / validation_step or a training-loop body",
+        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)`, `float(t)`, `int(t)`, a GradScaler's `get_scale()` or "
+        "a tensor in an `if`/`while` condition inside training_step / validation_step or a training-loop body",
         "keep values on the device: log the tensor (self.log accepts tensors), accumulate with loss.detach(), "
         "read it on the host once per epoch or under `if step % N == 0`",
         _sync_calls,
