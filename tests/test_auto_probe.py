@@ -279,8 +279,9 @@ def test_engine_interleaves_variants_and_rotates_their_order():
         now[0] += 1.0
 
     axis = Axis("x", "A", [opt("b"), opt("c")], lambda o, why: None)
-    run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), rounds=3, steps=1, warmup=0)
-    rounds = [seen[1 + 4 * r : 5 + 4 * r] for r in range(3)]  # after the calibration step
+    result = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), rounds=3, steps=1, warmup=0)
+    assert result.calibration_steps == 2 and seen[:2] == ["A", "A"]  # two equal steps settle it
+    rounds = [seen[2 + 4 * r : 6 + 4 * r] for r in range(3)]
     assert rounds[0] == ["A", "b", "c", "A"] and rounds[1] == ["b", "c", "A", "A"]
     assert rounds[1] != rounds[0]
 
@@ -299,3 +300,62 @@ def test_engine_refuses_a_budget_it_cannot_keep_before_timing_any_candidate():
     assert all(not c for c in calls)  # only the calibration ran, with no candidate on
     r = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), planned_steps=100, max_fraction=0.05)
     assert "too short" in r.skipped
+
+
+def test_a_training_step_that_changes_its_batch_in_place_finds_it_as_the_loader_gave_it():
+    class InPlace(Net):
+        def training_step(self, batch, batch_idx):
+            batch[0].mul_(0.5)  # a user's in-place normalisation
+            return super().training_step(batch, batch_idx)
+
+    pl.seed_everything(7)
+    plain = InPlace()
+    quiet_trainer(max_epochs=1).fit(plain)
+    pl.seed_everything(7)
+    probed = InPlace()
+    auto = probe(StateClock(lambda: 0.001))
+    quiet_trainer(max_epochs=1, callbacks=[ChannelsLast(auto=True), auto]).fit(probed)
+    assert not auto.result.skipped and auto.result.steps > 20
+    assert probed.losses == plain.losses
+
+
+def test_a_resumed_run_probes_again_and_continues_as_a_resume_without_it(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    pl.seed_everything(7)
+    first = Net()
+    ckpt = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    quiet_trainer(
+        max_epochs=1,
+        enable_checkpointing=True,
+        callbacks=[ChannelsLast(auto=True), FusedOptimizer("auto"), probe(StateClock(lambda: 0.001)), ckpt],
+    ).fit(first)
+
+    def resume(callbacks):
+        pl.seed_everything(11)
+        model = Net()
+        quiet_trainer(max_epochs=2, callbacks=callbacks).fit(model, ckpt_path=str(tmp_path / "last.ckpt"))
+        return model
+
+    plain = resume([])
+    auto = probe(StateClock(lambda: 0.001))
+    probed = resume([ChannelsLast(auto=True), FusedOptimizer("auto"), auto])
+    assert auto.result is not None and not auto.result.skipped  # the resumed fit ran its own probe
+    assert len(probed.losses) == 6 and probed.losses == plain.losses  # it continued from the checkpoint alike
+    for key, value in weights(plain).items():
+        assert torch.equal(weights(probed)[key], value), key
+
+
+def test_every_process_runs_the_rounds_the_calibration_agreed_on():
+    """`agree` (strategy.broadcast) hands every rank rank zero's calibration: a rank whose own steps were
+    cheap still skips when rank zero's figures do not fit the budget, so no rank waits in a collective."""
+    now = [0.0]
+
+    def step(options):
+        now[0] += 0.001
+
+    axis = Axis("x", "A", [Option("b", lambda: None, lambda: None)], lambda o, why: None)
+    mine = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), max_seconds=1.0)
+    assert not mine.skipped and mine.rounds == 5
+    theirs = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), max_seconds=1.0, agree=lambda step_s: 0.5)
+    assert theirs.skipped and theirs.step_s == 0.5 and theirs.rounds == 0

@@ -97,6 +97,7 @@ def test_callbacks_are_placed_in_the_records_order():
     names = [type(cb).__name__ for cb in s.callbacks(accelerator="cpu")]
     assert names == [
         "DebugMode",
+        "AutoProbe",  # optimizer: auto is timed on the model at the first batch
         "EffectiveBatchSize",
         "ConvBiasRemoval",
         "ChannelsLast",

@@ -46,14 +46,16 @@ class AutoProbe(SpeedupCallback):
     step), and ``self.log`` calls of those steps are dropped. The decisions and figures are in the
     start-up summary, which waits for them.
 
-    It costs ``(warmup + steps) x (1 + rounds x (options + 2))`` steps
-    (:func:`~lightning_speedups.functional.probe.probe_plan`: 48 for three options with the defaults); it is skipped, and every part stays as it is, when that would exceed ``max_seconds`` or
-    ``max_fraction`` of the run's planned steps (a run too short to repay it), under manual optimization,
-    or with no optimizer. On several processes every rank times the same steps and rank zero's decisions
+    After a calibration (the run's own cold start, which a run without the probe pays too) its rounds cost
+    ``(warmup + steps) x rounds x (options + 2)`` steps
+    (:func:`~lightning_speedups.functional.probe.probe_plan`: 100 for three options with the defaults);
+    it runs as many rounds as fit ``max_seconds`` and ``max_fraction`` of the run's planned time, and is
+    skipped, every part staying as it is, when two do not (a run too short to repay it), under manual
+    optimization, or with no optimizer. On several processes every rank times the same steps and rank zero's decisions
     are broadcast.
 
     Args:
-        rounds: timed rounds (at least 2, for an interval).
+        rounds: timed rounds at most (at least 2, for an interval; fewer when the budget is short).
         steps: timed steps per candidate per round.
         warmup: untimed steps after each switch.
         min_gain: the smallest gain kept on top of the noise floor.
@@ -71,8 +73,8 @@ class AutoProbe(SpeedupCallback):
 
     def __init__(
         self,
-        rounds: int = 3,
-        steps: int = 2,
+        rounds: int = 5,
+        steps: int = 3,
         warmup: int = 1,
         min_gain: float = 0.02,
         max_seconds: float = 5.0,
@@ -158,6 +160,9 @@ class AutoProbe(SpeedupCallback):
         root = strategy.model if isinstance(strategy.model, torch.nn.Module) else pl_module
         snapshot = TrainingSnapshot.capture(root, trainer.optimizers)
         precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
+        # a training_step that changes its batch in place must find the batch as the loader gave it
+        inputs = _tensors(batch)
+        saved_inputs = [t.detach().clone() for t in inputs]
 
         def step(options: Sequence[Option]) -> None:
             data = batch
@@ -195,6 +200,7 @@ class AutoProbe(SpeedupCallback):
                 planned_steps=self._planned_steps(trainer),
                 max_fraction=self.max_fraction,
                 wall=wall,
+                agree=strategy.broadcast,
             )
         except Exception as err:  # a model the steps cannot run outside the loop: nothing is decided
             why = str(err) if isinstance(err, _NoLoss) else f"a probe step raised {type(err).__name__}: {err}"
@@ -209,6 +215,18 @@ class AutoProbe(SpeedupCallback):
                     object.__setattr__(pl_module, name, value)
             snapshot.restore()
             trainer.precision_plugin.load_state_dict(precision_state)
+            with torch.no_grad():
+                for t, saved in zip(inputs, saved_inputs):
+                    if not torch.equal(t, saved):
+                        t.copy_(saved)
+
+
+def _tensors(batch: Any) -> list[torch.Tensor]:
+    from lightning.fabric.utilities.apply_func import apply_to_collection
+
+    found: list[torch.Tensor] = []
+    apply_to_collection(batch, torch.Tensor, found.append)
+    return found
 
 
 class _NoLoss(RuntimeError):

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
@@ -126,6 +127,17 @@ class ChannelsLast(SpeedupCallback):
     @override
     def probe_axes(self, trainer: Any, pl_module: Any) -> list[Axis]:
         if not self._awaiting:
+            return []
+        wrapper = trainer.strategy.model
+        if isinstance(wrapper, torch.nn.Module) and wrapper is not pl_module:
+            # DDP's gradient buckets (and FSDP's flat parameters) took the layout the model had when it was
+            # wrapped: converting it now would make every gradient a strided copy
+            self._awaiting = False
+            self.report(
+                False,
+                f"auto: not probed under {type(wrapper).__name__} (the layout must be chosen before the model is"
+                " wrapped); stays contiguous, set channels_last: true to convert it in setup",
+            )
             return []
         exclude = self.exclude_keys
 

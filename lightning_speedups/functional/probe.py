@@ -9,9 +9,10 @@ step under the options passed to it) and the :class:`Axis` objects to decide; th
 
 How it measures (the timer and the pairing rule are bench's, :mod:`~lightning_speedups.functional.timing`):
 
-* one **calibration** of the baseline (``warmup`` + ``steps`` steps) gives the step time, from which the
-  probe's cost is estimated; a probe that would not fit its budget (seconds, and a share of the run's
-  planned time) is skipped before it starts, and every axis stays as it is;
+* a **calibration** of the baseline (steps until two in a row agree within 20%: the run's own cold start,
+  which a run without the probe pays too) gives the step time, from which the rounds' cost is estimated;
+  as many rounds run as fit the budget (seconds, and a share of the run's planned time), and a probe that
+  cannot fit two is skipped before any candidate is tried, every axis staying as it is;
 * then ``rounds`` rounds; in each, every variant (the baseline, each option of each axis alone, and the
   baseline a second time for an A/A pair) is applied, run ``warmup`` untimed steps (layout conversions,
   kernel selection) and ``steps`` timed ones, and undone; the order rotates from round to round, so a
@@ -29,7 +30,7 @@ Example:
     >>> axis = Axis("demo", "slow", [fast], lambda option, why: print("on:", option.label))
     >>> result = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]))
     >>> result.decisions["demo"][0], result.ratios["demo=fast"], result.steps
-    ('fast', [2.0, 2.0, 2.0], 30)
+    ('fast', [2.0, 2.0, 2.0, 2.0, 2.0], 62)
     >>> decide_axes([axis], result.decisions)
     on: fast
 """
@@ -92,7 +93,8 @@ class ProbeResult:
         decisions: per axis name, ``(label kept, reason)``.
         skipped: why the probe did not run (``""``: it ran).
         seconds: the probe's own cost (host clock, conversions included).
-        steps: training steps it ran.
+        steps: training steps it ran (the calibration's included).
+        calibration_steps: steps the calibration took to settle.
         rounds: rounds it timed.
         step_s: the baseline's median step time.
         noise: the A/A noise floor.
@@ -103,6 +105,7 @@ class ProbeResult:
     skipped: str = ""
     seconds: float = 0.0
     steps: int = 0
+    calibration_steps: int = 0
     rounds: int = 0
     step_s: Optional[float] = None
     noise: float = 0.0
@@ -110,13 +113,13 @@ class ProbeResult:
 
 
 def probe_plan(n_options: int, rounds: int, steps: int, warmup: int) -> int:
-    """Training steps a probe runs: the calibration, then per round the baseline twice and every option.
+    """Training steps a probe's rounds run (after its calibration): per round the baseline twice and every option.
 
     Example:
-        >>> probe_plan(n_options=3, rounds=3, steps=2, warmup=1)
-        48
+        >>> probe_plan(n_options=3, rounds=5, steps=3, warmup=1)
+        100
     """
-    return (warmup + steps) * (1 + rounds * (n_options + 2))
+    return (warmup + steps) * rounds * (n_options + 2)
 
 
 def _variant_key(axis: Axis, option: Optional[Option]) -> str:
@@ -128,14 +131,16 @@ def run_probe(
     axes: Sequence[Axis],
     *,
     timeline: Optional[Timeline] = None,
-    rounds: int = 3,
-    steps: int = 2,
+    rounds: int = 5,
+    steps: int = 3,
     warmup: int = 1,
+    calibration: int = 8,
     min_gain: float = 0.02,
     max_seconds: Optional[float] = None,
     planned_steps: Optional[float] = None,
     max_fraction: Optional[float] = None,
     wall: Optional[Callable[[], float]] = None,
+    agree: Optional[Callable[[Any], Any]] = None,
 ) -> ProbeResult:
     """Time every option of every axis against the baseline, interleaved and paired, and decide each axis.
 
@@ -144,15 +149,22 @@ def run_probe(
         axes: what to decide. Nothing is decided here: the result's ``decisions`` say what to keep, and
             :func:`decide_axes` applies them once the caller has put the training state back.
         timeline: the timer (:class:`~lightning_speedups.functional.timing.Timeline`; CUDA events on CUDA).
-        rounds: timed rounds (at least 2: one round gives no interval); fewer when the budget is short.
-        steps: timed steps per variant per round (their median is the variant's time in that round).
+        rounds: timed rounds at most (at least 2: one round gives no interval); fewer when the budget is
+            short.
+        steps: timed steps per variant per round (their median is the variant's time in that round, so a
+            stall of one step does not move it).
         warmup: untimed steps after each switch.
+        calibration: the most steps the calibration may take to settle (the run's own cold start).
         min_gain: the smallest gain kept (on top of the noise floor).
-        max_seconds: the probe's budget in seconds (``None``: no limit).
+        max_seconds: the budget of the timed rounds in seconds (``None``: no limit); the calibration is the
+            run's own cold start, which a run without the probe pays as well.
         planned_steps: the run's planned training steps (``None``: unknown).
-        max_fraction: the largest share of the planned run (``planned_steps`` x the step time) the probe
-            may cost; a run too short to repay it skips the probe.
+        max_fraction: the largest share of the planned run (``planned_steps`` x the step time) the rounds
+            may cost; a run too short to repay them skips the probe.
         wall: the host clock for the probe's own cost (default: the timeline's clock).
+        agree: makes several processes agree on a value (``strategy.broadcast``): the calibration figures
+            that decide how many rounds run go through it, so every rank runs the same steps (their
+            collectives stay in step).
     """
     if rounds < 2 or steps < 1 or warmup < 0:
         raise ValueError(f"`rounds` must be >= 2, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}.")
@@ -184,16 +196,32 @@ def run_probe(
         result.steps += warmup + steps
         return statistics.median(timeline.seconds(a, b) for a, b in zip(marks, marks[1:]))
 
-    # calibration: the baseline's step time prices the probe before it commits to it
-    base_step = timed(())
+    # calibration: the first steps of a run are slow (allocator, kernel selection, caches) and a run without
+    # the probe pays them too; steps with no candidate on until two in a row agree within 20% (at most
+    # `calibration` of them), whose time prices the rounds before the probe commits to them
+    base_step = float("inf")
+    previous = None
+    for _ in range(calibration):
+        a = timeline.mark()
+        step(())
+        b = timeline.mark()
+        timeline.sync()
+        result.steps += 1
+        now = timeline.seconds(a, b)
+        if previous is not None and abs(now - previous) <= 0.2 * min(now, previous):
+            base_step = min(now, previous)
+            break
+        base_step, previous = now, now
+    result.calibration_steps = result.steps
+    if agree is not None:
+        base_step = agree(base_step)
     result.step_s = base_step
     per_round = (len(options) + 2) * (warmup + steps) * base_step
     budget = max_seconds if max_seconds is not None else float("inf")
     share = float("inf")
     if planned_steps is not None and max_fraction is not None and planned_steps != float("inf"):
         share = max_fraction * planned_steps * base_step
-    spent = wall() - t0
-    left = min(budget, share) - spent
+    left = min(budget, share)
     fit = int(left // per_round) if per_round > 0 and left != float("inf") else rounds
     if fit < 2:
         cost = f"2 rounds of {len(options) + 2} variants cost {2 * per_round:.2f} s at {1000 * base_step:.1f} ms a step"
