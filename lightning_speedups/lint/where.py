@@ -420,6 +420,19 @@ class Where:
         return cached
 
     # ------------------------------------------------------------------ how often
+    def _every_n_flag(self, test: ast.AST) -> bool:
+        """``if is_log_step:`` where every earlier binding of the name in its scope is an every-N test
+        (``is_log_step = (i % log_every == 0) or last_batch``): the test stored in a variable; also
+        ``flag and ...`` with such a flag, and ``flag_a or flag_b`` when each side is one."""
+        if isinstance(test, ast.BoolOp):
+            if isinstance(test.op, ast.And):
+                return any(self._every_n_flag(v) for v in test.values)
+            return all(_every_n_test(v) or self._every_n_flag(v) for v in test.values)
+        if not isinstance(test, ast.Name):
+            return False
+        prior = self.bindings_before(test)  # type: ignore[attr-defined]
+        return bool(prior) and all(b.kind == "value" and b.value is not None and _every_n_test(b.value) for b in prior)
+
     def runs(self, node: ast.AST, depth: int = 0) -> Runs:
         """How often ``node`` runs, as far as the file shows."""
         every_n = False
@@ -434,7 +447,7 @@ class Where:
                     return Runs(ON_ERROR, f"an error branch (line {anc.lineno})")
                 if _is_lazy_init(anc.test):
                     return Runs(ONCE, f"a first-call initialisation (line {anc.lineno})")
-                if _every_n_test(anc.test):
+                if _every_n_test(anc.test) or self._every_n_flag(anc.test):
                     every_n = True
                 if leaves is None and isinstance(anc.body[-1], ast.Break):
                     leaves = anc
