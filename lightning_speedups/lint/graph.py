@@ -493,6 +493,31 @@ class Project:
         ctx.__dict__["_imported_by_gpu"] = memo
         return memo
 
+    def _imports_file(self, importer: FileContext, target: str) -> bool:
+        """``importer`` imports the module of the file ``target`` (or its package's ``__init__``)."""
+        parts = _norm(target).split("/")
+        targets = {_norm(target)}
+        if len(parts) > 1:
+            targets.add("/".join(parts[:-1]) + "/__init__.py")
+        for module, attr, level in self.imports(importer).values():
+            for mod in (module, f"{module}.{attr}" if attr else module):
+                found = self.module_file(str(importer.path), mod, level) if mod or level else None
+                if found is not None and _norm(found) in targets:
+                    return True
+        return False
+
+    def related_file_mentions(self, ctx: FileContext, words: tuple[str, ...]) -> bool:
+        """A project file that ``ctx`` imports, or that imports ``ctx``, holds one of ``words`` (a
+        switch set in the training script that imports a helper, or in a module the script imports)."""
+        own = _norm(str(ctx.path))
+        for word in words:
+            for path in self.files_naming(word):
+                if _norm(path) == own or _is_test_path(path):
+                    continue
+                if self._imports_file(ctx, path) or self._imports_file(self.context(path), own):
+                    return True
+        return False
+
     def is_hot_file(self, path: str) -> bool:
         """``path`` holds a function a training step reaches (or a training step itself)."""
         self.hot_functions()

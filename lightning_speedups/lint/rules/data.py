@@ -13,6 +13,7 @@ from lightning_speedups.lint.context import (
     is_const,
     keyword,
     snippet,
+    terminal_name,
 )
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 
@@ -268,6 +269,53 @@ def _batch_source(ctx: FileContext, name: ast.Name, call: ast.Call, hops: int = 
             if root is not None and root.id in _target_names(anc.target):
                 return _batch_source(ctx, root, call, hops + 1)
     return None
+
+
+def loader_batch(ctx: FileContext, name: ast.Name, at: ast.Call) -> bool:
+    """``name`` is (a part of) the target of a ``for ... in <DataLoader>`` loop around ``at``, not
+    rebound in the loop before it: a batch as the loader made it, on the host. Only a plain
+    ``DataLoader(...)`` of this file without a ``collate_fn`` (a collate function may move the batch),
+    whose dataset is not a class of this file that mentions a device (a dataset kept on the GPU)."""
+    scope = ctx.scope_of(name)
+    for anc, child in ctx.ancestors(at):
+        if anc is scope:
+            return False
+        if not isinstance(anc, (ast.For, ast.AsyncFor)) or not any(child is s for s in anc.body):
+            continue
+        if name.id not in _target_names(anc.target):
+            continue
+        if any(anc.lineno < b.line < at.lineno for b in ctx.bindings(scope).get(name.id, ())):
+            return False  # rebound inside the loop before the read
+        source: ast.AST = _unwrap_iter(anc.iter)
+        sources: list[ast.AST] = [source]
+        if isinstance(source, ast.Call) and terminal_name(source.func) == "zip":
+            sources = [_unwrap_iter(a) for a in source.args]  # zip(loader_a, loader_b): both plain
+        return bool(sources) and all(_host_loader(ctx, s, at) for s in sources)
+    return False
+
+
+def _host_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> bool:
+    if not isinstance(source, ast.Name):
+        return False
+    prior = ctx.bindings_before(source)
+    if prior is None:
+        prior = ctx.bindings(ctx.tree).get(source.id)
+    if not prior or any(b.kind != "value" or b.value is None for b in prior):
+        return False
+    for b in prior:
+        value = b.value
+        if not (isinstance(value, ast.Call) and ctx.call_name(value) == DATALOADER):
+            return False
+        if keyword(value, "collate_fn") is not None or len(value.args) > 8:
+            return False
+        dataset = value.args[0] if value.args else (keyword(value, "dataset") or ast.Constant(None))
+        dataset = dataset.value if isinstance(dataset, ast.keyword) else dataset
+        made = _dataset_call(ctx, dataset, at)
+        if made is not None:
+            cls = next((c for c in ctx.classes if c.name == terminal_name(made.func)), None)
+            if cls is not None and any(w in ast.unparse(cls) for w in (".cuda(", ".to(", "device")):
+                return False
+    return True
 
 
 def _non_blocking_unpinned(ctx: FileContext) -> Iterator[Hit]:

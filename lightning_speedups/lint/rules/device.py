@@ -9,6 +9,7 @@ from typing import Optional
 from lightning_speedups.lint.astutil import mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
+from lightning_speedups.lint.rules.data import loader_batch
 from lightning_speedups.lint.where import STEP_METHODS, UNKNOWN, Runs
 
 SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
@@ -175,6 +176,77 @@ def _for_host_consumer(ctx: FileContext, call: ast.Call) -> bool:
     return False
 
 
+#: Calls that keep a tensor where it is (a host tensor stays on the host).
+_KEEP_DEVICE = _PASS_METHODS | frozenset({"detach", "clone", "numpy", "cpu", "squeeze_", "unsqueeze_", "type_as"})
+#: Text that moves the default device (factories and data loaders may then make CUDA tensors).
+_DEFAULT_DEVICE_WORDS = ("set_default_tensor_type", "set_default_device", "set_default_dtype_device")
+
+
+def _default_device_moved(ctx: FileContext) -> bool:
+    """The run may make tensors on the GPU by default (``torch.set_default_tensor_type('torch.cuda...')``,
+    ``torch.set_default_device``, ``with torch.device("cuda"):``), in this file or in a project file it
+    imports or that imports it."""
+    if any(w in ctx.source for w in _DEFAULT_DEVICE_WORDS) or "with torch.device(" in ctx.source:
+        return True
+    memo = ctx.__dict__.get("_default_device")
+    if memo is None:
+        project = ctx.project
+        memo = ctx.__dict__["_default_device"] = project is not None and project.related_file_mentions(
+            ctx, _DEFAULT_DEVICE_WORDS
+        )
+    return bool(memo)
+
+
+def _host_tensor(ctx: FileContext, node: ast.AST, at: ast.Call, depth: int = 0) -> bool:
+    """``node`` is visibly a tensor on the host: a torch factory or constructor without a device
+    (``torch.ones((1, 3))``, ``torch.Tensor([a, b])``, ``torch.from_numpy(x)``), a name whose every
+    earlier binding is one, or a batch straight from a plain ``DataLoader`` (never moved before the
+    read). Reading it with ``.cpu()`` / ``.numpy()`` copies nothing from a GPU and waits for none."""
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _KEEP_DEVICE:
+            node = node.func.value
+        elif isinstance(node, ast.Attribute) and node.attr == "data":
+            node = node.value
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        else:
+            break
+    if isinstance(node, ast.Call):
+        name = ctx.call_name(node) or ""
+        if not name.startswith("torch.") or name.count(".") != 1:
+            return False
+        factory = name.split(".")[1]
+        known = (
+            (factory in TENSOR_FACTORIES and not factory.endswith("_like"))
+            or factory in LEGACY_CONSTRUCTORS
+            or factory in ("tensor", "as_tensor", "from_numpy")
+        )
+        if not known:
+            return False
+        device = keyword(node, "device")
+        if device is not None and not is_const(device.value, "cpu"):
+            return False
+        if factory in ("tensor", "as_tensor") or (factory in LEGACY_CONSTRUCTORS and node.args):
+            # torch.tensor(t) / as_tensor(t) of a tensor stays on t's device: only host data counts
+            data = node.args[0] if node.args else None
+            host = data is not None and (
+                ctx.is_numpy(data)
+                or isinstance(data, ast.Constant)
+                or (isinstance(data, (ast.List, ast.Tuple)) and not any(ctx.is_tensor(e) for e in data.elts))
+                or (factory in LEGACY_CONSTRUCTORS and all(isinstance(a, (ast.Constant, ast.Name)) for a in node.args))
+            )
+            if not host:
+                return False
+        return not _default_device_moved(ctx)
+    if isinstance(node, ast.Name) and depth < 2:
+        prior = ctx.bindings_before(node)
+        if prior and all(b.kind == "value" and b.value is not None for b in prior):
+            return all(_host_tensor(ctx, b.value, at, depth + 1) for b in prior)  # type: ignore[arg-type]
+        if prior and all(b.kind == "other" for b in prior):
+            return loader_batch(ctx, node, at) and not _default_device_moved(ctx)
+    return False
+
+
 def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
     """Every host read on a per-step line of the file: ``(node, message, runs)`` (LS201 and LS206)."""
     cached = ctx.__dict__.get("_syncs")
@@ -192,7 +264,7 @@ def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
                 continue  # an imported module's function (e.g. np.item is not a tensor method)
             r = ctx.hot_runs(call)
             if r is not None and not _for_rpc(ctx, call) and not _for_host_consumer(ctx, call):
-                if not _after_synchronize(ctx, call):
+                if not _after_synchronize(ctx, call) and not _host_tensor(ctx, receiver, call):
                     found[call] = (f"`.{func.attr}()` in {r.where} copies to the host and waits for the GPU", r)
         elif (
             isinstance(func, ast.Attribute)
