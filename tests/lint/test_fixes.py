@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
 
 from lightning_speedups.lint import lint_source  # noqa: E402
 
@@ -43,6 +44,11 @@ def _namespace() -> dict:
         "self": types.SimpleNamespace(device=torch.device("cpu")),
         "zeros": torch.zeros,
         "randn": torch.randn,
+        # PyTorch-GAN's aliases of the device's legacy class, read on the CPU
+        "np": np,
+        "cuda": False,
+        "Tensor": torch.FloatTensor,
+        "LongTensor": torch.LongTensor,
     }
 
 
