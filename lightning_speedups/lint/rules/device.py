@@ -566,6 +566,66 @@ def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, boo
     return None
 
 
+#: Calls that keep a name's tensor where and what it was (``alpha = alpha.expand_as(x)``) for LS203.
+_REBIND_METHODS = _PASS_METHODS | frozenset({"expand_as", "view_as", "reshape_as"})
+
+
+def _bound_then_moved(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, bool, ast.Call]]:
+    """``(factory, random, factory call)`` when ``move``'s receiver is a name whose every earlier binding in
+    its scope is a fresh CPU tensor from a torch factory (``alpha = torch.rand(b, 1, 1, 1)``) or that same
+    name kept as it is (``alpha = alpha.expand_as(x)``), and the name is not used otherwise between the
+    factory and the move (an element-wise fill on the host would be slower on the device)."""
+    inner = move.func.value  # type: ignore[attr-defined]
+    while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in _REBIND_METHODS:
+        inner = inner.func.value
+    if not isinstance(inner, ast.Name):
+        return None
+    prior = ctx.bindings_before(inner)
+    if not prior or any(b.kind != "value" or b.value is None for b in prior):
+        return None
+    made: Optional[tuple[str, bool, ast.Call]] = None
+    first = None
+    random = False
+    for b in prior:
+        value = b.value
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            if value.func.attr not in _REBIND_METHODS:
+                break
+            random = random or value.func.attr in _RANDOM_INPLACE
+            value = value.func.value
+        if isinstance(value, ast.Name) and value.id == inner.id:
+            continue  # alpha = alpha.expand_as(x): the same tensor
+        if not isinstance(value, ast.Call):
+            return None
+        name = ctx.call_name(value) or ""
+        if not name.startswith("torch.") or name.count(".") != 1:
+            return None
+        factory = name.split(".")[1]
+        if factory not in TENSOR_FACTORIES or factory.endswith("_like") or keyword(value, "device") is not None:
+            return None
+        if keyword(value, "pin_memory") is not None:
+            return None
+        if factory in _SIZED_FACTORIES and _empty_size(value.args[:1] if factory == "full" else value.args):
+            return None
+        made = (factory, random or factory in RANDOM_FACTORIES, value)
+        first = b.line if first is None else min(first, b.line)
+    if made is None or first is None:
+        return None
+    # every use of the name between the factory and the move must be the name kept as it is
+    scope = ctx.scope_of(inner)
+    rebinds = {b.line for b in prior}
+    for node in ast.walk(scope):
+        if (
+            isinstance(node, ast.Name)
+            and node.id == inner.id
+            and isinstance(node.ctx, ast.Load)
+            and first < node.lineno < move.lineno
+            and node.lineno not in rebinds
+        ):
+            return None
+    return made
+
+
 def _torch_alias(ctx: FileContext) -> str:
     for local, target in ctx.aliases.items():
         if target == "torch":
@@ -660,7 +720,8 @@ _FACTORY_WORDS = tuple(
 
 def _factory_then_move_trigger(source: str) -> bool:
     """A ``.to(`` / ``.cuda(`` / ``.type(`` right after a ``)`` (across line breaks too), with a
-    factory call in the 400 characters before it: what LS203 needs, checked without parsing."""
+    factory call in the 400 characters before it, or right after a name with a ``torch.`` factory call
+    there (bound to the name): what LS203 needs, checked without parsing."""
     for move in _MOVES:
         i = source.find(move)
         while i != -1:
@@ -670,6 +731,11 @@ def _factory_then_move_trigger(source: str) -> bool:
             if j >= 0 and source[j] == ")":
                 window = source[max(0, i - 400) : i]
                 if any(f in window for f in _FACTORY_WORDS):
+                    return True
+            elif j >= 0 and (source[j].isalnum() or source[j] == "_"):
+                # alpha = torch.rand(b, 1) ... alpha.cuda(): a factory bound to a name a few lines before
+                window = source[max(0, i - 400) : i]
+                if "torch." in window and any(f in window for f in _FACTORY_WORDS):
                     return True
             i = source.find(move, i + 1)
     return False
@@ -684,6 +750,9 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
             continue
         created = _created_on_cpu(ctx, call)
         if created is None:
+            bound = _bound_then_moved(ctx, call)
+            if bound is not None:
+                yield from _bound_hit(ctx, call, *bound)
             continue
         factory, random, inner, chain = created
         runs = ctx.runs(call)
@@ -847,6 +916,34 @@ def _numpy_through_cuda_class(ctx: FileContext) -> Iterator[Hit]:
         h = hit_at(call, message, runs, fix)
         if h is not None:
             yield h._replace(replacement=replacement) if replacement else h
+
+
+def _bound_hit(ctx: FileContext, move: ast.Call, factory: str, random: bool, made: ast.Call) -> Iterator[Hit]:
+    runs = ctx.runs(move)
+    if runs.how == UNKNOWN and not ctx._maybe_hot(move):
+        return
+    func = move.func
+    assert isinstance(func, ast.Attribute)
+    message = (
+        f"torch.{factory}(...) (line {made.lineno}) is created on the CPU and then copied by `.{func.attr}(...)`, "
+        f"{runs.how} (in {runs.where})"
+    )
+    shown = ", ".join([*(snippet(a, 40) for a in made.args), *(snippet(k, 40) for k in made.keywords)])
+    where = f"{snippet(made.func, 30)}({shown}, device=<the move's target>)"
+    if random:
+        message += "; on the device the numbers come from the device's generator, so a seeded run draws other values"
+        fix = (
+            f"create it on the device where it is made (line {made.lineno}): {where}, and drop the move, where "
+            "another random stream is acceptable; keep it where the run must reproduce CPU-seeded numbers"
+        )
+    else:
+        fix = (
+            f"create it on the device where it is made (line {made.lineno}), same dtype: {where} (add the move's "
+            "dtype, if it has one), and drop the move"
+        )
+    h = hit_at(move, message, runs, fix)
+    if h is not None:
+        yield h
 
 
 def _create_then_move_all(ctx: FileContext) -> Iterator[Hit]:
