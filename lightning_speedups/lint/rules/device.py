@@ -10,7 +10,7 @@ from lightning_speedups.lint.astutil import mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 from lightning_speedups.lint.rules.data import loader_batch
-from lightning_speedups.lint.where import STEP_METHODS, UNKNOWN, Runs
+from lightning_speedups.lint.where import STEP_METHODS, UNKNOWN, Runs, _is_step_call
 
 SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
 #: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
@@ -247,6 +247,68 @@ def _host_tensor(ctx: FileContext, node: ast.AST, at: ast.Call, depth: int = 0) 
     return False
 
 
+def _drop_repeated_reads(ctx: FileContext, found: dict[ast.AST, tuple[str, Runs]]) -> None:
+    """A second read of the same value (``epoch_loss += loss.item()`` then ``log({"loss": loss.item()})``)
+    waits for nothing new when nothing between the two reads queues device work (no step, no tensor op) and
+    the value is not rebound: it copies a few bytes again. Only the first read is reported."""
+    groups: dict[tuple[Optional[ast.AST], str], list[ast.Call]] = {}
+    for node in found:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS:
+            scope = ctx.enclosing_function(node)
+            groups.setdefault((scope, snippet(node, 200)), []).append(node)
+    for (scope, _), reads in groups.items():
+        if len(reads) < 2:
+            continue
+        reads.sort(key=lambda c: (c.lineno, c.col_offset))
+        first = reads[0]
+        receiver = first.func.value  # type: ignore[attr-defined]
+        roots = {n.id for n in ast.walk(receiver) if isinstance(n, ast.Name)}
+        bindings = ctx.bindings(scope if scope is not None else ctx.tree)
+        for later in reads[1:]:
+            lo, hi = first.lineno, later.lineno
+            rebound = any(lo <= b.line <= hi for name in roots for b in bindings.get(name, ()))
+            if not _guards(ctx, first) <= _guards(ctx, later):
+                first = later  # the first read runs only on some path (`if verbose:`): the later one may wait
+                continue
+            own = {id(n) for read in (first, later) for n in ast.walk(read)}
+            between = [c for c in _calls_between(ctx, lo, hi) if id(c) not in own and c not in reads]
+            busy = any(_is_step_call(c) or ctx.is_tensor(c) for c in between)
+            if rebound or busy:
+                first = later
+                continue
+            found.pop(later, None)
+
+
+_CONDITIONAL = (ast.If, ast.IfExp, ast.BoolOp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.ExceptHandler)
+
+
+def _guards(ctx: FileContext, node: ast.AST) -> set[tuple[int, str]]:
+    """The conditional constructs around ``node`` in its function, with the branch it is in."""
+    out: set[tuple[int, str]] = set()
+    for anc, child in ctx.ancestors(node):
+        if isinstance(anc, DEF_TYPES):
+            break
+        if isinstance(anc, _CONDITIONAL) or isinstance(anc, ast.comprehension):
+            field = next(
+                (
+                    f
+                    for f, v in ast.iter_fields(anc)
+                    if v is child or (isinstance(v, list) and any(x is child for x in v))
+                ),
+                "",
+            )
+            if isinstance(anc, ast.BoolOp):
+                field = str(next((i for i, v in enumerate(anc.values) if v is child), 0))
+            out.add((id(anc), field))
+    return out
+
+
+def _calls_between(ctx: FileContext, lo: int, hi: int) -> list[ast.Call]:
+    """The file's calls on lines ``lo`` to ``hi``."""
+    probe = ast.Pass(lineno=lo, end_lineno=hi, col_offset=0, end_col_offset=0)
+    return ctx.calls_within(probe)
+
+
 def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
     """Every host read on a per-step line of the file: ``(node, message, runs)`` (LS201 and LS206)."""
     cached = ctx.__dict__.get("_syncs")
@@ -297,6 +359,7 @@ def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
         kind = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
         shown = snippet(operands[0], 30)
         found[operands[0]] = (f"`{kind} {shown}` in {r.where} turns a tensor into a Python bool: a device sync", r)
+    _drop_repeated_reads(ctx, found)
     # x.detach().cpu().numpy(): one finding for the chain, on the outermost call
     inner: set[ast.AST] = set()
     for node in found:
