@@ -132,6 +132,49 @@ def _in_memory_elsewhere(ctx: FileContext, call: Optional[ast.Call]) -> bool:
     return found is not None and isinstance(found[1], ast.ClassDef) and _in_memory_class(found[1])
 
 
+def _one_batch_reads(ctx: FileContext, call: ast.Call) -> bool:
+    """The loader is only ever read one batch at a time with ``next(iter(loader))`` (a validation loader
+    sampled for a grid of images every N batches, a test batch fixed before training): no epoch is loaded
+    through it. Workers would be started anew by every ``iter()``, and pinning one small batch saves nothing."""
+    parent = ctx.parents.get(call)
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1):
+        return False
+    target = parent.targets[0]
+    if isinstance(target, ast.Name):
+
+        def is_use(n: ast.AST) -> bool:
+            return isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)  # type: ignore[union-attr]
+
+    elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+
+        def is_use(n: ast.AST) -> bool:
+            return (
+                isinstance(n, ast.Attribute)
+                and n.attr == target.attr  # type: ignore[union-attr]
+                and isinstance(n.value, ast.Name)
+                and n.value.id == "self"
+                and isinstance(n.ctx, ast.Load)
+            )
+
+    else:
+        return False
+    uses = [n for n in ctx.parents if is_use(n)]
+    for use in uses:
+        wrap = ctx.parents.get(use)
+        outer = ctx.parents.get(wrap) if wrap is not None else None
+        if not (
+            isinstance(wrap, ast.Call)
+            and isinstance(wrap.func, ast.Name)
+            and wrap.func.id == "iter"
+            and wrap.args[:1] == [use]
+            and isinstance(outer, ast.Call)
+            and isinstance(outer.func, ast.Name)
+            and outer.func.id == "next"
+        ):
+            return False
+    return bool(uses)
+
+
 def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.mentions_cuda:
         return
@@ -154,6 +197,8 @@ def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
             continue  # indexing tensors already in memory: workers only add inter-process copies
         if _in_memory_elsewhere(ctx, _dataset_call(ctx, dataset, call)):
             continue
+        if _one_batch_reads(ctx, call):
+            continue
         yield Hit(call, text)
 
 
@@ -172,7 +217,7 @@ def _loader_pin_memory(ctx: FileContext) -> Iterator[Hit]:
         return
     for call in _loaders(ctx):
         state = _pin_state(call)
-        if state is None:
+        if state is None or _one_batch_reads(ctx, call):
             continue
         collate = keyword(call, "collate_fn")
         fix = None
