@@ -544,6 +544,12 @@ def _print_tensor(ctx: FileContext) -> Iterator[Hit]:
         shown = [a for a in call.args if ctx.formats_tensor(a)]
         if not shown:
             continue
+        if any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in SYNC_METHODS and not n.args
+            for a in call.args
+            for n in ast.walk(a)
+        ):
+            continue  # print(..., d_loss.item(), M): the .item() waits first (LS201); formatting M waits for nothing new
         where = ctx.hot_context(call, STEP_METHODS)
         if where is not None:
             yield Hit(call, f"print({snippet(shown[0], 30)}) in {where} formats a tensor: a device sync on every batch")
