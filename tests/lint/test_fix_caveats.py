@@ -46,3 +46,28 @@ def test_grad_dropped_instead_of_zeroed_says_readers_must_skip_none():
     assert finding.line == 8
     assert finding.fix.startswith("p.grad = None")
     assert "skip a parameter whose grad is None" in finding.fix
+
+
+KEY_VALUE_LOG = """\
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def update(critic, optimizer, obs, target, run_logger, step):
+    loss = torch.nn.functional.mse_loss(critic(obs), target)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    logger.info("critic loss %s", loss)
+    run_logger.log("train/critic_loss", loss, step)
+"""
+
+
+def test_a_key_and_value_logging_call_is_not_called_a_percent_format():
+    messages = {f.line: f.message for f in lint_source(KEY_VALUE_LOG, select=["LS204"])}
+    assert set(messages) == {13, 14}
+    assert "(a %-format)" in messages[13]
+    assert "(a %-format)" not in messages[14] and "a key and a value" in messages[14]

@@ -517,9 +517,14 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
                 candidates.append((node, shown, kind))
     for call in ctx.calls:
         if _is_logging_call(ctx, call) and len(call.args) > 1:
+            first = call.args[0]
+            percent = not (isinstance(first, ast.Constant) and isinstance(first.value, str) and "%" not in first.value)
             for a in call.args[1:]:
                 if ctx.is_tensor(a):
-                    candidates.append((call, a, f"{snippet(call.func, 30)}(...) (a %-format)"))
+                    # logging.info("loss %s", t) is a %-format; logger.log("train/loss", t, step) hands the
+                    # tensor to a logger that formats it or reads it with .item()
+                    kind = "(a %-format)" if percent else "(a key and a value: the logger formats or reads it)"
+                    candidates.append((call, a, f"{snippet(call.func, 30)}(...) {kind}"))
                     break
     for node, shown, kind in sorted(candidates, key=lambda c: (c[0].lineno, c[0].col_offset)):  # type: ignore[attr-defined]
         if node in reported or _in_print(ctx, node):
