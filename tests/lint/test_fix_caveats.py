@@ -54,6 +54,7 @@ import logging
 import torch
 
 logger = logging.getLogger(__name__)
+DEVICE = torch.device("cuda")
 
 
 def update(critic, optimizer, obs, target, run_logger, step):
@@ -68,6 +69,6 @@ def update(critic, optimizer, obs, target, run_logger, step):
 
 def test_a_key_and_value_logging_call_is_not_called_a_percent_format():
     messages = {f.line: f.message for f in lint_source(KEY_VALUE_LOG, select=["LS204"])}
-    assert set(messages) == {13, 14}
-    assert "(a %-format)" in messages[13]
-    assert "(a %-format)" not in messages[14] and "a key and a value" in messages[14]
+    assert set(messages) == {14, 15}
+    assert "(a %-format)" in messages[14]
+    assert "(a %-format)" not in messages[15] and "a key and a value" in messages[15]
