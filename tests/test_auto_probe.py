@@ -280,10 +280,32 @@ def test_engine_interleaves_variants_and_rotates_their_order():
 
     axis = Axis("x", "A", [opt("b"), opt("c")], lambda o, why: None)
     result = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), rounds=3, steps=1, warmup=0)
-    assert result.calibration_steps == 2 and seen[:2] == ["A", "A"]  # two equal steps settle it
-    rounds = [seen[2 + 4 * r : 6 + 4 * r] for r in range(3)]
+    assert result.calibration_steps == 3 and seen[:3] == ["A", "A", "A"]  # three equal steps settle it
+    rounds = [seen[3 + 4 * r : 7 + 4 * r] for r in range(3)]
     assert rounds[0] == ["A", "b", "c", "A"] and rounds[1] == ["b", "c", "A", "A"]
     assert rounds[1] != rounds[0]
+
+
+def test_engine_calibration_waits_out_a_cold_start_and_a_stalling_machine_ends_rounds_early():
+    costs = iter([0.6, 0.58, 0.3, 0.08, 0.075] + [0.08] * 1000)
+    now = [0.0]
+
+    def step(options):
+        now[0] += next(costs)
+
+    axis = Axis("x", "A", [Option("b", lambda: None, lambda: None)], lambda o, why: None)
+    r = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), max_seconds=5.0)
+    assert r.calibration_steps == 5 and r.step_s == pytest.approx(0.075)  # not the cold 0.6 s
+    assert not r.skipped and r.rounds == 5  # 5 rounds x 3 variants x 4 steps x 0.08 s = 4.8 s fit 5 s
+    # every step after the calibration stalls to 1 s: the rounds stop at two, not at the planned five
+    stall = iter([0.08, 0.08, 0.08] + [1.0] * 1000)
+    now[0] = 0.0
+
+    def stalling(options):
+        now[0] += next(stall)
+
+    r = run_probe(stalling, [axis], timeline=Timeline(clock=lambda: now[0]), max_seconds=5.0)
+    assert r.rounds == 2
 
 
 def test_engine_refuses_a_budget_it_cannot_keep_before_timing_any_candidate():

@@ -9,8 +9,8 @@ step under the options passed to it) and the :class:`Axis` objects to decide; th
 
 How it measures (the timer and the pairing rule are bench's, :mod:`~lightning_speedups.functional.timing`):
 
-* a **calibration** of the baseline (steps until two in a row agree within 20%: the run's own cold start,
-  which a run without the probe pays too) gives the step time, from which the rounds' cost is estimated;
+* a **calibration** of the baseline (at least 3 steps, until the last two lie within 20% of the fastest:
+  the run's own cold start, which a run without the probe pays too) gives the step time, from which the rounds' cost is estimated;
   as many rounds run as fit the budget (seconds, and a share of the run's planned time), and a probe that
   cannot fit two is skipped before any candidate is tried, every axis staying as it is;
 * then ``rounds`` rounds; in each, every variant (the baseline, each option of each axis alone, and the
@@ -30,7 +30,7 @@ Example:
     >>> axis = Axis("demo", "slow", [fast], lambda option, why: print("on:", option.label))
     >>> result = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]))
     >>> result.decisions["demo"][0], result.ratios["demo=fast"], result.steps
-    ('fast', [2.0, 2.0, 2.0, 2.0, 2.0], 62)
+    ('fast', [2.0, 2.0, 2.0, 2.0, 2.0], 63)
     >>> decide_axes([axis], result.decisions)
     on: fast
 """
@@ -197,21 +197,20 @@ def run_probe(
         return statistics.median(timeline.seconds(a, b) for a, b in zip(marks, marks[1:]))
 
     # calibration: the first steps of a run are slow (allocator, kernel selection, caches) and a run without
-    # the probe pays them too; steps with no candidate on until two in a row agree within 20% (at most
-    # `calibration` of them), whose time prices the rounds before the probe commits to them
-    base_step = float("inf")
-    previous = None
-    for _ in range(calibration):
+    # the probe pays them too; steps with no candidate on (at least 3, at most `calibration`) until the last
+    # two lie within 20% of the fastest so far, whose time prices the rounds before the probe commits to them
+    times: list[float] = []
+    for _ in range(max(calibration, 3)):
         a = timeline.mark()
         step(())
         b = timeline.mark()
         timeline.sync()
         result.steps += 1
-        now = timeline.seconds(a, b)
-        if previous is not None and abs(now - previous) <= 0.2 * min(now, previous):
-            base_step = min(now, previous)
+        times.append(timeline.seconds(a, b))
+        fastest = min(times)
+        if len(times) >= 3 and all(t <= 1.2 * fastest for t in times[-2:]):
             break
-        base_step, previous = now, now
+    base_step = min(times)
     result.calibration_steps = result.steps
     if agree is not None:
         base_step = agree(base_step)
@@ -236,16 +235,22 @@ def run_probe(
     variants: list[tuple[str, list[Option]]] = [("A", [])]
     variants += [(_variant_key(axis, option), [option]) for axis, option in options]
     variants.append(("A2", []))
-    times: dict[str, list[float]] = {key: [] for key, _ in variants}
+    timings: dict[str, list[float]] = {key: [] for key, _ in variants}
+    started = wall()
     for r in range(rounds):
+        # a machine that stalls makes rounds dearer than the calibration said: no round starts that would end
+        # past the budget (two always run: one gives no interval)
+        if r >= 2 and (wall() - started) * (r + 1) / r > min(budget, share):
+            rounds = r
+            break
         shift = r % len(variants)
         for key, active in variants[shift:] + variants[:shift]:
             with _applied(active):
-                times[key].append(timed(active))
+                timings[key].append(timed(active))
     result.rounds = rounds
 
-    base = times["A"]
-    result.ratios = {key: [b / t for b, t in zip(base, ts) if t > 0] for key, ts in times.items() if key != "A"}
+    base = timings["A"]
+    result.ratios = {key: [b / t for b, t in zip(base, ts) if t > 0] for key, ts in timings.items() if key != "A"}
     aa, _, _ = ratio_interval(result.ratios["A2"])
     result.noise = noise_of(aa)
     for axis in axes:
