@@ -72,3 +72,27 @@ def test_a_key_and_value_logging_call_is_not_called_a_percent_format():
     assert set(messages) == {14, 15}
     assert "(a %-format)" in messages[14]
     assert "(a %-format)" not in messages[15] and "a key and a value" in messages[15]
+
+
+BOUND_RANDOM = """\
+import torch
+
+
+def sample_z(model, shape, n_c):
+    idx = torch.empty(shape, dtype=torch.long)
+    idx = idx.random_(n_c).cuda()
+    return model(idx)
+
+
+def train(model, loader, opt):
+    for x in loader:
+        loss = sample_z(model, x.shape[0], 10).mean()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_random_fill_after_the_binding_says_the_stream_changes():
+    (finding,) = lint_source(BOUND_RANDOM, select=["LS203"])
+    assert finding.line == 6 and "(line 5)" in finding.fix
+    assert "device's generator" in finding.message and "CPU-seeded" in finding.fix

@@ -650,7 +650,9 @@ def _bound_then_moved(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, b
     name kept as it is (``alpha = alpha.expand_as(x)``), and the name is not used otherwise between the
     factory and the move (an element-wise fill on the host would be slower on the device)."""
     inner = move.func.value  # type: ignore[attr-defined]
+    random = False
     while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in _REBIND_METHODS:
+        random = random or inner.func.attr in _RANDOM_INPLACE  # zc_idx.random_(n_c).cuda()
         inner = inner.func.value
     if not isinstance(inner, ast.Name):
         return None
@@ -659,7 +661,6 @@ def _bound_then_moved(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, b
         return None
     made: Optional[tuple[str, bool, ast.Call]] = None
     first = None
-    random = False
     for b in prior:
         value = b.value
         while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
