@@ -636,6 +636,8 @@ def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, boo
     if factory in _SIZED_FACTORIES and _empty_size(inner.args[:1] if factory == "full" else inner.args):
         return None  # torch.empty(0).to(x.device): nothing to copy, the move costs no more than the fix
     if factory in TENSOR_FACTORIES:
+        if _default_device_moved(ctx):
+            return None  # torch.set_default_device / a CUDA default tensor type: made on the GPU already
         return factory, random or factory in RANDOM_FACTORIES, inner, chain
     return None
 
@@ -684,7 +686,7 @@ def _bound_then_moved(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, b
             return None
         made = (factory, random or factory in RANDOM_FACTORIES, value)
         first = b.line if first is None else min(first, b.line)
-    if made is None or first is None:
+    if made is None or first is None or _default_device_moved(ctx):
         return None
     # every use of the name between the factory and the move must be the name kept as it is
     scope = ctx.scope_of(inner)
