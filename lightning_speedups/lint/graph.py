@@ -506,13 +506,18 @@ class Project:
                     return True
         return False
 
-    def related_file_mentions(self, ctx: FileContext, words: tuple[str, ...]) -> bool:
+    def related_file_mentions(
+        self, ctx: FileContext, words: tuple[str, ...], test: Optional[Callable[[str], bool]] = None
+    ) -> bool:
         """A project file that ``ctx`` imports, or that imports ``ctx``, holds one of ``words`` (a
-        switch set in the training script that imports a helper, or in a module the script imports)."""
+        switch set in the training script that imports a helper, or in a module the script imports) and
+        passes ``test`` on its text, if one is given."""
         own = _norm(str(ctx.path))
         for word in words:
             for path in self.files_naming(word):
                 if _norm(path) == own or _is_test_path(path):
+                    continue
+                if test is not None and not test(self._files[path][1]):
                     continue
                 if self._imports_file(ctx, path) or self._imports_file(self.context(path), own):
                     return True

@@ -186,15 +186,34 @@ def _default_device_moved(ctx: FileContext) -> bool:
     """The run may make tensors on the GPU by default (``torch.set_default_tensor_type('torch.cuda...')``,
     ``torch.set_default_device``, ``with torch.device("cuda"):``), in this file or in a project file it
     imports or that imports it."""
-    if any(w in ctx.source for w in _DEFAULT_DEVICE_WORDS) or "with torch.device(" in ctx.source:
+    if _sets_gpu_default(ctx.source):
         return True
     memo = ctx.__dict__.get("_default_device")
     if memo is None:
         project = ctx.project
         memo = ctx.__dict__["_default_device"] = project is not None and project.related_file_mentions(
-            ctx, _DEFAULT_DEVICE_WORDS
+            ctx, _DEFAULT_DEVICE_WORDS, _sets_gpu_default
         )
     return bool(memo)
+
+
+def _sets_gpu_default(source: str) -> bool:
+    """The text sets a default device that is not plainly the CPU: ``set_default_tensor_type`` given a CUDA
+    type, ``set_default_device(...)`` / ``with torch.device(...)`` of anything
+    but ``"cpu"``."""
+    for word in (*_DEFAULT_DEVICE_WORDS, "with torch.device("):
+        i = source.find(word)
+        while i != -1:
+            after = source[i + len(word) : i + len(word) + 120]
+            if word == "set_default_tensor_type":
+                if "cuda" in after.split(")", 1)[0]:
+                    return True
+            else:
+                arg = after.lstrip("( ").split(")", 1)[0].strip()
+                if arg not in ('"cpu"', "'cpu'"):
+                    return True
+            i = source.find(word, i + 1)
+    return False
 
 
 def _host_tensor(ctx: FileContext, node: ast.AST, at: ast.Call, depth: int = 0) -> bool:
