@@ -316,7 +316,7 @@ def _batch_source(ctx: FileContext, name: ast.Name, call: ast.Call, hops: int = 
     return None
 
 
-def loader_batch(ctx: FileContext, name: ast.Name, at: ast.Call) -> bool:
+def loader_batch(ctx: FileContext, name: ast.Name, at: ast.Call, hops: int = 0) -> bool:
     """``name`` is (a part of) the target of a ``for ... in <DataLoader>`` loop around ``at``, not
     rebound in the loop before it: a batch as the loader made it, on the host. Only a plain
     ``DataLoader(...)`` of this file without a ``collate_fn`` (a collate function may move the batch),
@@ -327,16 +327,27 @@ def loader_batch(ctx: FileContext, name: ast.Name, at: ast.Call) -> bool:
             return False
         if not isinstance(anc, (ast.For, ast.AsyncFor)) or not any(child is s for s in anc.body):
             continue
+        later = [b for b in ctx.bindings(scope).get(name.id, ()) if anc.lineno < b.line < at.lineno]
         if name.id not in _target_names(anc.target):
+            # x, y = batch: unpacked from the loop's target, once
+            if hops == 0 and len(later) == 1 and later[0].kind in ("value", "unpack") and later[0].value is not None:
+                root = _root_name(later[0].value)
+                if root is not None and root.id in _target_names(anc.target):
+                    return _target_loop_is_host(ctx, anc, at)
             continue
-        if any(anc.lineno < b.line < at.lineno for b in ctx.bindings(scope).get(name.id, ())):
+        if later:
             return False  # rebound inside the loop before the read
-        source: ast.AST = _unwrap_iter(anc.iter)
-        sources: list[ast.AST] = [source]
-        if isinstance(source, ast.Call) and terminal_name(source.func) == "zip":
-            sources = [_unwrap_iter(a) for a in source.args]  # zip(loader_a, loader_b): both plain
-        return bool(sources) and all(_host_loader(ctx, s, at) for s in sources)
+        return _target_loop_is_host(ctx, anc, at)
     return False
+
+
+def _target_loop_is_host(ctx: FileContext, anc: ast.AST, at: ast.Call) -> bool:
+    """The loop ``anc`` iterates plain DataLoaders of this file (through enumerate / tqdm / zip)."""
+    source: ast.AST = _unwrap_iter(anc.iter)  # type: ignore[attr-defined]
+    sources: list[ast.AST] = [source]
+    if isinstance(source, ast.Call) and terminal_name(source.func) == "zip":
+        sources = [_unwrap_iter(a) for a in source.args]  # zip(loader_a, loader_b): both plain
+    return bool(sources) and all(_host_loader(ctx, s, at) for s in sources)
 
 
 def _host_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> bool:

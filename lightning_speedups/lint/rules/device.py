@@ -261,8 +261,8 @@ def _host_tensor(ctx: FileContext, node: ast.AST, at: ast.Call, depth: int = 0) 
         prior = ctx.bindings_before(node)
         if prior and all(b.kind == "value" and b.value is not None for b in prior):
             return all(_host_tensor(ctx, b.value, at, depth + 1) for b in prior)  # type: ignore[arg-type]
-        if prior and all(b.kind == "other" for b in prior):
-            return loader_batch(ctx, node, at) and not _default_device_moved(ctx)
+        if prior and loader_batch(ctx, node, at):  # the loop's own binding, not rebound before the read
+            return not _default_device_moved(ctx)
     return False
 
 
