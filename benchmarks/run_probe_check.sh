@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 HERE=$PWD
 BEFORE=${BEFORE:-/tmp/before}
 OUT=benchmarks/results
-COMMON=(--repeats 5 --steps 40 --warmup 3 --no-progress --no-search --no-extras)
+COMMON=(--repeats 4 --steps 40 --warmup 3 --threads 1 --no-progress --no-search --no-extras)
 for m in ${MODELS:-cnn vit mlp}; do
   # T05 (precision: half, bf16 on this CPU without bf16 units) ran 0.05x-0.3x in a first run: left out
   echo "== $m after: baseline, fast, cnn, transformer, tips T06 T16 T24"

@@ -297,7 +297,7 @@ def test_engine_calibration_waits_out_a_cold_start_and_a_stalling_machine_ends_r
     r = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), max_seconds=5.0)
     assert r.calibration_steps == 5 and r.step_s == pytest.approx(0.075)  # not the cold 0.6 s
     assert not r.skipped and r.rounds == 5  # 5 rounds x 3 variants x 4 steps x 0.08 s = 4.8 s fit 5 s
-    # every step after the calibration stalls to 1 s: the rounds stop at two, not at the planned five
+    # every step after the calibration stalls to 1 s: the rounds stop at three, not at the planned five
     stall = iter([0.08, 0.08, 0.08] + [1.0] * 1000)
     now[0] = 0.0
 
@@ -305,7 +305,7 @@ def test_engine_calibration_waits_out_a_cold_start_and_a_stalling_machine_ends_r
         now[0] += next(stall)
 
     r = run_probe(stalling, [axis], timeline=Timeline(clock=lambda: now[0]), max_seconds=5.0)
-    assert r.rounds == 2
+    assert r.rounds == 3
 
 
 def test_engine_refuses_a_budget_it_cannot_keep_before_timing_any_candidate():

@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.functional.lr_range import TrainingSnapshot
-from lightning_speedups.functional.probe import Axis, Option, ProbeResult, decide_axes, run_probe
+from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe
 from lightning_speedups.functional.timing import Timeline
 
 
@@ -50,12 +50,12 @@ class AutoProbe(SpeedupCallback):
     ``(warmup + steps) x rounds x (options + 2)`` steps
     (:func:`~lightning_speedups.functional.probe.probe_plan`: 100 for three options with the defaults);
     it runs as many rounds as fit ``max_seconds`` and ``max_fraction`` of the run's planned time, and is
-    skipped, every part staying as it is, when two do not (a run too short to repay it), under manual
+    skipped, every part staying as it is, when three do not (a run too short to repay it), under manual
     optimization, or with no optimizer. On several processes every rank times the same steps and rank zero's decisions
     are broadcast.
 
     Args:
-        rounds: timed rounds at most (at least 2, for an interval; fewer when the budget is short).
+        rounds: timed rounds at most (at least 3; fewer when the budget is short).
         steps: timed steps per candidate per round.
         warmup: untimed steps after each switch.
         min_gain: the smallest gain kept on top of the noise floor.
@@ -77,14 +77,14 @@ class AutoProbe(SpeedupCallback):
         steps: int = 3,
         warmup: int = 1,
         min_gain: float = 0.02,
-        max_seconds: float = 5.0,
+        max_seconds: float = 8.0,
         max_fraction: Optional[float] = 0.05,
         clock: Optional[Callable[[], float]] = None,
     ) -> None:
         super().__init__()
-        if rounds < 2 or steps < 1 or warmup < 0:
+        if rounds < MIN_ROUNDS or steps < 1 or warmup < 0:
             raise ValueError(
-                f"AutoProbe: `rounds` must be >= 2, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}."
+                f"AutoProbe: `rounds` must be >= {MIN_ROUNDS}, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}."
             )
         if not (min_gain >= 0 and max_seconds > 0 and (max_fraction is None or 0 < max_fraction <= 1)):
             raise ValueError(

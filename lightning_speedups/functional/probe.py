@@ -12,7 +12,8 @@ How it measures (the timer and the pairing rule are bench's, :mod:`~lightning_sp
 * a **calibration** of the baseline (at least 3 steps, until the last two lie within 20% of the fastest:
   the run's own cold start, which a run without the probe pays too) gives the step time, from which the rounds' cost is estimated;
   as many rounds run as fit the budget (seconds, and a share of the run's planned time), and a probe that
-  cannot fit two is skipped before any candidate is tried, every axis staying as it is;
+  cannot fit three (two give an interval too wide to keep anything: Student's t of 12.7) is skipped
+  before any candidate is tried, every axis staying as it is;
 * then ``rounds`` rounds; in each, every variant (the baseline, each option of each axis alone, and the
   baseline a second time for an A/A pair) is applied, run ``warmup`` untimed steps (layout conversions,
   kernel selection) and ``steps`` timed ones, and undone; the order rotates from round to round, so a
@@ -45,7 +46,10 @@ from typing import Any, Optional
 
 from lightning_speedups.functional.timing import Timeline, gain_verdict, noise_of, ratio_interval
 
-__all__ = ["Axis", "Option", "ProbeResult", "decide_axes", "probe_plan", "run_probe"]
+#: the fewest rounds a probe runs: with two, Student's t (12.7) makes every interval include 1.0
+MIN_ROUNDS = 3
+
+__all__ = ["MIN_ROUNDS", "Axis", "Option", "ProbeResult", "decide_axes", "probe_plan", "run_probe"]
 
 
 @dataclass
@@ -149,8 +153,8 @@ def run_probe(
         axes: what to decide. Nothing is decided here: the result's ``decisions`` say what to keep, and
             :func:`decide_axes` applies them once the caller has put the training state back.
         timeline: the timer (:class:`~lightning_speedups.functional.timing.Timeline`; CUDA events on CUDA).
-        rounds: timed rounds at most (at least 2: one round gives no interval); fewer when the budget is
-            short.
+        rounds: timed rounds at most (at least 3, :data:`MIN_ROUNDS`: two give an interval too wide to keep
+            anything); fewer when the budget is short.
         steps: timed steps per variant per round (their median is the variant's time in that round, so a
             stall of one step does not move it).
         warmup: untimed steps after each switch.
@@ -166,8 +170,10 @@ def run_probe(
             that decide how many rounds run go through it, so every rank runs the same steps (their
             collectives stay in step).
     """
-    if rounds < 2 or steps < 1 or warmup < 0:
-        raise ValueError(f"`rounds` must be >= 2, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}.")
+    if rounds < MIN_ROUNDS or steps < 1 or warmup < 0:
+        raise ValueError(
+            f"`rounds` must be >= {MIN_ROUNDS}, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}."
+        )
     timeline = timeline or Timeline()
     wall = wall or timeline.clock
     result = ProbeResult()
@@ -222,8 +228,11 @@ def run_probe(
         share = max_fraction * planned_steps * base_step
     left = min(budget, share)
     fit = int(left // per_round) if per_round > 0 and left != float("inf") else rounds
-    if fit < 2:
-        cost = f"2 rounds of {len(options) + 2} variants cost {2 * per_round:.2f} s at {1000 * base_step:.1f} ms a step"
+    if fit < MIN_ROUNDS:
+        cost = (
+            f"{MIN_ROUNDS} rounds of {len(options) + 2} variants cost {MIN_ROUNDS * per_round:.2f} s at"
+            f" {1000 * base_step:.1f} ms a step"
+        )
         if share < budget:
             return decide_all(
                 f"the run is too short to repay it: {cost}, over {max_fraction:.0%} of the planned"
@@ -239,8 +248,8 @@ def run_probe(
     started = wall()
     for r in range(rounds):
         # a machine that stalls makes rounds dearer than the calibration said: no round starts that would end
-        # past the budget (two always run: one gives no interval)
-        if r >= 2 and (wall() - started) * (r + 1) / r > min(budget, share):
+        # past the budget (three always run)
+        if r >= MIN_ROUNDS and (wall() - started) * (r + 1) / r > min(budget, share):
             rounds = r
             break
         shift = r % len(variants)
