@@ -68,7 +68,7 @@ def table(path: str) -> list[str]:
 
 def main() -> int:
     for model in ("cnn", "vit", "mlp"):
-        for when in ("before", "after"):
+        for when in ("before", "after", "fast"):
             path = os.path.join(HERE, f"probe_{model}_{when}.json")
             if not os.path.exists(path):
                 continue

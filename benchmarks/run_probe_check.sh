@@ -23,3 +23,12 @@ for m in ${MODELS:-cnn vit mlp}; do
     --markdown "$HERE/$OUT/probe_${m}_before.md" > "$HERE/$OUT/probe_${m}_before.txt" 2>&1) \
     || echo "bench failed: see $OUT/probe_${m}_before.txt"
 done
+# fast alone between the baseline and its A/A twin, more repeats: a drift of the machine within a repeat
+# cancels in the ratio to the two baselines' geometric mean (benchmarks/probe_ratios.py)
+for m in ${MODELS:-cnn vit mlp}; do
+  echo "== $m fast: baseline, fast, A/A, 6 repeats"
+  python -m lightning_speedups bench --config benchmarks/probe_$m.yaml --presets fast --tips none \
+    --repeats 6 --steps 40 --warmup 3 --threads 1 --no-progress --no-search --no-extras \
+    --json $OUT/probe_${m}_fast.json --markdown $OUT/probe_${m}_fast.md > $OUT/probe_${m}_fast.txt 2>&1 \
+    || echo "bench failed: see $OUT/probe_${m}_fast.txt"
+done

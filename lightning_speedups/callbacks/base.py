@@ -23,6 +23,12 @@ def on_cuda(trainer) -> bool:
     return device is not None and device.type == "cuda" and torch.cuda.is_available()
 
 
+def probe_pending(trainer: Any) -> bool:
+    """Whether a start-up probe (:class:`~lightning_speedups.callbacks.AutoProbe`) in the trainer's callbacks has
+    yet to run in this fit: an ``auto`` part leaves its decision to it, and the summary waits for it."""
+    return any(getattr(cb, "awaits_probe", False) for cb in getattr(trainer, "callbacks", ()))
+
+
 class SpeedupCallback(Callback):
     """Base class of the pack's callbacks.
 

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
 from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.functional.channels_last import (
     DEFAULT_EXCLUDE_KEYS,
@@ -116,7 +116,7 @@ class ChannelsLast(SpeedupCallback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._awaiting and not any(getattr(cb, "awaits_probe", False) for cb in trainer.callbacks):  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+        if self._awaiting and not probe_pending(trainer):
             self._awaiting = False
             self.report(False, "auto without the start-up probe (AutoProbe callback): stays contiguous")
 

@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
 from lightning_speedups.functional.probe import Axis, Option
 
 
@@ -184,7 +184,7 @@ class FusedOptimizer(SpeedupCallback):
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         avoid_fused = scaler is not None and self._clips_gradients(trainer)
         self.changed = []
-        self._awaiting = self.mode == "auto" and any(getattr(cb, "awaits_probe", False) for cb in trainer.callbacks)  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+        self._awaiting = self.mode == "auto" and probe_pending(trainer)
         if self._awaiting:
             self.report(False, "auto: waits for the start-up probe at the first batch")
             return

@@ -8,7 +8,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
 from lightning_speedups.functional.probe import Axis, Option
 
 
@@ -52,7 +52,7 @@ class ProbedPrecision(SpeedupCallback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._awaiting and not any(getattr(cb, "awaits_probe", False) for cb in trainer.callbacks):  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+        if self._awaiting and not probe_pending(trainer):
             self._awaiting = False
             self.report(False, "32-true: auto without the start-up probe (AutoProbe callback)")
 

@@ -10,7 +10,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
 
 
 class SpeedupsSummary(SpeedupCallback):
@@ -50,7 +50,7 @@ class SpeedupsSummary(SpeedupCallback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # the start-up probe decides its parts at the first batch: the summary waits for its figures
-        if not any(getattr(cb, "awaits_probe", False) for cb in trainer.callbacks):  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+        if not probe_pending(trainer):
             self._print(trainer)
 
     @override
