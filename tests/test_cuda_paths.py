@@ -599,8 +599,11 @@ def test_bench_probe_times_cuda_windows_with_events_and_one_sync(monkeypatch):
             assert syncs, "an event was read before the window's synchronisation"
             return (other.t - self.t) * 1000.0
 
+    from lightning_speedups.functional.timing import Timeline
+
     probe = BenchProbe(warmup=1, steps=3, memory_step=False)
     probe._cuda = True
+    probe._timeline = Timeline(torch.device("cuda"))  # what on_fit_start sets for a model on CUDA
     monkeypatch.setattr(probe, "_mark", lambda: FakeEvent())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append("sync"))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
