@@ -9,7 +9,6 @@ tell: a lint rule built on them reports nothing rather than guess.
 from __future__ import annotations
 
 import ast
-import bisect
 import os
 from collections.abc import Iterator
 from pathlib import PurePath
@@ -36,7 +35,7 @@ from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for th
 )
 from lightning_speedups.lint.classify import Classifiers
 from lightning_speedups.lint.graph import Project
-from lightning_speedups.lint.where import Where
+from lightning_speedups.lint.where import Where, nodes_within
 
 _AST = ast.AST
 #: Fields that hold statements (or the with-items, except handlers and match cases holding them):
@@ -289,16 +288,7 @@ class FileContext(Classifiers, Where):
 
     def _assigns_within(self, node: ast.AST) -> list[ast.Assign]:
         """The plain assignments on the lines of ``node`` (a bisection of the file's assignments by line)."""
-        index = self.__dict__.get("_assigns_by_line")
-        if index is None:
-            ordered = sorted(self.assigns, key=lambda a: a.lineno)
-            index = self.__dict__["_assigns_by_line"] = ([a.lineno for a in ordered], ordered)
-        lines, ordered = index
-        if not hasattr(node, "lineno"):  # the module: all of them
-            return list(ordered)
-        lo = bisect.bisect_left(lines, node.lineno)  # type: ignore[attr-defined]
-        hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)  # type: ignore[attr-defined]
-        return ordered[lo:hi]
+        return nodes_within(self, "_assigns_by_line", self.assigns, node)
 
     def self_attrs(self, cls: ast.ClassDef) -> tuple[dict[str, list[ast.AST]], set[str]]:
         """``({attr: [values assigned to self.attr]}, {method names})`` of a class."""

@@ -30,7 +30,7 @@ import ast
 import bisect
 import re
 from dataclasses import dataclass, field, replace
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, child_nodes, terminal_name
 
@@ -176,6 +176,22 @@ def _is_error_branch(body: list[ast.stmt]) -> bool:
     return False
 
 
+def nodes_within(owner: Any, key: str, nodes: Any, node: ast.AST) -> list[Any]:
+    """The ``nodes`` on the lines of ``node`` (from its first line to its last; all of them for a module), by a
+    bisection of ``nodes`` sorted by line, the sorted index cached on ``owner`` under ``key``: what
+    ``ast.walk(node)`` would find of them, without walking."""
+    index = owner.__dict__.get(key)
+    if index is None:
+        ordered = sorted(nodes, key=lambda n: n.lineno)
+        index = owner.__dict__[key] = ([n.lineno for n in ordered], ordered)
+    lines, ordered = index
+    if not hasattr(node, "lineno"):  # the module: all of them
+        return list(ordered)
+    lo = bisect.bisect_left(lines, node.lineno)  # type: ignore[attr-defined]
+    hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)  # type: ignore[attr-defined]
+    return ordered[lo:hi]
+
+
 class Where:
     """The "where does it run" methods of :class:`FileContext`."""
 
@@ -232,16 +248,7 @@ class Where:
     def calls_within(self, node: ast.AST) -> list[ast.Call]:
         """The calls on the lines of ``node`` (from its first line to its last), by a bisection of the
         file's calls sorted by line: what ``ast.walk(node)`` would find, without walking."""
-        index = self.__dict__.get("_calls_by_line")
-        if index is None:
-            ordered = sorted(self.calls, key=lambda c: c.lineno)  # type: ignore[attr-defined]
-            index = self.__dict__["_calls_by_line"] = ([c.lineno for c in ordered], ordered)
-        lines, ordered = index
-        if not hasattr(node, "lineno"):  # the module: all of them
-            return list(ordered)
-        lo = bisect.bisect_left(lines, node.lineno)  # type: ignore[attr-defined]
-        hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)  # type: ignore[attr-defined]
-        return ordered[lo:hi]
+        return nodes_within(self, "_calls_by_line", self.calls, node)  # type: ignore[attr-defined]
 
     def _calls_step(self, stmts: list, depth: int) -> bool:
         """``stmts`` call backward / an optimizer step, not counting nested loops (closures and step
@@ -252,17 +259,8 @@ class Where:
             if isinstance(node, (ast.ClassDef, ast.Lambda, *LOOP_TYPES)):
                 continue
             if isinstance(node, ast.Call):
-                func = node.func
-                if isinstance(func, ast.Attribute):
-                    attr = func.attr
-                    if attr in ("backward", "manual_backward"):
-                        return True
-                    if attr == "step":
-                        owner = terminal_name(func.value).lower()
-                        if "opt" in owner or "scaler" in owner:
-                            return True
-                if len(node.args) >= 2 and terminal_name(func).lower().endswith("scaler"):
-                    return True  # loss_scaler(loss, optimizer, ...): timm's NativeScaler scales, backpropagates, steps
+                if _is_step_call(node):  # loss_scaler(loss, optimizer, ...) too: timm's NativeScaler steps
+                    return True
                 if depth < 3:
                     fn = self._helper(node)
                     if fn is not None and self.is_step_function(fn, depth + 1):
