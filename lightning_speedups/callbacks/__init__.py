@@ -25,6 +25,7 @@ from lightning_speedups.callbacks.float8 import Float8Training
 from lightning_speedups.callbacks.fused_optimizer import (
     FusedOptimizer,
     fused_devices,
+    implementation_of,
     optimizer_accepts,
 )
 from lightning_speedups.callbacks.grads import GradsToNoneCheck
@@ -73,6 +74,7 @@ __all__ = [
     "SyncGuard",
     "accumulation_for",
     "fused_devices",
+    "implementation_of",
     "loader_batch_size",
     "on_cuda",
     "optimizer_accepts",

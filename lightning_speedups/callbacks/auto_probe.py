@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.functional.lr_range import TrainingSnapshot
-from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe
+from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe, unprobed
 from lightning_speedups.functional.timing import Timeline
 
 
@@ -120,7 +120,7 @@ class AutoProbe(SpeedupCallback):
             return
         why = self._refusal(trainer, pl_module)
         if why:
-            decisions = {a.name: (a.keep, f"not probed ({why}): stays {a.keep}") for a in axes}
+            decisions = unprobed(axes, why)
             self.report(False, f"skipped, {why}")
         else:
             result = self._probe(trainer, pl_module, batch, batch_idx, axes)
@@ -205,7 +205,7 @@ class AutoProbe(SpeedupCallback):
         except Exception as err:  # a model the steps cannot run outside the loop: nothing is decided
             why = str(err) if isinstance(err, _NoLoss) else f"a probe step raised {type(err).__name__}: {err}"
             failed = ProbeResult(skipped=why, seconds=wall() - start)
-            failed.decisions = {a.name: (a.keep, f"not probed ({why}): stays {a.keep}") for a in axes}
+            failed.decisions = unprobed(axes, why)
             return failed
         finally:
             for name, value in patched.items():

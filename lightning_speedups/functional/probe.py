@@ -49,7 +49,7 @@ from lightning_speedups.functional.timing import Timeline, gain_verdict, noise_o
 #: the fewest rounds a probe runs: with two, Student's t (12.7) makes every interval include 1.0
 MIN_ROUNDS = 3
 
-__all__ = ["MIN_ROUNDS", "Axis", "Option", "ProbeResult", "decide_axes", "probe_plan", "run_probe"]
+__all__ = ["MIN_ROUNDS", "Axis", "Option", "ProbeResult", "decide_axes", "probe_plan", "run_probe", "unprobed"]
 
 
 @dataclass
@@ -182,9 +182,7 @@ def run_probe(
 
     def decide_all(why: str) -> ProbeResult:
         result.skipped = why
-        for axis in axes:
-            reason = f"not probed ({why}): stays {axis.keep}"
-            result.decisions[axis.name] = (axis.keep, reason)
+        result.decisions = unprobed(axes, why)
         result.seconds = wall() - t0
         return result
 
@@ -281,6 +279,11 @@ def run_probe(
             result.decisions[axis.name] = (best[1].label, reason)
     result.seconds = wall() - t0
     return result
+
+
+def unprobed(axes: Sequence[Axis], why: str) -> dict[str, tuple[str, str]]:
+    """Decisions that keep every axis as it is, each saying why it was not probed."""
+    return {axis.name: (axis.keep, f"not probed ({why}): stays {axis.keep}") for axis in axes}
 
 
 def decide_axes(axes: Sequence[Axis], decisions: dict[str, tuple[str, str]]) -> None:

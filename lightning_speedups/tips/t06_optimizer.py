@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from lightning_speedups.callbacks import FusedOptimizer, fused_devices, optimizer_accepts
+from lightning_speedups.callbacks import FusedOptimizer, fused_devices, implementation_of, optimizer_accepts
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback, plural
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
@@ -78,12 +78,7 @@ def check(facts: Facts) -> Finding:
             else:
                 oks.append(f"{name} is fused")
             continue
-        default_foreach = (
-            not foreach
-            and all(g.get("foreach") is None for g in groups)
-            and optimizer_accepts(opt, "foreach")
-            and devices <= {"cuda", "xpu", "mtia"}
-        )
+        default_foreach = not foreach and implementation_of(opt) == "foreach"  # torch's default on CUDA
         impl = (
             "foreach"
             if foreach
