@@ -121,6 +121,35 @@ def _find_key(files: Sequence[str], dotted: str) -> Optional[str]:
     return found
 
 
+_SCALARS = {"<class 'bool'>": "true, false", "<class 'int'>": "an integer", "<class 'float'>": "a number"}
+
+
+def _union_values(subtypes: str) -> Optional[str]:
+    """What a union of plain values accepts (``[<class 'bool'>, typing.Literal['auto']]`` -> ``true, false, auto``);
+    ``None`` when one of its members is a class or a structure (its own message says more).
+
+    Example:
+        >>> _union_values("<class 'bool'>, typing.Literal['auto']")
+        'true, false, auto'
+        >>> _union_values("<class 'int'>, typing.Literal['auto']")
+        'an integer, auto'
+        >>> _union_values("<class 'int'>, my.Settings") is None
+        True
+    """
+    import re
+
+    out = []
+    for part in re.findall(r"typing\.Literal\[[^\]]*\]|<class '[^']+'>|[^,\s][^,]*", subtypes):
+        part = part.strip()
+        if part.startswith("typing.Literal["):
+            out.append(part[len("typing.Literal[") : -1].replace("'", ""))
+        elif part in _SCALARS:
+            out.append(_SCALARS[part])
+        else:
+            return None
+    return ", ".join(out) or None
+
+
 def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -> str:
     """A short message for a config error: the key, the file that set it, the allowed values or close keys."""
     import difflib
@@ -140,8 +169,13 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
     detail = [line.strip() for line in message.strip().splitlines()[1:] if line.strip()]
     literal = next((re.search(r"Literal\[(.*)\]\. Got value: (.*)", d) for d in detail if "Literal[" in d), None)
     problem = re.search(r"Problem with given class_path '([^']+)':\s*\n\s*(.+)", message)
+    union = re.search(r"Subtypes: \[(.*)\]", message)
+    given_value = re.search(r"Given value: (.*)", message)
+    allowed = _union_values(union.group(1)) if union and given_value and key not in ("model", "data") else None
     if literal:
         lines = [f"bad value {literal.group(2).strip()!r} for {key}; allowed: {literal.group(1).replace(chr(39), '')}"]
+    elif allowed:
+        lines = [f"bad value {given_value.group(1).strip()!r} for {key}; allowed: {allowed}"]  # type: ignore[union-attr]
     elif problem:
         reason = problem.group(2).strip()
         lines = [f"{key}: class_path {problem.group(1)!r} does not work: {reason}"]

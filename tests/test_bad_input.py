@@ -116,6 +116,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("unknown-trainer-key", ["fit", "--config", "my.yaml", "--trainer.max_stepz=3"], "did you mean"),
     ("unknown-speedups-key", ["fit", *speedups("chanels_last: true")], "did you mean: speedups.channels_last"),
     ("bad-literal", ["fit", *speedups("precision: bf17")], "allowed:"),
+    ("bad-bool-or-auto", ["fit", *speedups("channels_last: sometimes")], "allowed: true, false, auto"),
     # --- fit: every range a record declares
     (
         "clip-negative",
