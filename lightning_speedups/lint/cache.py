@@ -1,8 +1,8 @@
-"""Which sources are already known to compile: a small cache under the user's cache directory.
+"""Which sources already passed the syntax check: a small cache under the user's cache directory.
 
 Every file given to ``lint`` is syntax-checked (a file that does not parse is an error, exit 2), and
-compiling is most of a cold run's CPU time. A file whose exact bytes compiled before, under the same
-Python (the grammar changes between versions), compiles again: its check is skipped. The cache holds
+parsing is most of a cold run's CPU time. A file whose exact bytes passed before, under the same
+Python (the grammar changes between versions), passes again: its check is skipped. The cache holds
 only digests of contents (BLAKE2b, 128 bits), no paths and no code, one a line, in
 ``$XDG_CACHE_HOME/lightning_speedups/lint-syntax-<python tag>.txt`` (``~/.cache`` when
 ``XDG_CACHE_HOME`` is unset). ``LIGHTNING_SPEEDUPS_LINT_CACHE=0`` (or ``--no-cache``) turns it off;

@@ -43,7 +43,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="syntax-check every file again (default: skip files whose exact contents compiled before; "
+        help="syntax-check every file again (default: skip files whose exact contents passed before; "
         "digests under $XDG_CACHE_HOME/lightning_speedups, or set LIGHTNING_SPEEDUPS_LINT_CACHE=0)",
     )
     parser.add_argument("--list-rules", action="store_true", help="print the rules as a Markdown table and exit")

@@ -7,6 +7,7 @@ import gc
 import io
 import os
 import re
+import symtable
 import tokenize
 import warnings
 from collections.abc import Iterable, Sequence
@@ -331,8 +332,10 @@ def lint_paths(
                     elif not syntax.known(data):
                         # no rule can fire here, or only gated ones (LS206: a file a training step
                         # reaches, which most are not): check the syntax without building Python ast
-                        # objects (a third cheaper, and nothing to free); parsed later if it must be
-                        compile(data, str(path), "exec", dont_inherit=True)
+                        # objects or bytecode. The symbol table parses the whole file and checks its
+                        # scopes (a misplaced nonlocal / global, a repeated argument), at 60% of a
+                        # compile's cost and half of ast.parse's; parsed later if it must be
+                        symtable.symtable(text, str(path), "exec")
                         syntax.add(data)
                 except SyntaxError as exc:
                     where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import builtins
 import os
+import symtable
 from pathlib import Path
+
+import pytest
 
 from lightning_speedups.lint import main
 from lightning_speedups.lint.cache import SyntaxCache, default_path
@@ -15,14 +18,18 @@ BROKEN = "def helper(x:\n    return x\n"
 
 
 def _compiles(monkeypatch) -> list[str]:
+    """The files syntax-checked: parsed (compile to an ast) or checked through the symbol table."""
     seen: list[str] = []
-    real = builtins.compile
 
-    def counting(source, filename, *args, **kwargs):
-        seen.append(str(filename))
-        return real(source, filename, *args, **kwargs)
+    def counting(real):
+        def check(source, filename, *args, **kwargs):
+            seen.append(str(filename))
+            return real(source, filename, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "compile", counting)
+        return check
+
+    monkeypatch.setattr(builtins, "compile", counting(builtins.compile))
+    monkeypatch.setattr(symtable, "symtable", counting(symtable.symtable))
     return seen
 
 
@@ -53,6 +60,15 @@ def test_a_file_that_does_not_parse_is_reported_on_every_run(tmp_path, capsys):
     # a file fixed to the same bytes as a cached one is not an error any more
     (tmp_path / "broken.py").write_text(PLAIN)
     assert main([str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize(
+    "text", ["def helper(a, a):\n    return a\n", "nonlocal x\n", "def f():\n    x = 1\n    global x\n"]
+)
+def test_a_scope_error_in_a_file_no_rule_reads_is_reported(tmp_path, text):
+    # files no rule triggers on are checked through the symbol table, not compiled: its errors count
+    (tmp_path / "plain.py").write_text(text)
+    assert main([str(tmp_path), "--no-cache"]) == 2
 
 
 def test_cache_off_by_flag_or_environment(tmp_path, monkeypatch, capsys):
