@@ -14,6 +14,9 @@ Mixed into :class:`~lightning_speedups.lint.context.FileContext`. The answer for
   (a loop over optimizers or micro-batches inside the batch loop); a loop over epochs (its target or
   iterable mentions ``epoch``) is never one, even in full-batch training where a step is an epoch.
 - **every N batches**: under ``if ... % N ...:`` inside per-batch code.
+- **first batch only**: under ``if batch_idx == 0:`` (a counter: ``batch_idx``, ``i``, ``step``, also
+  ``< 3``) inside per-batch code, unless a plain loop in between binds the counter: once per pass
+  over the batches, reported as per epoch.
 - **per epoch**: a loop over epochs (its target or iterable mentions ``epoch``), or a loop around a
   training loop, outside the inner loop; Lightning's ``on_*epoch*`` / ``*_epoch_end`` hooks.
 - **once**: module level, class bodies, ``__init__`` / ``setup`` / ``configure_*`` / ``build_*`` /
@@ -163,6 +166,40 @@ def _every_n_test(test: ast.AST) -> bool:
             if "divisible" in name or "every" in name:
                 return True
     return False
+
+
+#: Parts of a counter's name (``batch_idx``, ``batch_nb``, ``i``, ``global_step``, ``n_iter``).
+_COUNTER_PARTS = frozenset({"batch", "idx", "nb", "step", "iter", "iteration", "it", "i", "bi"})
+
+
+def _first_batch_test(test: ast.AST) -> Optional[str]:
+    """``if batch_idx == 0:`` / ``if i < 2 and ...:``: the first batches of a loop only; the counter's
+    name (a plain loop binding it between the test and the batch loop makes it that loop's index)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        for v in test.values:
+            found = _first_batch_test(v)
+            if found is not None:
+                return found
+        return None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    op, left, right = test.ops[0], test.left, test.comparators[0]
+    if isinstance(left, ast.Constant) and isinstance(op, ast.Eq):
+        left, right = right, left
+    if not (isinstance(right, ast.Constant) and type(right.value) is int):
+        return None
+    if not ((isinstance(op, ast.Eq) and right.value == 0) or (isinstance(op, ast.Lt) and 0 < right.value <= 8)):
+        return None
+    name = terminal_name(left)
+    if not isinstance(left, (ast.Name, ast.Attribute)) or not name:
+        return None
+    return name if _COUNTER_PARTS.intersection(_words(name.lower())) else None
+
+
+def _binds(loop: ast.AST, name: str) -> bool:
+    """The loop's target binds ``name``."""
+    target = getattr(loop, "target", None)
+    return target is not None and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target))
 
 
 def _is_error_branch(body: list[ast.stmt]) -> bool:
@@ -435,6 +472,7 @@ class Where:
         """How often ``node`` runs, as far as the file shows."""
         every_n = False
         leaves: Optional[ast.If] = None  # a branch ending in `break`: it ends the loop it is in
+        first: Optional[tuple[str, int]] = None  # under `if batch_idx == 0:`: the counter and the line
         for anc, child in self.ancestors(node):  # type: ignore[attr-defined]
             if isinstance(anc, ast.Raise) or (isinstance(anc, ast.Assert) and child is anc.msg):
                 return Runs(ON_ERROR, "an error message")
@@ -449,7 +487,12 @@ class Where:
                     every_n = True
                 if leaves is None and isinstance(anc.body[-1], ast.Break):
                     leaves = anc
+                counter = _first_batch_test(anc.test) if first is None else None
+                if counter is not None:
+                    first = (counter, anc.lineno)
             if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):  # type: ignore[attr-defined]
+                if first is not None and _binds(anc, first[0]) and self._inner_step_loop(anc):
+                    first = None  # `for i, opt in enumerate(optimizers): if i == 0:` inside the batch loop
                 if leaves is not None and (
                     self.is_training_loop(anc) or self.is_rollout_loop(anc) or self.is_batch_loop(anc)
                 ):
@@ -465,13 +508,14 @@ class Where:
                     base = Runs(PER_BATCH, f"a loop over batches (line {anc.lineno})")
                 else:
                     leaves = None  # a break there ends this plain loop, not the one around it
+                    if first is not None and _binds(anc, first[0]):
+                        first = None  # `for i, opt in enumerate(opts): if i == 0:` the first of a plain loop
                     continue  # a plain loop: as often as the code around it (times its length)
-                return base.every_n() if every_n else base
+                return self._narrowed(base, every_n, first)
             if isinstance(anc, DEF_TYPES):
                 if not isinstance(self.parents.get(anc), (ast.Module, ast.ClassDef)):  # type: ignore[attr-defined]
                     continue  # a closure: runs where it is defined (optimizer.step(closure))
-                base = self.function_runs(anc, depth)
-                return base.every_n() if every_n else base
+                return self._narrowed(self.function_runs(anc, depth), every_n, first)
             if isinstance(anc, ast.ClassDef):
                 return Runs(ONCE, "a class body")
             if isinstance(anc, ast.If) and _text(anc.test).replace(" ", "") in (
@@ -480,6 +524,25 @@ class Where:
             ):
                 return Runs(ONCE, "the script's main block")
         return Runs(ONCE, "module level")
+
+    def _inner_step_loop(self, loop: ast.AST) -> bool:
+        """``loop`` is not over batches and sits inside a loop that is (a loop over optimizers or
+        micro-batches in the batch loop): its index counts within one step."""
+        if self.is_batch_loop(loop):
+            return False
+        for anc, _ in self.ancestors(loop):  # type: ignore[attr-defined]
+            if isinstance(anc, DEF_TYPES):
+                return False
+            if isinstance(anc, LOOP_TYPES) and (self.is_training_loop(anc) or self.is_batch_loop(anc)):
+                return True
+        return False
+
+    @staticmethod
+    def _narrowed(base: Runs, every_n: bool, first: Optional[tuple[str, int]]) -> Runs:
+        """``base`` under an every-N test, or under a first-batch test (once per pass over the batches)."""
+        if first is not None and base.how in (PER_BATCH, PER_SAMPLE, EVERY_N):
+            return Runs(PER_EPOCH, f"the first batch only (`{first[0]}` test, line {first[1]}) of {base.where}")
+        return base.every_n() if every_n else base
 
     def function_runs(self, fn: Union[ast.FunctionDef, ast.AsyncFunctionDef], depth: int = 0) -> Runs:
         """How often the body of the function or method ``fn`` runs."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from lightning_speedups.lint.astutil import mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import AnyHit, Hit, Rule, hit_at
 
@@ -14,12 +15,53 @@ _PROFILE_WORDS = ("debug", "profil", "bench")
 _LIGHTNING_PROFILERS = ("simple", "advanced", "pytorch", "xla")
 
 
+#: Names of scripts, functions and classes that evaluate or show a trained model.
+_INFERENCE_WORDS = ("eval", "predict", "infer", "visual", "demo", "valid", "export", "sample")
+_GPU_WORDS = ("cuda", "gpu")
+
+
+def _without_gpu(ctx: FileContext, node: ast.AST) -> bool:
+    """``node`` runs only when no GPU is there: the ``else`` of ``if torch.cuda.is_available():`` (or of
+    ``if use_gpu:`` / ``if args.cuda:``), or the body of ``if not torch.cuda.is_available():``."""
+    for anc, child in ctx.ancestors(node):
+        if not isinstance(anc, ast.If):
+            continue
+        test, negated = anc.test, False
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test, negated = test.operand, True
+        if isinstance(test, ast.Call):
+            if terminal_name(test.func) != "is_available" or "cuda" not in snippet(test.func).lower():
+                continue
+        elif not (
+            isinstance(test, (ast.Name, ast.Attribute)) and any(w in terminal_name(test).lower() for w in _GPU_WORDS)
+        ):
+            continue
+        in_body = any(child is s for s in anc.body)
+        if in_body == negated:
+            return True
+    return False
+
+
+def _for_inference(ctx: FileContext, node: ast.AST) -> bool:
+    """An evaluation / prediction / visualisation script (by its name or the function's) that shows no
+    training step, nor does a project file it imports or that imports it: DataParallel there serves
+    inference, where the fix (DDP training) does not apply."""
+    if mentions_step(ctx.source) or not ctx.is_exempt(node, _INFERENCE_WORDS):
+        return False
+    project = ctx.project
+    return project is None or not project.related_file_mentions(
+        ctx, ("backward(", "training_step", ".step("), mentions_step
+    )
+
+
 def _data_parallel(ctx: FileContext) -> Iterator[AnyHit]:
     for call in ctx.calls:
         if ctx.call_name(call) in _DATA_PARALLEL:
             cls = ctx.enclosing_class(call)
             if cls is not None and "DataParallel" in cls.name:
                 continue  # the implementation of a DataParallel option (a Lightning strategy), not a use
+            if _without_gpu(ctx, call) or _for_inference(ctx, call):
+                continue  # on the CPU DataParallel drives nothing; evaluation scripts do not train
             yield call, f"{snippet(call.func)}(...) runs one process for all GPUs (GIL, replicas rebuilt each step)"
     for cls in ctx.classes:
         for base in cls.bases:
