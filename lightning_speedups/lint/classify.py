@@ -25,6 +25,7 @@ from lightning_speedups.lint.astutil import (
     TRAINER,
     is_const,
     keyword,
+    terminal_name,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +36,16 @@ _AUTO_ACCELERATOR = frozenset({TRAINER, "lightning.fabric.Fabric", "lightning.Fa
 _GPU_ACCELERATORS = frozenset({"gpu", "cuda", "auto"})
 #: In-place uses of ``p.grad`` that raise (or silently do nothing) once gradients are ``None``.
 _GRAD_INPLACE = frozenset({"add_", "copy_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "clamp_", "lerp_"})
+
+
+#: Methods only an ``nn.Module`` has among what training code calls with no argument on a plain name.
+_MODULE_ONLY_USES = frozenset({"train", "eval", "parameters", "named_parameters", "named_modules", "children"})
+#: Wrappers whose result is a module.
+_MODULE_WRAPPERS = frozenset(
+    {"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.DistributedDataParallel"}
+)
+#: ``accelerator.backward(loss)`` / ``self.manual_backward(loss)`` / ``fabric.backward(loss)``.
+_BACKWARD_CALLS = frozenset({"backward", "manual_backward"})
 
 
 class Classifiers:
@@ -172,9 +183,50 @@ class Classifiers:
                     continue
                 if b.kind == "param" and self.is_tensor_annotation(b.value):
                     continue
-                return False
+                # `loss = model(x)[0]` of a model from another file: a tensor if its scope calls
+                # loss.backward(), unless a binding is plainly a number (`loss = 0` then `loss += ...`)
+                return node.id in self._uses_in_scope(self.scope_of(node))[1] and not any(
+                    isinstance(p.value, ast.Constant) for p in prior
+                )
             return True
         return False
+
+    def _uses_in_scope(self, scope: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+        """``(names used as modules, names a backward runs on)`` directly in ``scope``: ``model.train()``,
+        ``model.parameters()``, ``model = nn.DataParallel(model)``; ``loss.backward()``,
+        ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``."""
+        memo: dict = self.__dict__.setdefault("_scope_uses", {})
+        found = memo.get(scope)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
+        modules: set[str] = set()
+        grads: set[str] = set()
+        calls = self.calls if isinstance(scope, ast.Module) else self.calls_within(scope)  # type: ignore[attr-defined]
+        for call in calls:
+            func = call.func
+            if not isinstance(func, ast.Attribute):
+                continue
+            owner: Optional[ast.AST] = None
+            into = modules
+            if func.attr in _MODULE_ONLY_USES and not call.args and isinstance(func.value, ast.Name):
+                owner = func.value
+            elif func.attr in _BACKWARD_CALLS:
+                into = grads
+                owner = func.value
+                if isinstance(owner, ast.Call) and terminal_name(owner.func) == "scale" and owner.args:
+                    owner = owner.args[0]  # scaler.scale(loss).backward()
+                elif call.args and not (isinstance(owner, ast.Name) and owner.id.endswith("loss")):
+                    owner = call.args[0]  # accelerator.backward(loss)
+            if isinstance(owner, ast.Name) and owner.id not in into and self.scope_of(call) is scope:
+                into.add(owner.id)
+        for name, bound in self.bindings(scope).items():
+            if any(
+                b.kind == "value" and isinstance(b.value, ast.Call) and self.call_name(b.value) in _MODULE_WRAPPERS
+                for b in bound
+            ):
+                modules.add(name)
+        found = memo[scope] = (frozenset(modules), frozenset(grads))
+        return found
 
     @cached_property
     def module_classes(self) -> frozenset[str]:
@@ -198,7 +250,11 @@ class Classifiers:
 
     def is_module_instance(self, name: ast.Name) -> bool:
         """``name`` is visibly an ``nn.Module`` instance: every binding is ``nn.Linear(...)``,
-        ``Net()`` of a module class defined here, possibly followed by ``.to(...)`` / ``.cuda()``."""
+        ``Net()`` of a module class defined here, possibly followed by ``.to(...)`` / ``.cuda()``; or its
+        scope uses it as one (:meth:`_used_as_module`)."""
+        return self._built_as_module(name) or self._used_as_module(name)
+
+    def _built_as_module(self, name: ast.Name) -> bool:
         prior = self.bindings_before(name)
         if prior is None:
             local = self.bindings(self.scope_of(name)).get(name.id)
@@ -227,6 +283,11 @@ class Classifiers:
             elif not (isinstance(value.func, ast.Name) and value.func.id in self.module_classes):
                 return False
         return True
+
+    def _used_as_module(self, name: ast.Name) -> bool:
+        """Its scope calls ``name.train()`` / ``.eval()`` / ``.parameters()`` or wraps it in DataParallel /
+        DDP: a model built in another file (``model = get_model(cfg)``), or a function's parameter."""
+        return name.id in self._uses_in_scope(self.scope_of(name))[0]
 
     def is_submodule(self, attr: ast.Attribute) -> bool:
         """``self.<attr>`` is assigned in the enclosing class and is not one of its methods."""
