@@ -473,6 +473,52 @@ def _is_logging_call(ctx: FileContext, call: ast.Call) -> bool:
     return "log" in owner and owner not in ("self",) and not name
 
 
+#: TensorBoard's SummaryWriter methods that read a tensor value on the host (``make_np``: ``.cpu().numpy()``).
+_WRITER_METHODS = {
+    "add_scalar": (1, "scalar_value"),
+    "add_scalars": (1, "tag_scalar_dict"),
+    "add_histogram": (1, "values"),
+}
+_WRITER_OWNERS = ("writer", "tb", "summary", "experiment", "board")
+
+
+def _values(node: Optional[ast.AST]) -> list[ast.AST]:
+    """The values a logged argument holds: a dict literal's values, or the argument itself."""
+    if node is None:
+        return []
+    return [v for v in node.values if v is not None] if isinstance(node, ast.Dict) else [node]
+
+
+def _logger_reads(ctx: FileContext, call: ast.Call) -> Optional[tuple[ast.AST, str]]:
+    """``writer.add_scalar("loss", t, step)``, ``wandb.log({"loss": t})``, ``pbar.set_postfix(loss=t)``:
+    a tensor handed to a logger that reads it on the host (the tensor, and the call's words)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    attr = func.attr
+    given: list[ast.AST] = []
+    if attr in _WRITER_METHODS:
+        owner = terminal_name(func.value).lower()
+        if not any(w in owner for w in _WRITER_OWNERS):
+            return None
+        pos, key = _WRITER_METHODS[attr]
+        kw = keyword(call, key)
+        given = _values(call.args[pos] if len(call.args) > pos else (kw.value if kw is not None else None))
+        words = f"SummaryWriter.{attr}(...) reads"
+    elif attr == "log" and (ctx.qualname(func) or "").startswith("wandb."):
+        given = _values(call.args[0] if call.args else None)
+        words = "wandb.log(...) reads"
+    elif attr == "set_postfix":
+        given = [k.value for k in call.keywords if k.arg is not None] + [v for a in call.args for v in _values(a)]
+        words = "a progress bar's set_postfix(...) formats"
+    else:
+        return None
+    for value in given:
+        if ctx.is_tensor(value):
+            return value, words
+    return None
+
+
 def _formatted(ctx: FileContext, node: ast.AST) -> Optional[ast.AST]:
     """The tensor that the string expression ``node`` formats (f-string, ``%``, ``.format``), if visible."""
     if isinstance(node, ast.JoinedStr):
@@ -545,6 +591,10 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
                     kind = "(a %-format)" if percent else "(a key and a value: the logger formats or reads it)"
                     candidates.append((call, a, f"{snippet(call.func, 30)}(...) {kind}"))
                     break
+        else:
+            read = _logger_reads(ctx, call)
+            if read is not None and ctx._maybe_hot(call):
+                candidates.append((call, read[0], read[1]))
     for node, shown, kind in sorted(candidates, key=lambda c: (c[0].lineno, c[0].col_offset)):  # type: ignore[attr-defined]
         if node in reported or _in_print(ctx, node):
             continue
@@ -552,11 +602,14 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
         if r is None:
             continue
         reported.add(node)
-        yield Hit(
-            node,
-            f"{kind} formats the tensor `{snippet(shown, 30)}` in {r.where}: turning it into text reads it on "
-            "the host, a device sync on every batch",
-        )
+        if kind.endswith(("reads", "formats")):  # a logger given the tensor itself
+            message = f"{kind} the tensor `{snippet(shown, 30)}` on the host in {r.where}: a device sync on every batch"
+        else:
+            message = (
+                f"{kind} formats the tensor `{snippet(shown, 30)}` in {r.where}: turning it into text reads it on "
+                "the host, a device sync on every batch"
+            )
+        yield Hit(node, message)
 
 
 def _print_tensor(ctx: FileContext) -> Iterator[Hit]:
@@ -1089,10 +1142,12 @@ RULES = [
         "LS204",
         "T08",
         "format-tensor-in-step",
-        "a tensor formatted into a string (f-string, %, .format, a logging call's arguments) on a line that runs "
+        "a tensor formatted into a string (f-string, %, .format, a logging call's arguments) or handed to a logger "
+        "that reads it on the host (SummaryWriter.add_scalar, wandb.log, tqdm's set_postfix) on a line that runs "
         "per step (print is LS202)",
-        "log the tensor itself (self.log / a logger that takes tensors), or format it only every N steps "
-        "(`if step % N == 0:`); to format a value you already need on the host, read it once with .item()",
+        "log the tensor with self.log (Lightning reads logged tensors only every log_every_n_steps), or format it or "
+        "hand it to a writer only every N steps (`if step % N == 0:`); to format a value you already need on the "
+        "host, read it once with .item()",
         _format_tensor,
         (_HOT_TRIGGER,),
     ),
