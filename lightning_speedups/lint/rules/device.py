@@ -707,11 +707,21 @@ def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, boo
         return None  # made where its argument lives, which the file seldom shows (often the GPU already)
     if factory in _SIZED_FACTORIES and _empty_size(inner.args[:1] if factory == "full" else inner.args):
         return None  # torch.empty(0).to(x.device): nothing to copy, the move costs no more than the fix
-    if factory in TENSOR_FACTORIES:
+    if factory in TENSOR_FACTORIES or (factory == "tensor" and inner.args and _literal_numbers(inner.args[0])):
         if _default_device_moved(ctx):
             return None  # torch.set_default_device / a CUDA default tensor type: made on the GPU already
         return factory, random or factory in RANDOM_FACTORIES, inner, chain
     return None
+
+
+def _literal_numbers(node: ast.AST) -> bool:
+    """``0.``, ``-1``, ``True``: a number written in the code. ``torch.tensor(0.).to(device)`` copies it
+    from the host, and so would ``torch.tensor(0., device=device)`` (the data is built on the CPU and
+    copied, a blocking copy); ``torch.full((), 0., device=device)`` fills it on the device. Data from the
+    run, or a list (which no device fill makes), must cross anyway: not a finding."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool)
 
 
 #: Calls that keep a name's tensor where and what it was (``alpha = alpha.expand_as(x)``) for LS203.
@@ -828,12 +838,16 @@ def _device_fix(
         return None
     keywords = [k for k in inner.keywords if k.arg != "device"]
     new_func = inner.func
+    args = list(inner.args)
+    if factory == "tensor":  # torch.tensor(0.) -> torch.full((), 0.): the same dtype, filled on the device
+        new_func = ast.parse(f"{torch}.full", mode="eval").body
+        args = [ast.Tuple([], ast.Load()), *args]
     if factory in LEGACY_CONSTRUCTORS:
         new_func = ast.parse(f"{torch}.empty", mode="eval").body
         legacy = LEGACY_DTYPES[factory]
         if legacy is not None:
             keywords.append(ast.keyword("dtype", ast.parse(f"{torch}.{legacy}", mode="eval").body))
-    expr: ast.expr = ast.Call(new_func, list(inner.args), [*keywords, ast.keyword("device", device)])
+    expr: ast.expr = ast.Call(new_func, args, [*keywords, ast.keyword("device", device)])
     for call in chain:
         assert isinstance(call.func, ast.Attribute)
         expr = ast.Call(ast.Attribute(expr, call.func.attr, ast.Load()), list(call.args), list(call.keywords))
@@ -861,6 +875,7 @@ _FACTORY_WORDS = tuple(
         "normal",
         "bernoulli",
         "Tensor",
+        "tensor",
         "_like",
         "empty_strided",
     )
@@ -890,6 +905,16 @@ def _factory_then_move_trigger(source: str) -> bool:
     return False
 
 
+def _to_host_tensors_device(ctx: FileContext, move: ast.Call) -> bool:
+    """``.to(var.device)`` where ``var`` is visibly on the host (``var = torch.bernoulli(torch.tensor(p))``):
+    the move stays on the CPU and copies nothing."""
+    if not (isinstance(move.func, ast.Attribute) and move.func.attr == "to"):
+        return False
+    kw = keyword(move, "device")
+    target = kw.value if kw is not None else (move.args[0] if move.args else None)
+    return isinstance(target, ast.Attribute) and target.attr == "device" and _host_tensor(ctx, target.value, move)
+
+
 def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
     for call in ctx.calls:
         func = call.func
@@ -904,6 +929,8 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
                 yield from _bound_hit(ctx, call, *bound)
             continue
         factory, random, inner, chain = created
+        if _to_host_tensors_device(ctx, call):
+            continue
         runs = ctx.runs(call)
         if runs.how == UNKNOWN and not ctx._maybe_hot(call):
             # nothing linted calls it and no training step reaches it: a sampling or demo script's
@@ -1130,7 +1157,8 @@ RULES = [
         "LS203",
         "T20",
         "create-then-move",
-        "a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n)) followed by .cuda() / "
+        "a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n), torch.tensor(<a number>)) "
+        "followed by .cuda() / "
         ".to(device), or a CUDA class (an alias of torch.cuda.FloatTensor) given a numpy array made from sizes "
         "(np.ones, np.random.normal), on a line that runs per batch (info where it runs per epoch, or where how often is unknown in code "
         "a training step reaches; not reported in code nothing linted calls)",
