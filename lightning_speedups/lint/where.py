@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
-from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, child_nodes, terminal_name
+from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, child_nodes, mentions_step, terminal_name
 
 PER_BATCH = "per batch"
 PER_SAMPLE = "per sample"
@@ -168,6 +168,20 @@ def _every_n_test(test: ast.AST) -> bool:
     return False
 
 
+#: Names of scripts, functions and classes that evaluate or show a trained model.
+_INFERENCE_WORDS = (
+    "eval",
+    "predict",
+    "infer",
+    "visual",
+    "demo",
+    "valid",
+    "export",
+    "sample",
+    "zeroshot",
+    "zero_shot",
+    "test",
+)
 #: Parts of a counter's name (``batch_idx``, ``batch_nb``, ``i``, ``global_step``, ``n_iter``).
 _COUNTER_PARTS = frozenset({"batch", "idx", "nb", "step", "iter", "iteration", "it", "i", "bi"})
 
@@ -661,6 +675,18 @@ class Where:
         if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
             return True
         return any(p in ("tests", "test") for p in parts[:-1])
+
+    def for_inference(self, node: ast.AST) -> bool:
+        """``node`` is in an evaluation / prediction / visualisation script (by the file's name) that shows
+        no training step, nor does a project file it imports or that imports it: DataParallel there serves
+        inference, not the training run that DDP would replace it in."""
+        name = self.path.name.lower()  # type: ignore[attr-defined]
+        if mentions_step(self.source) or not any(w in name for w in _INFERENCE_WORDS):  # type: ignore[attr-defined]
+            return False
+        project = getattr(self, "project", None)
+        return project is None or not project.related_file_mentions(
+            self, ("backward(", "training_step", ".step("), mentions_step
+        )
 
     def is_exempt(self, node: ast.AST, words: tuple[str, ...], flag_words: tuple[str, ...] = ()) -> bool:
         """``node`` is in code meant for debugging/profiling.

@@ -132,13 +132,12 @@ def _in_memory_elsewhere(ctx: FileContext, call: Optional[ast.Call]) -> bool:
     return found is not None and isinstance(found[1], ast.ClassDef) and _in_memory_class(found[1])
 
 
-def _one_batch_reads(ctx: FileContext, call: ast.Call) -> bool:
-    """The loader is only ever read one batch at a time with ``next(iter(loader))`` (a validation loader
-    sampled for a grid of images every N batches, a test batch fixed before training): no epoch is loaded
-    through it. Workers would be started anew by every ``iter()``, and pinning one small batch saves nothing."""
+def _loader_uses(ctx: FileContext, call: ast.Call) -> Optional[list[ast.AST]]:
+    """The reads of the name (or ``self.<attr>``) the loader is assigned to, in this file; ``None`` when
+    it is not assigned to one."""
     parent = ctx.parents.get(call)
     if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1):
-        return False
+        return None
     target = parent.targets[0]
     if isinstance(target, ast.Name):
 
@@ -157,8 +156,17 @@ def _one_batch_reads(ctx: FileContext, call: ast.Call) -> bool:
             )
 
     else:
+        return None
+    return [n for n in ctx.parents if is_use(n)]
+
+
+def _one_batch_reads(ctx: FileContext, call: ast.Call) -> bool:
+    """The loader is only ever read one batch at a time with ``next(iter(loader))`` (a validation loader
+    sampled for a grid of images every N batches, a test batch fixed before training): no epoch is loaded
+    through it. Workers would be started anew by every ``iter()``, and pinning one small batch saves nothing."""
+    uses = _loader_uses(ctx, call)
+    if uses is None:
         return False
-    uses = [n for n in ctx.parents if is_use(n)]
     for use in uses:
         wrap = ctx.parents.get(use)
         outer = ctx.parents.get(wrap) if wrap is not None else None
@@ -173,6 +181,19 @@ def _one_batch_reads(ctx: FileContext, call: ast.Call) -> bool:
         ):
             return False
     return bool(uses)
+
+
+def _unread(ctx: FileContext, call: ast.Call) -> bool:
+    """The loader's name is never read in the file while another loader's is (a validation loader built
+    beside the training one, while evaluation indexes the dataset itself): it loads nothing."""
+    if _loader_uses(ctx, call) != []:
+        return False
+    return any(other is not call and _loader_uses(ctx, other) for other in _loaders(ctx))
+
+
+def _quiet_loader(ctx: FileContext, call: ast.Call) -> bool:
+    """A loader whose workers or pinned memory would not speed up a training run."""
+    return _one_batch_reads(ctx, call) or _unread(ctx, call)
 
 
 def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
@@ -197,7 +218,7 @@ def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
             continue  # indexing tensors already in memory: workers only add inter-process copies
         if _in_memory_elsewhere(ctx, _dataset_call(ctx, dataset, call)):
             continue
-        if _one_batch_reads(ctx, call):
+        if _quiet_loader(ctx, call):
             continue
         yield Hit(call, text)
 
@@ -217,7 +238,7 @@ def _loader_pin_memory(ctx: FileContext) -> Iterator[Hit]:
         return
     for call in _loaders(ctx):
         state = _pin_state(call)
-        if state is None or _one_batch_reads(ctx, call):
+        if state is None or _quiet_loader(ctx, call):
             continue
         collate = keyword(call, "collate_fn")
         fix = None

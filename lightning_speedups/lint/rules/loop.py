@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from lightning_speedups.lint.astutil import mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import AnyHit, Hit, Rule, hit_at
 
@@ -15,8 +14,6 @@ _PROFILE_WORDS = ("debug", "profil", "bench")
 _LIGHTNING_PROFILERS = ("simple", "advanced", "pytorch", "xla")
 
 
-#: Names of scripts, functions and classes that evaluate or show a trained model.
-_INFERENCE_WORDS = ("eval", "predict", "infer", "visual", "demo", "valid", "export", "sample")
 _GPU_WORDS = ("cuda", "gpu")
 
 
@@ -42,25 +39,13 @@ def _without_gpu(ctx: FileContext, node: ast.AST) -> bool:
     return False
 
 
-def _for_inference(ctx: FileContext, node: ast.AST) -> bool:
-    """An evaluation / prediction / visualisation script (by its name or the function's) that shows no
-    training step, nor does a project file it imports or that imports it: DataParallel there serves
-    inference, where the fix (DDP training) does not apply."""
-    if mentions_step(ctx.source) or not ctx.is_exempt(node, _INFERENCE_WORDS):
-        return False
-    project = ctx.project
-    return project is None or not project.related_file_mentions(
-        ctx, ("backward(", "training_step", ".step("), mentions_step
-    )
-
-
 def _data_parallel(ctx: FileContext) -> Iterator[AnyHit]:
     for call in ctx.calls:
         if ctx.call_name(call) in _DATA_PARALLEL:
             cls = ctx.enclosing_class(call)
             if cls is not None and "DataParallel" in cls.name:
                 continue  # the implementation of a DataParallel option (a Lightning strategy), not a use
-            if _without_gpu(ctx, call) or _for_inference(ctx, call):
+            if _without_gpu(ctx, call) or ctx.for_inference(call):
                 continue  # on the CPU DataParallel drives nothing; evaluation scripts do not train
             yield call, f"{snippet(call.func)}(...) runs one process for all GPUs (GIL, replicas rebuilt each step)"
     for cls in ctx.classes:
