@@ -81,6 +81,7 @@ LINT_SEVERITY = {
     "LS204": "medium",  # a device tensor formatted into a string in the step
     "LS205": "medium",  # an explicit device synchronize in the step
     "LS206": "medium",  # a host read in a helper the step calls
+    "LS207": "medium",  # torch.cuda.empty_cache() in the step
 }
 
 

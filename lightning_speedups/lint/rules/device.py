@@ -458,6 +458,26 @@ def _synchronize_in_step(ctx: FileContext) -> Iterator[Hit]:
 
 
 _TIMING_WORDS = ("bench", "profil", "debug")
+#: The caching allocator's ``empty_cache`` of each device module.
+EMPTY_CACHE = frozenset(
+    {"torch.cuda.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache", "torch.accelerator.empty_cache"}
+)
+
+
+def _empty_cache_in_step(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        if ctx.call_name(call) not in EMPTY_CACHE:
+            continue
+        r = ctx.hot_runs(call)  # None in an except block (an out-of-memory retry) and every N steps
+        if r is None or ctx.is_exempt(call, _TIMING_WORDS):
+            continue
+        yield Hit(
+            call,
+            f"{snippet(call.func, 40)}() in {r.where} hands the allocator's cached blocks back to the driver on "
+            "every batch: freeing them waits for the device, and the next step allocates them again",
+        )
+
+
 #: Logging calls that format their arguments: ``logger.info("loss %s", loss)``.
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
 
@@ -1189,6 +1209,17 @@ RULES = [
         "keep it where host code then reads device memory written outside PyTorch's streams",
         _synchronize_in_step,
         ("synchronize",),
+    ),
+    Rule(
+        "LS207",
+        "T08",
+        "empty-cache-in-step",
+        "torch.cuda.empty_cache() (mps / xpu / accelerator) on a line that runs per step, outside an except "
+        "block and benchmark/profiling/debugging code",
+        "remove it: the caching allocator reuses those blocks on the next step; against fragmentation set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and empty the cache at most once, after evaluation",
+        _empty_cache_in_step,
+        ("empty_cache",),
     ),
     Rule(
         "LS206",
