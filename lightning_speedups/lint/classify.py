@@ -144,6 +144,8 @@ class Classifiers:
                     return parts[-1][:1].islower()
                 return len(parts) == 2 and parts[1][:1].islower() and parts[1] not in _TORCH_NON_TENSOR
             if isinstance(func, ast.Name):
+                if func.id == "sum" and node.args and isinstance(node.args[0], (ast.GeneratorExp, ast.ListComp)):
+                    return self.is_tensor(node.args[0].elt, depth + 1)  # sum(p.grad.norm() for p in params)
                 # self(x): the module's forward; criterion(out, y) with criterion = nn.CrossEntropyLoss()
                 return func.id == "self" or self.is_module_instance(func)
             if isinstance(func, ast.Attribute):

@@ -435,10 +435,31 @@ def _passes_tensor(ctx: FileContext, node: ast.AST) -> bool:
     return False
 
 
+def _read_of_visible_tensor(ctx: FileContext, node: ast.AST) -> bool:
+    """The host read ``node`` (``x.item()``, ``x.tolist()``, ...) is of something visibly a tensor: ``x`` is
+    one in the helper, or is the helper's parameter and a caller passes a visible tensor. In a helper of
+    another file, ``x.tolist()`` of boxes a plotting helper got as numpy must not pass for a sync."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS):
+        return True  # bool(t) / a tensor condition: the classifier already saw a tensor
+    receiver = node.func.value
+    if ctx.is_tensor(receiver) or _tensor_guarded(ctx, node):  # under `if isinstance(v, torch.Tensor):`
+        return True
+    while isinstance(receiver, (ast.Attribute, ast.Subscript)) or (
+        isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute)
+    ):
+        receiver = receiver.func.value if isinstance(receiver, ast.Call) else receiver.value  # type: ignore[union-attr]
+    if not isinstance(receiver, ast.Name):
+        return False
+    prior = ctx.bindings_before(receiver)
+    return bool(prior) and all(b.kind == "param" for b in prior) and _passes_tensor(ctx, node)
+
+
 def _sync_in_helper(ctx: FileContext) -> Iterator[Hit]:
     for node, message, r in _syncs(ctx):
         if r.via and _tensor_guarded(ctx, node) and not _passes_tensor(ctx, node):
             continue  # the step passes numbers: the guarded host read never runs
+        if r.via and not _read_of_visible_tensor(ctx, node):
+            continue
         if r.via:
             yield Hit(node, f"{message} on every batch: the step that calls it is at {r.via}")
 
