@@ -14,8 +14,8 @@ Mixed into :class:`~lightning_speedups.lint.context.FileContext`. The answer for
   (a loop over optimizers or micro-batches inside the batch loop); a loop over epochs (its target or
   iterable mentions ``epoch``) is never one, even in full-batch training where a step is an epoch.
 - **every N batches**: under ``if ... % N ...:`` inside per-batch code.
-- **first batch only**: under ``if batch_idx == 0:`` (a counter: ``batch_idx``, ``i``, ``step``, also
-  ``< 3``) inside per-batch code, unless a plain loop in between binds the counter: once per pass
+- **first or last batch only**: under ``if batch_idx == 0:`` (a counter: ``batch_idx``, ``i``, ``step``,
+  also ``< 3``, ``== len(loader) - 1``) inside per-batch code, unless a plain loop in between binds the counter: once per pass
   over the batches, reported as per epoch.
 - **per epoch**: a loop over epochs (its target or iterable mentions ``epoch``), or a loop around a
   training loop, outside the inner loop; Lightning's ``on_*epoch*`` / ``*_epoch_end`` hooks.
@@ -187,8 +187,8 @@ _COUNTER_PARTS = frozenset({"batch", "idx", "nb", "step", "iter", "iteration", "
 
 
 def _first_batch_test(test: ast.AST) -> Optional[str]:
-    """``if batch_idx == 0:`` / ``if i < 2 and ...:``: the first batches of a loop only; the counter's
-    name (a plain loop binding it between the test and the batch loop makes it that loop's index)."""
+    """``if batch_idx == 0:`` / ``if i < 2 and ...:`` / ``if i == len(loader) - 1:``: the first or the last
+    batches of a loop only; the counter's name (a plain loop binding it between the test and the batch loop makes it that loop's index)."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         for v in test.values:
             found = _first_batch_test(v)
@@ -198,16 +198,29 @@ def _first_batch_test(test: ast.AST) -> Optional[str]:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
     op, left, right = test.ops[0], test.left, test.comparators[0]
-    if isinstance(left, ast.Constant) and isinstance(op, ast.Eq):
+    if isinstance(op, ast.Eq) and (isinstance(left, ast.Constant) or _last_index(left)):
         left, right = right, left
-    if not (isinstance(right, ast.Constant) and type(right.value) is int):
+    if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add) and isinstance(left.right, ast.Constant):
+        left = left.left  # `i + 1 == len(loader)`
+    if isinstance(op, ast.Eq) and _last_index(right):
+        pass  # the last batch: `i == len(loader) - 1`, `batch_idx == num_batches - 1`
+    elif not (isinstance(right, ast.Constant) and type(right.value) is int):
         return None
-    if not ((isinstance(op, ast.Eq) and right.value == 0) or (isinstance(op, ast.Lt) and 0 < right.value <= 8)):
+    elif not ((isinstance(op, ast.Eq) and right.value == 0) or (isinstance(op, ast.Lt) and 0 < right.value <= 8)):
         return None
     name = terminal_name(left)
     if not isinstance(left, (ast.Name, ast.Attribute)) or not name:
         return None
     return name if _COUNTER_PARTS.intersection(_words(name.lower())) else None
+
+
+def _last_index(node: ast.AST) -> bool:
+    """``len(loader) - 1``, ``len(loader)``, ``num_batches - 1``: the index (or count) of the last batch."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and isinstance(node.right, ast.Constant):
+        node = node.left
+        if not isinstance(node, ast.Call):
+            return isinstance(node, (ast.Name, ast.Attribute))
+    return isinstance(node, ast.Call) and terminal_name(node.func) == "len"
 
 
 def _binds(loop: ast.AST, name: str) -> bool:
@@ -555,7 +568,7 @@ class Where:
     def _narrowed(base: Runs, every_n: bool, first: Optional[tuple[str, int]]) -> Runs:
         """``base`` under an every-N test, or under a first-batch test (once per pass over the batches)."""
         if first is not None and base.how in (PER_BATCH, PER_SAMPLE, EVERY_N):
-            return Runs(PER_EPOCH, f"the first batch only (`{first[0]}` test, line {first[1]}) of {base.where}")
+            return Runs(PER_EPOCH, f"one batch a pass (the `{first[0]}` test of line {first[1]}) of {base.where}")
         return base.every_n() if every_n else base
 
     def function_runs(self, fn: Union[ast.FunctionDef, ast.AsyncFunctionDef], depth: int = 0) -> Runs:
