@@ -204,7 +204,8 @@ RULES = [
         "T11",
         "data-parallel",
         "nn.DataParallel / data_parallel (one process drives all GPUs)",
-        'DistributedDataParallel: Trainer(strategy="ddp", devices=N) (or the ddp preset)',
+        'DistributedDataParallel, one process per GPU: in Lightning Trainer(strategy="ddp", devices=N) (or the ddp '
+        "preset); in a plain script torchrun --nproc_per_node=N and DDP(model, device_ids=[local_rank])",
         _data_parallel,
         ("DataParallel|data_parallel",),
     ),
