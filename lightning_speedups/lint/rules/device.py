@@ -98,8 +98,10 @@ SYNCHRONIZE = frozenset(
     }
 )
 #: Receivers whose calls need host data: an environment's step, a numpy replay buffer.
-_HOST_CONSUMERS = ("env", "buffer", "replay", "memory", "rb")
-_HOST_METHODS = frozenset({"step", "add", "push", "append", "insert", "store", "extend", "update_priorities"})
+_HOST_CONSUMERS = ("env", "buffer", "replay", "mem", "rb")
+_HOST_METHODS = frozenset(
+    {"step", "add", "push", "append", "insert", "store", "extend", "update_priorities", "update_priority"}
+)
 
 
 def _is_synchronize(ctx: FileContext, call: ast.Call) -> bool:
