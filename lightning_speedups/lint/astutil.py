@@ -159,6 +159,22 @@ def is_const(node: Optional[ast.AST], value: object) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is type(value) and node.value == value
 
 
+def is_format_string(node: ast.AST) -> bool:
+    """A string written in the code, or built from such strings: ``"%s"``, ``f"..."``,
+    ``"%10s" * 2 + "%10.4g" * 5`` (yolov5's progress line)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return is_format_string(node.left) and is_format_string(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return (is_format_string(node.left) and not is_format_string(node.right)) or (
+            is_format_string(node.right) and not is_format_string(node.left)
+        )
+    return False
+
+
 def terminal_name(node: ast.AST) -> str:
     """The last identifier of ``a.b.c`` / ``a.b()`` / ``a``: ``"c"`` / ``"b"`` / ``"a"``."""
     while isinstance(node, ast.Call):

@@ -24,6 +24,7 @@ from lightning_speedups.lint.astutil import (
     TENSOR_ONLY_METHODS,
     TRAINER,
     is_const,
+    is_format_string,
     keyword,
     terminal_name,
 )
@@ -164,7 +165,7 @@ class Classifiers:
         if isinstance(node, ast.Subscript):
             return self.is_tensor(node.value, depth + 1)
         if isinstance(node, ast.BinOp):
-            if isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr)):
+            if isinstance(node.op, ast.Mod) and is_format_string(node.left):
                 return False  # "%s" % x is a string
             return self.is_tensor(node.left, depth + 1) or self.is_tensor(node.right, depth + 1)
         if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
@@ -303,13 +304,9 @@ class Classifiers:
         """Printing ``node`` converts a tensor to text (``x``, ``f"{x}"``, ``"%s" % x``, ``"{}".format(x)``)."""
         if isinstance(node, ast.JoinedStr):
             return any(isinstance(v, ast.FormattedValue) and self.is_tensor(v.value) for v in node.values)
-        if (
-            isinstance(node, ast.BinOp)
-            and isinstance(node.op, ast.Mod)
-            and isinstance(node.left, (ast.Constant, ast.JoinedStr))
-        ):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and is_format_string(node.left):
             right = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
-            return any(self.is_tensor(r) for r in right)
+            return any(self.is_tensor(r.value if isinstance(r, ast.Starred) else r) for r in right)
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)

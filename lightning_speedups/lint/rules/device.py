@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from lightning_speedups.lint.astutil import mentions_step
+from lightning_speedups.lint.astutil import is_format_string, mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 from lightning_speedups.lint.rules.data import loader_batch
@@ -569,14 +569,10 @@ def _formatted(ctx: FileContext, node: ast.AST) -> Optional[ast.AST]:
             if isinstance(v, ast.FormattedValue) and ctx.is_tensor(v.value):
                 return v.value
         return None
-    if (
-        isinstance(node, ast.BinOp)
-        and isinstance(node.op, ast.Mod)
-        and isinstance(node.left, (ast.Constant, ast.JoinedStr))
-    ):
-        if isinstance(node.left, ast.Constant) and not isinstance(node.left.value, str):
-            return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and is_format_string(node.left):
         for r in node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]:
+            if isinstance(r, ast.Starred):
+                r = r.value  # ("%10.4g" * 3) % (*mloss,): each element of a tensor, read one by one
             if ctx.is_tensor(r):
                 return r
         return None
