@@ -221,9 +221,12 @@ def snippet(node: ast.AST, limit: int = 40) -> str:
 
 
 def mentions_step(source: str) -> bool:
-    """The text shows a training step: a step method, a backward, or an optimizer / scaler step."""
+    """The text shows a training step: a step method, a backward, an optimizer / scaler step, or a
+    Lightning hook that runs every training step."""
     if "backward(" in source or "training_step" in source or "validation_step" in source or "scaler(" in source:
         return True
+    if "on_train_batch_" in source or "on_before_optimizer_step" in source or "on_before_zero_grad" in source:
+        return True  # a Lightning hook run every training step (on_before_backward: "backward(" above)
     i = source.find(".step(")
     while i != -1:
         owner = source[max(0, i - 40) : i].lower()

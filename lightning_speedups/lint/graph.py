@@ -374,7 +374,9 @@ class Project:
         step through a caller; the others are never searched for callers by the sync rules."""
         if self._hot is not None:
             return self._hot
-        from lightning_speedups.lint.where import STEP_METHODS
+        from lightning_speedups.lint.where import STEP_METHODS, TRAIN_BATCH_HOOKS
+
+        roots = STEP_METHODS | TRAIN_BATCH_HOOKS
 
         hot: set[ast.AST] = set()
         self._hot = hot
@@ -386,7 +388,7 @@ class Project:
             for defs in ctx.functions.values():
                 for fn in defs:
                     method = isinstance(ctx.parents.get(fn), ast.ClassDef)
-                    if (method and fn.name in STEP_METHODS) or ctx.is_step_function(fn):  # type: ignore[attr-defined]
+                    if (method and fn.name in roots) or ctx.is_step_function(fn):  # type: ignore[attr-defined]
                         if fn not in hot:
                             hot.add(fn)
                             work.append((ctx, fn))

@@ -49,6 +49,18 @@ _ORDER = (PER_SAMPLE, PER_BATCH, EVERY_N, PER_EPOCH, UNKNOWN, ONCE, ON_ERROR)
 
 #: Methods whose body runs once per batch of training (LS201 / LS202 look there).
 STEP_METHODS = frozenset({"training_step", "validation_step"})
+#: Lightning hooks (of a LightningModule or a Callback) that run once per training step.
+TRAIN_BATCH_HOOKS = frozenset(
+    {
+        "on_train_batch_start",
+        "on_train_batch_end",
+        "on_before_backward",
+        "on_after_backward",
+        "on_before_optimizer_step",
+        "on_before_zero_grad",
+        "training_step_end",
+    }
+)
 #: Methods whose body runs once per batch, though not of training.
 _BATCH_METHODS = frozenset({"test_step", "predict_step", "forward", "collate_fn", "collate"})
 _SAMPLE_METHODS = frozenset({"__getitem__", "__getitems__", "__next__"})
@@ -163,7 +175,7 @@ def _every_n_test(test: ast.AST) -> bool:
             return True
         if isinstance(n, ast.Call):
             name = terminal_name(n.func).lower()
-            if "divisible" in name or "every" in name:
+            if "divisible" in name or "every" in name or "freq" in name:  # check_frequency(step)
                 return True
     return False
 
@@ -183,7 +195,9 @@ _INFERENCE_WORDS = (
     "test",
 )
 #: Parts of a counter's name (``batch_idx``, ``batch_nb``, ``i``, ``global_step``, ``n_iter``).
-_COUNTER_PARTS = frozenset({"batch", "idx", "nb", "step", "iter", "iteration", "it", "i", "bi"})
+_COUNTER_PARTS = frozenset(
+    {"batch", "idx", "nb", "step", "steps", "iter", "iters", "iteration", "it", "itr", "niter", "i", "bi", "ni"}
+)
 
 
 def _first_batch_test(test: ast.AST) -> Optional[str]:
@@ -586,6 +600,8 @@ class Where:
         method = isinstance(self.parents.get(fn), ast.ClassDef)  # type: ignore[attr-defined]
         if method and name in STEP_METHODS:
             return Runs(PER_BATCH, name, True)
+        if method and name in TRAIN_BATCH_HOOKS:
+            return Runs(PER_BATCH, f"{name} (a Lightning hook run every training step)", True)
         if method and name in _BATCH_METHODS:
             return Runs(PER_BATCH, name)
         if method and name in _SAMPLE_METHODS:
