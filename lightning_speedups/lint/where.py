@@ -186,6 +186,8 @@ _INFERENCE_WORDS = (
     "predict",
     "infer",
     "visual",
+    "fid",
+    "extract",
     "demo",
     "valid",
     "export",
