@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Optional
 
 from lightning_speedups.lint.astutil import is_format_string, mentions_step
@@ -446,13 +446,16 @@ def _read_of_visible_tensor(ctx: FileContext, node: ast.AST) -> bool:
     receiver = node.func.value
     if ctx.is_tensor(receiver) or _tensor_guarded(ctx, node):  # under `if isinstance(v, torch.Tensor):`
         return True
-    while isinstance(receiver, (ast.Attribute, ast.Subscript)) or (
-        isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute)
-    ):
-        receiver = receiver.func.value if isinstance(receiver, ast.Call) else receiver.value  # type: ignore[union-attr]
+    while True:  # the name the receiver starts from: `targets[:, 2:6].T` -> targets
+        if isinstance(receiver, (ast.Attribute, ast.Subscript)):
+            receiver = receiver.value
+        elif isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+            receiver = receiver.func.value
+        else:
+            break
     if not isinstance(receiver, ast.Name):
         return False
-    prior = ctx.bindings_before(receiver)
+    prior = ctx.bindings_before(receiver) or []
     return bool(prior) and all(b.kind == "param" for b in prior) and _passes_tensor(ctx, node)
 
 
@@ -466,18 +469,24 @@ def _sync_in_helper(ctx: FileContext) -> Iterator[Hit]:
             yield Hit(node, f"{message} on every batch: the step that calls it is at {r.via}")
 
 
-def _synchronize_in_step(ctx: FileContext) -> Iterator[Hit]:
+def _per_step_calls(ctx: FileContext, matches: Callable[[ast.Call], bool], says: str) -> Iterator[Hit]:
+    """The calls ``matches`` picks on a line that runs once per training step (not every N steps, not in an
+    ``except`` block: an out-of-memory retry), outside benchmark / profiling / debugging code."""
     for call in ctx.calls:
-        if not _is_synchronize(ctx, call):
+        if not matches(call):
             continue
         r = ctx.hot_runs(call)
         if r is None or ctx.is_exempt(call, _TIMING_WORDS):
             continue
-        yield Hit(
-            call,
-            f"{snippet(call.func, 40)}() in {r.where} waits for every queued kernel on every batch "
-            "(the host can no longer run ahead of the GPU)",
-        )
+        yield Hit(call, f"{snippet(call.func, 40)}() in {r.where} {says}")
+
+
+def _synchronize_in_step(ctx: FileContext) -> Iterator[Hit]:
+    yield from _per_step_calls(
+        ctx,
+        lambda call: _is_synchronize(ctx, call),
+        "waits for every queued kernel on every batch (the host can no longer run ahead of the GPU)",
+    )
 
 
 _TIMING_WORDS = ("bench", "profil", "debug")
@@ -488,17 +497,12 @@ EMPTY_CACHE = frozenset(
 
 
 def _empty_cache_in_step(ctx: FileContext) -> Iterator[Hit]:
-    for call in ctx.calls:
-        if ctx.call_name(call) not in EMPTY_CACHE:
-            continue
-        r = ctx.hot_runs(call)  # None in an except block (an out-of-memory retry) and every N steps
-        if r is None or ctx.is_exempt(call, _TIMING_WORDS):
-            continue
-        yield Hit(
-            call,
-            f"{snippet(call.func, 40)}() in {r.where} hands the allocator's cached blocks back to the driver on "
-            "every batch: freeing them waits for the device, and the next step allocates them again",
-        )
+    yield from _per_step_calls(
+        ctx,
+        lambda call: ctx.call_name(call) in EMPTY_CACHE,
+        "hands the allocator's cached blocks back to the driver on every batch: freeing them waits for the "
+        "device, and the next step allocates them again",
+    )
 
 
 #: Logging calls that format their arguments: ``logger.info("loss %s", loss)``.
