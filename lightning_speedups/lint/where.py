@@ -196,6 +196,8 @@ _INFERENCE_WORDS = (
     "zero_shot",
     "test",
 )
+#: Words that make ``range(<...epoch...>)`` a count of steps within an epoch (``epoch_iters``, ``steps_per_epoch``).
+_STEP_COUNT_WORDS = frozenset({"iter", "iters", "iterations", "step", "steps", "batch", "batches", "per"})
 #: Parts of a counter's name (``batch_idx``, ``batch_nb``, ``i``, ``global_step``, ``n_iter``).
 _COUNTER_PARTS = frozenset(
     {"batch", "idx", "nb", "step", "steps", "iter", "iters", "iteration", "it", "itr", "niter", "i", "bi", "ni"}
@@ -418,7 +420,11 @@ class Where:
             # `while step < max_steps and it.epoch < epochs:` counts steps: a step loop with an epoch cap
             test = _text(loop.test)
             return "epoch" in test and "step" not in test and "iter" not in test
-        return "epoch" in _text(loop.target) or "epoch" in _text(loop.iter)  # type: ignore[attr-defined]
+        if "epoch" in _text(loop.target):  # type: ignore[attr-defined]
+            return True
+        # `range(epochs)` counts epochs; `range(cfg.epoch_iters)` / `range(steps_per_epoch)` counts steps in one
+        words = _words(_text(loop.iter))  # type: ignore[attr-defined]
+        return any("epoch" in w for w in words) and not any(w in _STEP_COUNT_WORDS for w in words)
 
     @staticmethod
     def is_batch_loop(loop: ast.AST) -> bool:
