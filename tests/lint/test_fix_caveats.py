@@ -1,5 +1,6 @@
 """Fix texts that depend on context say so: a loader with a collate_fn (an object of another class is
-pinned only if it defines pin_memory()), a gradient dropped instead of zeroed (readers must skip None)."""
+pinned only if it defines pin_memory()), workers for a loader built at module level (the main guard), DDP
+for a batch-wide loss (gather the features), a gradient dropped instead of zeroed (readers must skip None)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,40 @@ x = batch.cuda()
 def test_loader_with_a_collate_fn_names_what_pinning_needs():
     fixes = {f.line: f.fix for f in lint_source(LOADERS, select=["LS103"])}
     assert set(fixes) == {6, 7, 8}
-    assert fixes[6] == fixes[8] == "pin_memory=True (only when training on a GPU)"
+    assert fixes[6] == fixes[8] and fixes[6].startswith("pin_memory=True (only when training on a GPU)")
+    assert all("non_blocking=True" in fix for fix in fixes.values())  # pinning pays with a non-blocking copy
     assert "collate_fn=utils.collate_fn" in fixes[7] and "defines pin_memory()" in fixes[7]
+
+
+SCRIPT_LOADERS = """import torch
+
+train_loader = torch.utils.data.DataLoader(train_set, batch_size=100, shuffle=True)
+
+
+def make_loader(ds):
+    return torch.utils.data.DataLoader(ds, batch_size=100)
+
+
+if __name__ == "__main__":
+    test_loader = torch.utils.data.DataLoader(test_set, batch_size=100)
+    print([x.cuda().sum() for x, _ in test_loader])
+for images, labels in train_loader:
+    images = images.cuda()
+"""
+
+
+def test_workers_for_a_loader_built_at_module_level_need_the_main_guard():
+    # a tutorial script without `if __name__ == "__main__":`: spawned workers would import it again
+    fixes = {f.line: f.fix for f in lint_source(SCRIPT_LOADERS, select=["LS102"])}
+    assert set(fixes) == {3, 7, 11}
+    assert '`if __name__ == "__main__":`' in fixes[3] and "spawn" in fixes[3]
+    assert "__main__" not in fixes[7] and "__main__" not in fixes[11]
+
+
+def test_ddp_fix_says_a_batch_wide_loss_needs_gathered_features():
+    (finding,) = lint_source("import torch\nmodel = torch.nn.DataParallel(model)\n", select=["LS301"])
+    assert "torchrun" in finding.fix and 'Trainer(strategy="ddp"' in finding.fix
+    assert "all_gather" in finding.fix  # a contrastive loss over the whole batch must stay the same
 
 
 FP16_ZERO_GRAD = """\

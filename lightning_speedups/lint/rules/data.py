@@ -220,7 +220,14 @@ def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
             continue
         if _quiet_loader(ctx, call):
             continue
-        yield Hit(call, text)
+        fix = None
+        if ctx.enclosing_function(call) is None and ctx.runs(call).where != "the script's main block":
+            fix = (
+                "num_workers=4 (about 4 per GPU, at most the CPUs you have) and persistent_workers=True, once the "
+                'script runs under `if __name__ == "__main__":` (it builds the loader at module level; workers '
+                "started by spawn, the default on Windows and macOS, import the script again)"
+            )
+        yield Hit(call, text, fix)
 
 
 def _pin_state(call: ast.Call) -> Optional[str]:
@@ -246,7 +253,8 @@ def _loader_pin_memory(ctx: FileContext) -> Iterator[Hit]:
             # the loader pins tensors and lists / tuples / dicts of them; an object of another class
             # (DETR's NestedTensor) only if it has a pin_memory() method: the fix depends on the batch
             fix = (
-                f"pin_memory=True (only when training on a GPU); the batches come from "
+                f"pin_memory=True (only when training on a GPU), copied with .to(device, non_blocking=True); the "
+                f"batches come from "
                 f"collate_fn={snippet(collate.value)}: tensors and lists / tuples / dicts of them are pinned, an "
                 "object of another class only if it defines pin_memory() (give it one, or only its plain "
                 "tensors gain)"
@@ -452,7 +460,8 @@ RULES = [
         "T03",
         "loader-no-pin-memory",
         "DataLoader without pin_memory=True in a file that moves batches to CUDA",
-        "pin_memory=True (only when training on a GPU)",
+        "pin_memory=True (only when training on a GPU), and copy the batches with .to(device, non_blocking=True) "
+        "(Lightning does): a pinned batch then crosses while the GPU computes",
         _loader_pin_memory,
         ("DataLoader",),
     ),

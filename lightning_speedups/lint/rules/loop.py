@@ -205,7 +205,9 @@ RULES = [
         "data-parallel",
         "nn.DataParallel / data_parallel (one process drives all GPUs)",
         'DistributedDataParallel, one process per GPU: in Lightning Trainer(strategy="ddp", devices=N) (or the ddp '
-        "preset); in a plain script torchrun --nproc_per_node=N and DDP(model, device_ids=[local_rank])",
+        "preset); in a plain script torchrun --nproc_per_node=N and DDP(model, device_ids=[local_rank]). A loss "
+        "over the whole batch (contrastive, batch statistics) then sees one rank's slice: gather the features "
+        "across ranks (torch.distributed.nn.all_gather) to keep it the same",
         _data_parallel,
         ("DataParallel|data_parallel",),
     ),
