@@ -182,7 +182,7 @@ def lint_tree(
                 )
             )
     findings = sorted(found, key=lambda f: (f.line, f.col, f.code))
-    if noqa:
+    if noqa and findings:  # the comments are read (a tokenize pass) only where there is something to suppress
         table = _noqa_lines(source)
         findings = [f for f in findings if not _suppressed(f, table)]
     return findings
