@@ -82,6 +82,7 @@ LINT_SEVERITY = {
     "LS205": "medium",  # an explicit device synchronize in the step
     "LS206": "medium",  # a host read in a helper the step calls
     "LS207": "medium",  # torch.cuda.empty_cache() in the step
+    "LS208": "medium",  # self.log(..., sync_dist=True) every step
 }
 
 

@@ -80,7 +80,7 @@ TIP = Tip(
         SyncGuard,
         SyncWatcher,
     ),
-    lint_rules=("LS201", "LS202", "LS204", "LS205", "LS206", "LS207"),
+    lint_rules=("LS201", "LS202", "LS204", "LS205", "LS206", "LS207", "LS208"),
     not_timed="a check or lint rule (doctor / lint), nothing to time",
     suite=(SuiteCase("count", settings={"monitors.sync_guard": "count"}, kinds=()),),
 )

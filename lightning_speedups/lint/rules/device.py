@@ -505,6 +505,38 @@ def _empty_cache_in_step(ctx: FileContext) -> Iterator[Hit]:
     )
 
 
+#: Where ``self.log`` logs every step by default (``on_step=True``): the training step and its hooks.
+_ON_STEP_DEFAULT = frozenset({"training_step", "on_train_batch_end", "on_train_batch_start", "training_step_end"})
+
+
+def _sync_dist_per_step(ctx: FileContext) -> Iterator[Hit]:
+    for call in ctx.calls:
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr in ("log", "log_dict")):
+            continue
+        if not (isinstance(func.value, ast.Name) and func.value.id in ("self", "pl_module")):
+            continue
+        kw = keyword(call, "sync_dist")
+        if kw is None or not is_const(kw.value, True):
+            continue
+        fn = ctx.enclosing_function(call)
+        on_step = keyword(call, "on_step")
+        if on_step is not None:
+            every_step = not is_const(on_step.value, False)
+        else:  # Lightning's default: on_step=True in the training step, False in validation / test
+            every_step = isinstance(fn, DEF_TYPES) and fn.name in _ON_STEP_DEFAULT  # type: ignore[union-attr]
+        if not every_step:
+            continue  # reduced once, when the epoch's value is computed
+        r = ctx.hot_runs(call)
+        if r is None:
+            continue
+        yield Hit(
+            call,
+            f"self.{func.attr}(..., sync_dist=True) in {r.where} reduces the value across processes on every step "
+            "(a collective the ranks wait for, under DDP / FSDP)",
+        )
+
+
 #: Logging calls that format their arguments: ``logger.info("loss %s", loss)``.
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
 
@@ -1243,6 +1275,17 @@ RULES = [
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and empty the cache at most once, after evaluation",
         _empty_cache_in_step,
         ("empty_cache",),
+    ),
+    Rule(
+        "LS208",
+        "T08",
+        "sync-dist-per-step",
+        "self.log(..., sync_dist=True) logged every step (in training_step, where on_step=True is the default): "
+        "an all-reduce every step under DDP / FSDP",
+        "log the per-step value without sync_dist (each rank's own; rank 0's reaches the logger), or log it with "
+        "on_step=False, on_epoch=True so it is reduced once per epoch",
+        _sync_dist_per_step,
+        ("sync_dist",),
     ),
     Rule(
         "LS206",
