@@ -72,7 +72,7 @@ _ONCE_NAMES = frozenset(
 _ONCE_PREFIXES = ("build_", "_build_", "setup_", "_setup_", "init_", "_init_", "create_model", "get_model", "load_")
 _EXIT_CALLS = frozenset({"exit", "quit", "_exit", "abort"})
 #: Parts of a name (split at "_", "." and other punctuation) that make a loop a loop over batches.
-_LOADER_PARTS = frozenset({"loader", "loaders", "dataloader", "batch", "batches", "dl", "dls"})
+_LOADER_PARTS = frozenset({"loader", "loaders", "dataloader", "dataloaders", "batch", "batches", "dl", "dls"})
 
 
 def _words(text: str) -> list[str]:
