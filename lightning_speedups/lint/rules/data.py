@@ -134,7 +134,14 @@ def _in_memory_elsewhere(ctx: FileContext, call: Optional[ast.Call]) -> bool:
 
 def _loader_uses(ctx: FileContext, call: ast.Call) -> Optional[list[ast.AST]]:
     """The reads of the name (or ``self.<attr>``) the loader is assigned to, in this file; ``None`` when
-    it is not assigned to one."""
+    it is not assigned to one. Remembered per loader: LS102 and LS103 both ask, for every loader of the file."""
+    memo: dict = ctx.__dict__.setdefault("_loader_uses", {})
+    if call not in memo:
+        memo[call] = _find_loader_uses(ctx, call)
+    return memo[call]  # type: ignore[no-any-return]
+
+
+def _find_loader_uses(ctx: FileContext, call: ast.Call) -> Optional[list[ast.AST]]:
     parent = ctx.parents.get(call)
     if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1):
         return None
@@ -325,49 +332,38 @@ def _target_names(target: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
-def _batch_source(ctx: FileContext, name: ast.Name, call: ast.Call, hops: int = 0) -> Optional[ast.Call]:
-    """If ``name`` is (unpacked from) the target of a ``for ... in <unpinned loader>`` loop, that loader."""
+def _batch_loop(ctx: FileContext, name: ast.Name, at: ast.Call, hops: int = 0) -> Optional[ast.AST]:
+    """The ``for`` loop around ``at`` whose target is ``name`` (or holds the one name ``name`` was unpacked
+    from in the loop: ``x, y = batch``), not rebound in the loop before ``at``: where the batch comes from."""
     scope = ctx.scope_of(name)
-    for anc, child in ctx.ancestors(call):
+    for anc, child in ctx.ancestors(at):
         if anc is scope:
             return None
         if not isinstance(anc, (ast.For, ast.AsyncFor)) or not any(child is s for s in anc.body):
             continue
-        later = [b for b in ctx.bindings(scope).get(name.id, ()) if anc.lineno < b.line < call.lineno]
+        later = [b for b in ctx.bindings(scope).get(name.id, ()) if anc.lineno < b.line < at.lineno]
         if name.id in _target_names(anc.target):
-            if later:
-                return None  # rebound inside the loop before the copy: cannot tell
-            return _unpinned_loader(ctx, _unwrap_iter(anc.iter), call)
+            return None if later else anc  # rebound inside the loop before `at`: cannot tell
         if hops == 0 and len(later) == 1 and later[0].kind in ("value", "unpack") and later[0].value is not None:
             root = _root_name(later[0].value)
             if root is not None and root.id in _target_names(anc.target):
-                return _batch_source(ctx, root, call, hops + 1)
+                return _batch_loop(ctx, root, at, hops + 1)
     return None
 
 
-def loader_batch(ctx: FileContext, name: ast.Name, at: ast.Call, hops: int = 0) -> bool:
+def _batch_source(ctx: FileContext, name: ast.Name, call: ast.Call) -> Optional[ast.Call]:
+    """If ``name`` is (unpacked from) the target of a ``for ... in <unpinned loader>`` loop, that loader."""
+    loop = _batch_loop(ctx, name, call)
+    return _unpinned_loader(ctx, _unwrap_iter(loop.iter), call) if loop is not None else None  # type: ignore[attr-defined]
+
+
+def loader_batch(ctx: FileContext, name: ast.Name, at: ast.Call) -> bool:
     """``name`` is (a part of) the target of a ``for ... in <DataLoader>`` loop around ``at``, not
     rebound in the loop before it: a batch as the loader made it, on the host. Only a plain
     ``DataLoader(...)`` of this file without a ``collate_fn`` (a collate function may move the batch),
     whose dataset is not a class of this file that mentions a device (a dataset kept on the GPU)."""
-    scope = ctx.scope_of(name)
-    for anc, child in ctx.ancestors(at):
-        if anc is scope:
-            return False
-        if not isinstance(anc, (ast.For, ast.AsyncFor)) or not any(child is s for s in anc.body):
-            continue
-        later = [b for b in ctx.bindings(scope).get(name.id, ()) if anc.lineno < b.line < at.lineno]
-        if name.id not in _target_names(anc.target):
-            # x, y = batch: unpacked from the loop's target, once
-            if hops == 0 and len(later) == 1 and later[0].kind in ("value", "unpack") and later[0].value is not None:
-                root = _root_name(later[0].value)
-                if root is not None and root.id in _target_names(anc.target):
-                    return _target_loop_is_host(ctx, anc, at)
-            continue
-        if later:
-            return False  # rebound inside the loop before the read
-        return _target_loop_is_host(ctx, anc, at)
-    return False
+    loop = _batch_loop(ctx, name, at)
+    return loop is not None and _target_loop_is_host(ctx, loop, at)
 
 
 def _target_loop_is_host(ctx: FileContext, anc: ast.AST, at: ast.Call) -> bool:
