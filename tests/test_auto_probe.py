@@ -100,6 +100,19 @@ def probe(clock, **kw) -> AutoProbe:
     return AutoProbe(clock=clock, max_fraction=None, **kw)
 
 
+def plain_and_probed(model_cls, part):
+    """The same seeded model fitted for one epoch without the probe and with it (``part`` leaving its
+    decision to it), on a clock where no candidate is faster: ``(plain, probed, the probe)``."""
+    pl.seed_everything(7)
+    plain = model_cls()
+    quiet_trainer(max_epochs=1).fit(plain)
+    pl.seed_everything(7)
+    probed = model_cls()
+    auto = probe(StateClock(lambda: 0.001))
+    quiet_trainer(max_epochs=1, callbacks=[part, auto]).fit(probed)
+    return plain, probed, auto
+
+
 def test_a_probe_that_keeps_nothing_leaves_the_run_exactly_as_a_run_without_it():
     plain, _ = fit([])
     flat = StateClock(lambda: 0.001)  # every candidate costs the same: nothing is faster
@@ -165,13 +178,7 @@ def test_dropout_model_without_gain_is_step_for_step_equal_with_momentum_adam():
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters(), lr=1e-3)
 
-    pl.seed_everything(7)
-    plain = AdamNet()
-    quiet_trainer(max_epochs=1).fit(plain)
-    pl.seed_everything(7)
-    probed = AdamNet()
-    auto = probe(StateClock(lambda: 0.001))
-    quiet_trainer(max_epochs=1, callbacks=[FusedOptimizer("auto"), auto]).fit(probed)
+    plain, probed, auto = plain_and_probed(AdamNet, FusedOptimizer("auto"))
     assert not auto.result.skipped
     assert probed.losses == plain.losses
 
@@ -330,13 +337,7 @@ def test_a_training_step_that_changes_its_batch_in_place_finds_it_as_the_loader_
             batch[0].mul_(0.5)  # a user's in-place normalisation
             return super().training_step(batch, batch_idx)
 
-    pl.seed_everything(7)
-    plain = InPlace()
-    quiet_trainer(max_epochs=1).fit(plain)
-    pl.seed_everything(7)
-    probed = InPlace()
-    auto = probe(StateClock(lambda: 0.001))
-    quiet_trainer(max_epochs=1, callbacks=[ChannelsLast(auto=True), auto]).fit(probed)
+    plain, probed, auto = plain_and_probed(InPlace, ChannelsLast(auto=True))
     assert not auto.result.skipped and auto.result.steps > 20
     assert probed.losses == plain.losses
 
