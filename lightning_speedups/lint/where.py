@@ -241,6 +241,11 @@ def _last_index(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and terminal_name(node.func) == "len"
 
 
+def _is_main_test(test: ast.AST) -> bool:
+    """``__name__ == "__main__"``: the script's main guard."""
+    return _text(test).replace(" ", "") in ('__name__=="__main__"', "__name__=='__main__'")
+
+
 def _binds(loop: ast.AST, name: str) -> bool:
     """The loop's target binds ``name``."""
     target = getattr(loop, "target", None)
@@ -567,10 +572,7 @@ class Where:
                 return self._narrowed(self.function_runs(anc, depth), every_n, first)
             if isinstance(anc, ast.ClassDef):
                 return Runs(ONCE, "a class body")
-            if isinstance(anc, ast.If) and _text(anc.test).replace(" ", "") in (
-                '__name__=="__main__"',
-                "__name__=='__main__'",
-            ):
+            if isinstance(anc, ast.If) and _is_main_test(anc.test):
                 return Runs(ONCE, "the script's main block")
         return Runs(ONCE, "module level")
 
@@ -712,6 +714,13 @@ class Where:
         if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
             return True
         return any(p in ("tests", "test") for p in parts[:-1])
+
+    def under_main_guard(self, node: ast.AST) -> bool:
+        """``node`` is in the body of ``if __name__ == "__main__":``."""
+        return any(
+            isinstance(anc, ast.If) and any(child is s for s in anc.body) and _is_main_test(anc.test)
+            for anc, child in self.ancestors(node)  # type: ignore[attr-defined]
+        )
 
     def for_inference(self, node: ast.AST) -> bool:
         """``node`` is in an evaluation / prediction / visualisation script (by the file's name) that shows

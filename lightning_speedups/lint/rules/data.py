@@ -228,7 +228,7 @@ def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
         if _quiet_loader(ctx, call):
             continue
         fix = None
-        if ctx.enclosing_function(call) is None and ctx.runs(call).where != "the script's main block":
+        if ctx.enclosing_function(call) is None and not ctx.under_main_guard(call):
             fix = (
                 "num_workers=4 (about 4 per GPU, at most the CPUs you have) and persistent_workers=True, once the "
                 'script runs under `if __name__ == "__main__":` (it builds the loader at module level; workers '
