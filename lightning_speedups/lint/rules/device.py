@@ -10,7 +10,7 @@ from lightning_speedups.lint.astutil import is_format_string, mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 from lightning_speedups.lint.rules.data import loader_batch
-from lightning_speedups.lint.where import STEP_METHODS, UNKNOWN, Runs, _is_step_call
+from lightning_speedups.lint.where import STEP_METHODS, TRAIN_BATCH_HOOKS, UNKNOWN, Runs, _is_step_call
 
 SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
 #: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
@@ -505,8 +505,10 @@ def _empty_cache_in_step(ctx: FileContext) -> Iterator[Hit]:
     )
 
 
-#: Where ``self.log`` logs every step by default (``on_step=True``): the training step and its hooks.
-_ON_STEP_DEFAULT = frozenset({"training_step", "on_train_batch_end", "on_train_batch_start", "training_step_end"})
+#: Where ``self.log`` logs every step by default (``on_step=True``): the training step and the hooks that run
+#: with it (Lightning's ``_FxValidator``: on_train_batch_*, on_before / after_backward, on_before_optimizer_step,
+#: on_before_zero_grad), the same hooks the frequency analysis knows as per training step.
+_ON_STEP_DEFAULT = frozenset({"training_step"}) | TRAIN_BATCH_HOOKS
 
 
 def _sync_dist_per_step(ctx: FileContext) -> Iterator[Hit]:
