@@ -203,6 +203,9 @@ def _quiet_loader(ctx: FileContext, call: ast.Call) -> bool:
     return _one_batch_reads(ctx, call) or _unread(ctx, call)
 
 
+_WORKERS_FIX = "num_workers=4 (about 4 per GPU, at most the CPUs you have) and persistent_workers=True"
+
+
 def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
     if not ctx.mentions_cuda:
         return
@@ -230,7 +233,7 @@ def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
         fix = None
         if ctx.enclosing_function(call) is None and not ctx.under_main_guard(call):
             fix = (
-                "num_workers=4 (about 4 per GPU, at most the CPUs you have) and persistent_workers=True, once the "
+                f"{_WORKERS_FIX}, once the "
                 'script runs under `if __name__ == "__main__":` (it builds the loader at module level; workers '
                 "started by spawn, the default on Windows and macOS, import the script again)"
             )
@@ -447,7 +450,7 @@ RULES = [
         "T02",
         "loader-no-workers",
         "DataLoader without num_workers, or with num_workers=0, in a file that moves batches to CUDA",
-        "num_workers=4 (about 4 per GPU, at most the CPUs you have) and persistent_workers=True",
+        _WORKERS_FIX,
         _loader_workers,
         ("DataLoader",),
     ),
