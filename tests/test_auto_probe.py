@@ -382,3 +382,35 @@ def test_every_process_runs_the_rounds_the_calibration_agreed_on():
     assert not mine.skipped and mine.rounds == 5
     theirs = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), max_seconds=1.0, agree=lambda step_s: 0.5)
     assert theirs.skipped and theirs.step_s == 0.5 and theirs.rounds == 0
+
+
+def test_ranks_whose_clocks_disagree_run_the_same_steps():
+    """On a busy machine each rank's clock tells its own story: rank zero's steady steps would settle the
+    calibration at 3 and fit 5 rounds, another rank's falling then stalling steps would calibrate 8 steps
+    and cut the rounds short. Every such decision goes through `agree`, so that rank runs exactly rank
+    zero's steps (under DDP / FSDP each step is a collective: one step more is a hang)."""
+
+    def rank(costs, agree):
+        now, calls = [0.0], [0]
+
+        def step(options):
+            calls[0] += 1
+            now[0] += costs(calls[0])
+
+        axis = Axis("x", "A", [Option("b", lambda: None, lambda: None)], lambda o, why: None)
+        result = run_probe(step, [axis], timeline=Timeline(clock=lambda: now[0]), max_seconds=1.0, agree=agree)
+        return result, calls[0]
+
+    said: list = []
+    zero, zero_calls = rank(lambda n: 0.001, lambda v: said.append(v) or v)
+    assert zero.calibration_steps == 3 and zero.rounds == 5
+
+    def busy(n):  # halving for the calibration's 8 steps (never settled), then stalls of 50 ms a step
+        return 0.02 * 0.5**n if n <= 8 else 0.05
+
+    alone, alone_calls = rank(busy, None)
+    assert alone.calibration_steps == 8 and alone.rounds < 5  # what this rank would do by itself
+    replay = iter(said)
+    other, other_calls = rank(busy, lambda v: next(replay))
+    assert other_calls == zero_calls and other.calibration_steps == 3 and other.rounds == 5
+    assert next(replay, None) is None  # it asked exactly what rank zero told

@@ -166,9 +166,10 @@ def run_probe(
         max_fraction: the largest share of the planned run (``planned_steps`` x the step time) the rounds
             may cost; a run too short to repay them skips the probe.
         wall: the host clock for the probe's own cost (default: the timeline's clock).
-        agree: makes several processes agree on a value (``strategy.broadcast``): the calibration figures
-            that decide how many rounds run go through it, so every rank runs the same steps (their
-            collectives stay in step).
+        agree: makes several processes agree on a value (``strategy.broadcast``): whatever a rank's own
+            clock would decide about how many steps run (the calibration's end, its figures, a stalled
+            round's cut) goes through it, so every rank runs the same steps and their collectives stay in
+            step.
     """
     if rounds < MIN_ROUNDS or steps < 1 or warmup < 0:
         raise ValueError(
@@ -212,7 +213,12 @@ def run_probe(
         result.steps += 1
         times.append(timeline.seconds(a, b))
         fastest = min(times)
-        if len(times) >= 3 and all(t <= 1.2 * fastest for t in times[-2:]):
+        settled = len(times) >= 3 and all(t <= 1.2 * fastest for t in times[-2:])
+        # each rank's clock says something else on a busy machine: rank zero decides, or a rank that stops
+        # early leaves the others waiting in the next step's collective
+        if agree is not None:
+            settled = agree(settled)
+        if settled:
             break
     base_step = min(times)
     result.calibration_steps = result.steps
@@ -247,9 +253,13 @@ def run_probe(
     for r in range(rounds):
         # a machine that stalls makes rounds dearer than the calibration said: no round starts that would end
         # past the budget (three always run)
-        if r >= MIN_ROUNDS and (wall() - started) * (r + 1) / r > min(budget, share):
-            rounds = r
-            break
+        if r >= MIN_ROUNDS:
+            stalled = (wall() - started) * (r + 1) / r > min(budget, share)
+            if agree is not None:
+                stalled = agree(stalled)
+            if stalled:
+                rounds = r
+                break
         shift = r % len(variants)
         for key, active in variants[shift:] + variants[:shift]:
             with _applied(active):
