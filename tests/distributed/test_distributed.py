@@ -8,6 +8,8 @@
   static graph off when the run accumulates, and then matches one process.
 - 2 nodes x 1 process (two torchrun agents): both ranks train, `effective_batch_size` counts every
   rank of every node, parameters are equal across ranks, the run resumes exactly.
+- the start-up probe under DDP with a clock per rank that disagrees: every rank runs rank zero's steps
+  (a rank that calibrated longer by its own clock hung the others in a collective).
 - a rank that fails stops the others at once, with its error in the message.
 """
 
@@ -127,6 +129,16 @@ def test_two_nodes_train_with_the_effective_batch_over_every_rank(multinode):
         assert r["resumed"]["losses"] == run["losses"][4:] and r["resumed"]["params"] == run["params"]
         assert "1 process(es) per node" in r["workers"]["reason"]
     assert rank0["straight"]["params"] == rank1["straight"]["params"]
+
+
+def test_ranks_whose_clocks_disagree_probe_the_same_steps(tmp_path):
+    """Under DDP each probe step is an all-reduce: a rank that calibrates longer than rank zero because its
+    own clock says so would leave the other waiting in a collective until the time limit."""
+    rank0, rank1 = run_workers("probe_clocks", tmp_path, timeout=120)
+    for r in (rank0, rank1):
+        assert r["global_step"] == 4 and r["calibration_steps"] == 3 and not r["skipped"]
+    assert rank0["probe_steps"] == rank1["probe_steps"] and rank0["rounds"] == rank1["rounds"] >= 3
+    assert rank0["params"] == rank1["params"]
 
 
 def test_a_failing_rank_stops_the_others_with_its_error(tmp_path):

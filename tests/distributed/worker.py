@@ -150,6 +150,36 @@ def scenario_multinode(out: Path) -> dict[str, Any]:
     return res
 
 
+def scenario_probe_clocks(out: Path) -> dict[str, Any]:
+    """The start-up probe under DDP with a clock per rank that disagrees: rank zero's steps are steady
+    (its calibration settles at 3 steps), rank one's keep halving (by itself it would calibrate 8)."""
+    from lightning_speedups.callbacks import AutoProbe, FusedOptimizer
+
+    calls = [0]
+
+    def clock() -> float:
+        calls[0] += 1
+        steady = 0.001 * calls[0]
+        if RANK == 0 or calls[0] > 40:
+            return steady
+        return 0.04 - 0.04 * 0.5 ** calls[0]  # every step half the one before: never settled
+
+    probe = AutoProbe(max_seconds=1e6, max_fraction=None, clock=clock)
+    model = TinyBlocks(n=32)
+    t = trainer({"strategy": "ddp"}, [FusedOptimizer("auto"), probe], 1)
+    t.fit(model)
+    result = probe.result
+    assert result is not None
+    return {
+        "probe_steps": result.steps,
+        "calibration_steps": result.calibration_steps,
+        "rounds": result.rounds,
+        "skipped": result.skipped,
+        "global_step": t.global_step,
+        "params": named_params(model),
+    }
+
+
 def main() -> None:
     scenario, out = sys.argv[1], Path(sys.argv[2])
     result = globals()[f"scenario_{scenario}"](out)
