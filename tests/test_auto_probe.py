@@ -408,7 +408,7 @@ def test_ranks_whose_clocks_disagree_run_the_same_steps():
     def busy(n):  # halving for the calibration's 8 steps (never settled), then stalls of 50 ms a step
         return 0.02 * 0.5**n if n <= 8 else 0.05
 
-    alone, alone_calls = rank(busy, None)
+    alone, _ = rank(busy, None)
     assert alone.calibration_steps == 8 and alone.rounds < 5  # what this rank would do by itself
     replay = iter(said)
     other, other_calls = rank(busy, lambda v: next(replay))

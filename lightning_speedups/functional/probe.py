@@ -177,6 +177,7 @@ def run_probe(
         )
     timeline = timeline or Timeline()
     wall = wall or timeline.clock
+    agreed: Callable[[Any], Any] = agree if agree is not None else _as_is
     result = ProbeResult()
     t0 = wall()
     options = [(axis, option) for axis in axes for option in axis.options]
@@ -213,17 +214,12 @@ def run_probe(
         result.steps += 1
         times.append(timeline.seconds(a, b))
         fastest = min(times)
-        settled = len(times) >= 3 and all(t <= 1.2 * fastest for t in times[-2:])
         # each rank's clock says something else on a busy machine: rank zero decides, or a rank that stops
         # early leaves the others waiting in the next step's collective
-        if agree is not None:
-            settled = agree(settled)
-        if settled:
+        if agreed(len(times) >= 3 and all(t <= 1.2 * fastest for t in times[-2:])):
             break
-    base_step = min(times)
+    base_step = agreed(min(times))
     result.calibration_steps = result.steps
-    if agree is not None:
-        base_step = agree(base_step)
     result.step_s = base_step
     per_round = (len(options) + 2) * (warmup + steps) * base_step
     budget = max_seconds if max_seconds is not None else float("inf")
@@ -253,13 +249,9 @@ def run_probe(
     for r in range(rounds):
         # a machine that stalls makes rounds dearer than the calibration said: no round starts that would end
         # past the budget (three always run)
-        if r >= MIN_ROUNDS:
-            stalled = (wall() - started) * (r + 1) / r > min(budget, share)
-            if agree is not None:
-                stalled = agree(stalled)
-            if stalled:
-                rounds = r
-                break
+        if r >= MIN_ROUNDS and agreed((wall() - started) * (r + 1) / r > min(budget, share)):
+            rounds = r
+            break
         shift = r % len(variants)
         for key, active in variants[shift:] + variants[:shift]:
             with _applied(active):
@@ -289,6 +281,11 @@ def run_probe(
             result.decisions[axis.name] = (best[1].label, reason)
     result.seconds = wall() - t0
     return result
+
+
+def _as_is(value: Any) -> Any:
+    """One process agrees with itself."""
+    return value
 
 
 def unprobed(axes: Sequence[Axis], why: str) -> dict[str, tuple[str, str]]:

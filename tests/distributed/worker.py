@@ -159,9 +159,8 @@ def scenario_probe_clocks(out: Path) -> dict[str, Any]:
 
     def clock() -> float:
         calls[0] += 1
-        steady = 0.001 * calls[0]
         if RANK == 0 or calls[0] > 40:
-            return steady
+            return 0.001 * calls[0]  # steady
         return 0.04 - 0.04 * 0.5 ** calls[0]  # every step half the one before: never settled
 
     probe = AutoProbe(max_seconds=1e6, max_fraction=None, clock=clock)
