@@ -175,6 +175,21 @@ def is_format_string(node: ast.AST) -> bool:
     return False
 
 
+def is_string_format(node: ast.AST) -> bool:
+    """``f"..."``, ``"..." % x`` or ``"...".format(x)``: a string expression that formats values."""
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, ast.Mod) and is_format_string(node.left)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and isinstance(node.func.value, ast.Constant)
+        and isinstance(node.func.value.value, str)
+    )
+
+
 def terminal_name(node: ast.AST) -> str:
     """The last identifier of ``a.b.c`` / ``a.b()`` / ``a``: ``"c"`` / ``"b"`` / ``"a"``."""
     while isinstance(node, ast.Call):

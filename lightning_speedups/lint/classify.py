@@ -25,6 +25,7 @@ from lightning_speedups.lint.astutil import (
     TRAINER,
     is_const,
     is_format_string,
+    is_string_format,
     keyword,
     terminal_name,
 )
@@ -302,19 +303,24 @@ class Classifiers:
 
     def formats_tensor(self, node: ast.AST) -> bool:
         """Printing ``node`` converts a tensor to text (``x``, ``f"{x}"``, ``"%s" % x``, ``"{}".format(x)``)."""
-        if isinstance(node, ast.JoinedStr):
-            return any(isinstance(v, ast.FormattedValue) and self.is_tensor(v.value) for v in node.values)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and is_format_string(node.left):
-            right = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
-            return any(self.is_tensor(r.value if isinstance(r, ast.Starred) else r) for r in right)
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "format"
-            and isinstance(node.func.value, ast.Constant)
-        ):
-            return any(self.is_tensor(a) for a in [*node.args, *(k.value for k in node.keywords)])
+        if is_string_format(node):
+            return self.formatted_tensor(node) is not None
         return self.is_tensor(node)
+
+    def formatted_tensor(self, node: ast.AST) -> Optional[ast.AST]:
+        """The tensor that the string expression ``node`` formats (f-string, ``%``, ``.format``), if visible."""
+        if isinstance(node, ast.JoinedStr):
+            values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+        elif is_string_format(node):
+            if isinstance(node, ast.BinOp):
+                right = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+                # ("%10.4g" * 3) % (*mloss,): each element of a tensor, read one by one
+                values = [r.value if isinstance(r, ast.Starred) else r for r in right]
+            else:
+                values = [*node.args, *(k.value for k in node.keywords)]  # type: ignore[attr-defined]
+        else:
+            return None
+        return next((v for v in values if self.is_tensor(v)), None)
 
     def is_device(self, node: ast.AST) -> bool:
         """``node`` is visibly a device (``"cuda"``, ``torch.device(...)``, ``x.device``, ``device``, ``0``)."""

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Optional
 
-from lightning_speedups.lint.astutil import is_format_string, mentions_step
+from lightning_speedups.lint.astutil import is_string_format, mentions_step
 from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, keyword, snippet, terminal_name
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 from lightning_speedups.lint.rules.data import loader_batch
@@ -600,33 +600,6 @@ def _logger_reads(ctx: FileContext, call: ast.Call) -> Optional[tuple[ast.AST, s
     return None
 
 
-def _formatted(ctx: FileContext, node: ast.AST) -> Optional[ast.AST]:
-    """The tensor that the string expression ``node`` formats (f-string, ``%``, ``.format``), if visible."""
-    if isinstance(node, ast.JoinedStr):
-        for v in node.values:
-            if isinstance(v, ast.FormattedValue) and ctx.is_tensor(v.value):
-                return v.value
-        return None
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and is_format_string(node.left):
-        for r in node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]:
-            if isinstance(r, ast.Starred):
-                r = r.value  # ("%10.4g" * 3) % (*mloss,): each element of a tensor, read one by one
-            if ctx.is_tensor(r):
-                return r
-        return None
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "format"
-        and isinstance(node.func.value, ast.Constant)
-        and isinstance(node.func.value.value, str)
-    ):
-        for a in [*node.args, *(k.value for k in node.keywords)]:
-            if ctx.is_tensor(a):
-                return a
-    return None
-
-
 def _in_print(ctx: FileContext, node: ast.AST) -> bool:
     for anc, _ in ctx.ancestors(node):
         if isinstance(anc, ast.stmt):
@@ -640,16 +613,12 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
     reported: set[ast.AST] = set()
     candidates: list[tuple[ast.AST, ast.AST, str]] = []
     for node in ctx.parents:
-        if isinstance(node, (ast.JoinedStr, ast.BinOp)) or (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
-        ):
-            if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.Mod):
-                continue
+        if is_string_format(node):
             if isinstance(node, ast.JoinedStr) and isinstance(ctx.parents.get(node), ast.FormattedValue):
                 continue  # a format spec inside an f-string
             if not ctx._maybe_hot(node):
                 continue
-            shown = _formatted(ctx, node)
+            shown = ctx.formatted_tensor(node)
             if shown is not None:
                 kind = (
                     "an f-string"
