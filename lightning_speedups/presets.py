@@ -183,18 +183,22 @@ class Preset:
                 Without it, such settings are applied (or skipped) by a callback in ``setup``.
             overrides: Trainer arguments that win over the preset's.
         """
+        from lightning_speedups.callbacks.trainer_flags import merge_flags
+
         accel = overrides.get("accelerator", accelerator or self.trainer.get("accelerator", "auto"))
         kwargs, notes = self.speedups.trainer_kwargs(accelerator=accel, model=model)
+        if accelerator is not None:
+            overrides.setdefault("accelerator", accelerator)
         user = {**{k: v for k, v in self.trainer.items() if k != "callbacks"}, **overrides}
-        for key, value in kwargs.items():
-            if key in user and user[key] != value:
-                source = "the call" if key in overrides else "the preset's trainer: section"
-                notes.append(
-                    (key, False, f"kept trainer.{key}={user[key]!r} from {source} (speedups wanted {value!r})")
-                )
+        # what the caller passes, or a preset's trainer: section sets, is chosen: it wins, even a value that
+        # means "off" (a flag only a Trainer someone else built holds is judged by merge_flags' off rule)
+        applied, flag_notes = merge_flags(
+            kwargs, user, lambda key: "the call" if key in overrides else "the preset's trainer: section", explicit=True
+        )
+        notes.extend(flag_notes)
         self._notes = notes
         self._model = model
-        return {**kwargs, **user}
+        return {**kwargs, **user, **applied}
 
     def callbacks(self, model: Any = None) -> list[Callback]:
         """Fresh callback instances for the ``speedups:`` section (call once per Trainer).

@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from lightning_speedups.callbacks import SpeedupsSummary
+from lightning_speedups.callbacks.trainer_flags import merge_flags
 from lightning_speedups.config import Speedups
 from lightning_speedups.presets import PresetError, resolve_config
 
@@ -450,14 +451,12 @@ class SpeedupsCLI(LightningCLI):
         model = getattr(self, "model", None)
         kwargs, notes = speedups.trainer_kwargs(accelerator=accelerator, model=model)
         defaults = _trainer_defaults()
-        for key, value in kwargs.items():
-            current = config.get(key, defaults.get(key))
-            if key in config and current != defaults.get(key) and current != value:
-                notes.append(
-                    (f"{key}", False, f"kept trainer.{key}={current!r} from the config (speedups wanted {value!r})")
-                )
-                continue
-            config[key] = value
+        # a flag the config leaves at Lightning's default is not set; one the user's config sets is their choice
+        # and wins (merge_flags: the same rule as preset(...).trainer_kwargs from Python)
+        given = {k: config[k] for k in kwargs if k in config and config[k] != defaults.get(k)}
+        applied, flag_notes = merge_flags(kwargs, given, "the config", explicit=True)
+        notes.extend(flag_notes)
+        config.update(applied)
         pack = speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"), model=model)
         # a part the user already lists in trainer.callbacks is theirs: adding the pack's too would run it
         # twice (and Lightning refuses two stateful callbacks with one state_key)

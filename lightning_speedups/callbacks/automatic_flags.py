@@ -18,6 +18,7 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.trainer_flags import apply_flag, current_flag, merge_flags
 
 #: The values Lightning accepts under manual optimization (the Trainer's defaults).
 DEFAULTS: dict[str, Any] = {"gradient_clip_val": None, "gradient_clip_algorithm": None, "accumulate_grad_batches": 1}
@@ -45,11 +46,12 @@ class AutomaticOptimizationFlags(SpeedupCallback):
         unknown = sorted(set(flags) - set(DEFAULTS))
         if unknown:
             raise ValueError(f"`flags` may hold {sorted(DEFAULTS)}; got {unknown}.")
-        self.part = name  # type: ignore[misc]
+        self.part = name.removesuffix(f" ({tip})")  # type: ignore[misc]  # the summary adds the tip
         self.tip = tip  # type: ignore[misc]
         self.flags = dict(flags)
         self.what = what
         self.fix = fix
+        self.flags_notes: list[str] = []
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -62,18 +64,15 @@ class AutomaticOptimizationFlags(SpeedupCallback):
                 f"skipped: the model uses manual optimization, where Lightning refuses Trainer({asked}); {self.fix}",
             )
             return
+        # the Trainer's own value wins when it turns something on; one that means "off" (a library's
+        # gradient_clip_val=0.0) does not block the preset (the rule of merge_flags, with the summary's line)
+        given = {k: current_flag(trainer, k) for k in self.flags if current_flag(trainer, k) != DEFAULTS[k]}
+        applied, notes = merge_flags(self.flags, given, "the Trainer")
         first = next(iter(self.flags))
-        current = getattr(trainer, first, DEFAULTS[first])
-        if current != DEFAULTS[first] and current != self.flags[first]:
-            # the user's own Trainer setting wins
-            self.report(
-                False, f"skipped: kept the Trainer's {first}={current!r} (the preset wanted {self.flags[first]!r})"
-            )
+        if first not in applied:
+            self.report(False, f"skipped: {notes[0][2]}")
             return
-        for key, value in self.flags.items():
-            if key == "gradient_clip_algorithm" and value is not None:
-                from lightning.pytorch.utilities import GradClipAlgorithmType
-
-                value = GradClipAlgorithmType(str(value).lower())
-            setattr(trainer, key, value)
-        self.report(True, self.what)
+        self.flags_notes = [text for _, _, text in notes]
+        for key, value in applied.items():
+            apply_flag(trainer, key, value)
+        self.report(True, "; ".join([self.what, *self.flags_notes]))

@@ -8,11 +8,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
 from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
+from lightning_speedups.callbacks.namespace import is_overridden
 from lightning_speedups.functional.channels_last import (
     DEFAULT_EXCLUDE_KEYS,
     batch_to_channels_last,
@@ -164,7 +164,7 @@ class ChannelsLast(SpeedupCallback):
         to_channels_last(pl_module, warn=False)
         self._wrap_hook(pl_module)
         datamodule: pl.LightningDataModule | None = getattr(trainer, "datamodule", None)
-        if datamodule is not None and is_overridden(_HOOK, datamodule, pl.LightningDataModule):
+        if datamodule is not None and is_overridden(_HOOK, datamodule):
             self._wrap_hook(datamodule)
         n = len(channels_last_candidates(pl_module))
         self.report(

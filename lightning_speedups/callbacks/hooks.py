@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from lightning_speedups.callbacks.namespace import is_overridden
 
 
 class HookPatches:

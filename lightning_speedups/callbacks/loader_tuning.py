@@ -6,15 +6,15 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.hooks import HookPatches
+from lightning_speedups.callbacks.namespace import is_lightning, is_overridden
 from lightning_speedups.data.loaders import (
     LoaderRebuildError,
     LoaderSettings,
@@ -76,7 +76,11 @@ def _reachable(root: Any, depth: int) -> dict[int, tuple[str, Any]]:
         if not isinstance(attrs, dict):
             continue
         for name, value in attrs.items():
-            if name.startswith("_") or isinstance(value, (_PLAIN, nn.Module, Trainer, LightningDataModule)):
+            if (
+                name.startswith("_")
+                or isinstance(value, (_PLAIN, nn.Module))
+                or is_lightning(value, "Trainer", "LightningDataModule")
+            ):
                 continue
             if callable(value) and not hasattr(value, "__len__"):
                 continue
@@ -252,7 +256,7 @@ class LoaderTuning(SpeedupCallback):
                 continue
             inst = source.instance
             name = source.name
-            if isinstance(inst, (LightningModule, LightningDataModule)):
+            if is_lightning(inst, "LightningModule", "LightningDataModule"):
                 key = (id(inst), name)
                 if key in wrapped or self._patches.is_patched(inst, name) or not is_overridden(name, inst):
                     continue

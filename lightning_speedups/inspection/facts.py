@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import nn
 from torch.utils.data import Subset, TensorDataset
 
 from lightning_speedups.callbacks import DebugToolsCheck
+from lightning_speedups.callbacks.namespace import is_overridden
 from lightning_speedups.functional import (
     available_cpus,
     find_data_root,

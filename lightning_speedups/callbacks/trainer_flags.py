@@ -1,0 +1,157 @@
+"""Trainer flags a preset sets: whose value wins, and setting them on a Trainer that already exists.
+
+A library that builds the Trainer for its users often passes every flag explicitly, with the value that
+means "off" (``gradient_clip_val=0.0``, ``accumulate_grad_batches=1``, ``precision="32-true"``). That value
+is the library's default, not the user's choice: it must not block what a preset asks for. A value that
+turns something on (``gradient_clip_val=0.5``, ``precision="64-true"``) is a choice, and it wins.
+:func:`decide_flag` is that rule, shared by ``preset(...).trainer_kwargs``, the CLI and the
+``LIGHTNING_SPEEDUPS`` path; :func:`apply_flag` sets a flag on a live Trainer (the path where the pack
+meets a Trainer it did not build).
+
+Example:
+    >>> decide_flag("gradient_clip_val", 0.0, 1.0, "the Trainer")
+    (True, 'trainer.gradient_clip_val=0.0 from the Trainer means off: the preset sets 1.0')
+    >>> decide_flag("gradient_clip_val", 0.5, 1.0, "the Trainer")
+    (False, 'kept trainer.gradient_clip_val=0.5 from the Trainer (speedups wanted 1.0)')
+    >>> decide_flag("accumulate_grad_batches", 1, 4, "the call")[0], means_off("precision", "32-true")
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, Union
+
+#: per Trainer flag, the values that mean "off" (Lightning's default and its spellings): they never block a preset
+OFF_VALUES: dict[str, tuple[Any, ...]] = {
+    "gradient_clip_val": (None, 0, 0.0),
+    "gradient_clip_algorithm": (None,),
+    "accumulate_grad_batches": (None, 1),
+    "benchmark": (None,),
+    "precision": (None, 32, "32", "32-true"),
+}
+#: a flag that follows another: kept with it when the other is kept (a clip algorithm goes with its value)
+FOLLOWS: dict[str, str] = {"gradient_clip_algorithm": "gradient_clip_val"}
+#: what Lightning runs for a flag left unset (``gradient_clip_algorithm=None`` clips by norm)
+EFFECTIVE: dict[str, Any] = {"gradient_clip_algorithm": "norm"}
+#: the flags a callback can still set on a Trainer that exists, before the fit loop (see :func:`apply_flag`)
+LIVE_FLAGS = ("precision", "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm")
+
+
+def means_off(key: str, value: Any) -> bool:
+    """Whether ``value`` of Trainer flag ``key`` means "off" (the default): a library's default, not a choice."""
+    offs = OFF_VALUES.get(key, ())
+    if value is None:
+        return None in offs
+    if isinstance(value, bool):  # True / False is never one of these flags' defaults
+        return False
+    return any(value == off for off in offs if off is not None)
+
+
+def decide_flag(key: str, current: Any, wanted: Any, source: str, explicit: bool = False) -> tuple[bool, Optional[str]]:
+    """Whether the preset's ``wanted`` value of ``key`` applies over ``current`` (set by ``source``), and the
+    start-up summary's line for it (``None`` when there is nothing to say: the values agree).
+
+    ``explicit``: ``current`` is known to be the user's own (typed into their config or passed to
+    ``trainer_kwargs(...)``), so even a value that means "off" is their choice and wins. A value read from a
+    Trainer someone else built (a library's) is not known to be the user's: there "off" does not block.
+    """
+    if current == wanted:
+        return True, None
+    if not explicit and means_off(key, current):
+        return True, f"trainer.{key}={current!r} from {source} means off: the preset sets {wanted!r}"
+    return False, f"kept trainer.{key}={current!r} from {source} (speedups wanted {wanted!r})"
+
+
+def merge_flags(
+    wanted: Mapping[str, Any],
+    given: Mapping[str, Any],
+    source: Union[str, Callable[[str], str]],
+    explicit: bool = False,
+) -> tuple[dict[str, Any], list[tuple[str, bool, str]]]:
+    """The flags of ``wanted`` (a preset's) that apply over ``given`` (what the user or a library set, without
+    the keys left at Lightning's default), and one start-up summary note per flag where they differ
+    (``explicit``: see :func:`decide_flag`).
+
+    Example:
+        >>> applied, notes = merge_flags({"gradient_clip_val": 1.0, "gradient_clip_algorithm": "value",
+        ...                               "accumulate_grad_batches": 4},
+        ...                              {"gradient_clip_val": 0.5, "accumulate_grad_batches": 1}, "the Trainer")
+        >>> applied
+        {'accumulate_grad_batches': 4}
+        >>> [text for _, _, text in notes]  # doctest: +NORMALIZE_WHITESPACE
+        ['kept trainer.gradient_clip_val=0.5 from the Trainer (speedups wanted 1.0)',
+         'trainer.accumulate_grad_batches=1 from the Trainer means off: the preset sets 4']
+    """
+    applied: dict[str, Any] = {}
+    notes: list[tuple[str, bool, str]] = []
+    kept: set[str] = set()
+    for key, value in wanted.items():
+        if FOLLOWS.get(key) in kept:
+            # kept with the flag it follows: the user's clip value keeps its algorithm (stated, when it is the one
+            # Lightning runs for it anyway)
+            if given.get(key, EFFECTIVE.get(key)) == value:
+                applied[key] = value
+            kept.add(key)
+            continue
+        if key not in given:
+            applied[key] = value
+            continue
+        use, note = decide_flag(key, given[key], value, source(key) if callable(source) else source, explicit)
+        if note is not None:
+            notes.append((key, use, note))
+        if use:
+            applied[key] = value
+        else:
+            kept.add(key)
+    return applied, notes
+
+
+def current_flag(trainer: Any, key: str) -> Any:
+    """The value of Trainer flag ``key`` on a live Trainer."""
+    if key == "precision":
+        return trainer.precision
+    value = getattr(trainer, key, None)
+    return getattr(value, "value", value)  # Lightning's GradClipAlgorithmType
+
+
+def apply_flag(trainer: Any, key: str, value: Any) -> Optional[str]:
+    """Set Trainer flag ``key`` to ``value`` on a Trainer that exists (before its fit loop starts, e.g. in a
+    callback's ``setup``); the reason it cannot, or ``None`` when it was set.
+
+    Lightning reads ``accumulate_grad_batches`` and the clipping flags from the Trainer at every step, and
+    the precision plugin when the strategy sets up (after the callbacks' ``setup``): those can still change.
+    The strategy, devices and nodes are fixed when the Trainer is built.
+    """
+    from lightning_speedups.callbacks.namespace import package_of
+
+    package = package_of(trainer).__name__
+    if key in ("accumulate_grad_batches", "gradient_clip_val"):
+        setattr(trainer, key, value)
+        return None
+    if key == "gradient_clip_algorithm":
+        enum = importlib.import_module(f"{package}.utilities").GradClipAlgorithmType
+        trainer.gradient_clip_algorithm = None if value is None else enum(str(value).lower())
+        return None
+    if key == "precision":
+        strategy = trainer.strategy
+        if type(strategy).__name__ not in ("SingleDeviceStrategy", "DDPStrategy"):
+            return f"the {type(strategy).__name__} builds its own precision plugin: pass Trainer(precision=...)"
+        plugins = importlib.import_module(f"{package}.plugins.precision")
+        text = str(value)
+        device = strategy.root_device.type
+        if text in ("bf16-mixed", "16-mixed"):
+            if text == "16-mixed" and device != "cuda":
+                return "16-mixed needs a CUDA device"
+            strategy.precision_plugin = plugins.MixedPrecision(precision=text, device=device)
+        elif text in ("bf16-true", "16-true"):
+            strategy.precision_plugin = plugins.HalfPrecision(text)
+        elif text in ("64-true", "64"):
+            strategy.precision_plugin = plugins.DoublePrecision()
+        elif text in ("32-true", "32"):
+            strategy.precision_plugin = plugins.Precision()
+        else:
+            return f"precision {text!r} is not one the pack sets on a built Trainer"
+        return None
+    return f"Lightning fixes trainer.{key} when the Trainer is built: pass Trainer({key}=...)"
