@@ -27,6 +27,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning_speedups.callbacks import SpeedupsSummary
 from lightning_speedups.callbacks.trainer_flags import merge_flags
 from lightning_speedups.config import Speedups
+from lightning_speedups.environment import BUILT_BY_PACK
 from lightning_speedups.presets import PresetError, resolve_config
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -468,7 +469,9 @@ class SpeedupsCLI(LightningCLI):
         for cb in twice:
             if summary is not None:
                 summary.notes.append((type(cb).__name__, True, "kept yours from trainer.callbacks (not added twice)"))
-        return super()._instantiate_trainer(config, list(callbacks) + pack)
+        trainer = super()._instantiate_trainer(config, list(callbacks) + pack)
+        setattr(trainer, BUILT_BY_PACK, True)  # LIGHTNING_SPEEDUPS, if set, adds nothing to it
+        return trainer
 
     @staticmethod
     def configure_optimizers(lightning_module: Any, optimizer: Any, lr_scheduler: Any = None) -> Any:

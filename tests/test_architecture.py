@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "config": 5,
     "presets": 5,
     "session": 6,
+    "environment": 6,  # LIGHTNING_SPEEDUPS: Lightning's callback entry point, presets applied to any Trainer
     "doctor": 7,
     "bench": 7,
     "cli": 8,

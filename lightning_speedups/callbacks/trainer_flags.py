@@ -33,6 +33,13 @@ OFF_VALUES: dict[str, tuple[Any, ...]] = {
 }
 #: a flag that follows another: kept with it when the other is kept (a clip algorithm goes with its value)
 FOLLOWS: dict[str, str] = {"gradient_clip_algorithm": "gradient_clip_val"}
+#: Lightning's own default of each flag the pack sets on a live Trainer (left there: nobody chose a value)
+LIGHTNING_DEFAULTS: dict[str, Any] = {
+    "precision": "32-true",
+    "accumulate_grad_batches": 1,
+    "gradient_clip_val": None,
+    "gradient_clip_algorithm": None,
+}
 #: what Lightning runs for a flag left unset (``gradient_clip_algorithm=None`` clips by norm)
 EFFECTIVE: dict[str, Any] = {"gradient_clip_algorithm": "norm"}
 #: the flags a callback can still set on a Trainer that exists, before the fit loop (see :func:`apply_flag`)

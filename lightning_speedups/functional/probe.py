@@ -126,6 +126,19 @@ def probe_plan(n_options: int, rounds: int, steps: int, warmup: int) -> int:
     return (warmup + steps) * rounds * (n_options + 2)
 
 
+def least_planned_steps(n_options: int, steps: int, warmup: int, max_fraction: Optional[float]) -> Optional[float]:
+    """The shortest planned run (in steps) whose ``max_fraction`` holds the probe's :data:`MIN_ROUNDS` rounds,
+    or ``None`` with no such limit. The step time cancels out: it is known before any step runs.
+
+    Example:
+        >>> least_planned_steps(n_options=2, steps=3, warmup=1, max_fraction=0.05)
+        960.0
+    """
+    if not max_fraction:
+        return None
+    return probe_plan(n_options, MIN_ROUNDS, steps, warmup) / max_fraction
+
+
 def _variant_key(axis: Axis, option: Optional[Option]) -> str:
     return f"{axis.name}={option.label}" if option is not None else axis.name
 
@@ -190,6 +203,15 @@ def run_probe(
 
     if not options:
         return decide_all("no option to try")
+    # decided before any step is spent: the rounds' share of the run does not depend on the step time (both
+    # scale with it), so a plan shorter than MIN_ROUNDS rounds / max_fraction steps can never repay them
+    least = least_planned_steps(len(options), steps, warmup, max_fraction)
+    if planned_steps is not None and least is not None and planned_steps < least:
+        return decide_all(
+            f"the run is too short to repay it: {planned_steps:.0f} planned steps, and {MIN_ROUNDS} rounds of"
+            f" {len(options) + 2} variants ({MIN_ROUNDS * (len(options) + 2) * (warmup + steps)} steps) need a run of"
+            f" {least:.0f} steps or more to stay within {max_fraction:.0%} of it; nothing was run"
+        )
 
     def timed(active: Sequence[Option]) -> float:
         for _ in range(warmup):
