@@ -139,7 +139,11 @@ class SpeedupsBase:
         return {s.path for _, s in all_settings() if s.path != "summary" and s.is_on(self.setting_value(s.path))}
 
     def trainer_kwargs(
-        self, accelerator: Optional[str] = "auto", devices: Any = "auto", model: Any = None
+        self,
+        accelerator: Optional[str] = "auto",
+        devices: Any = "auto",
+        model: Any = None,
+        lightning: Optional[str] = None,
     ) -> tuple[dict[str, Any], list[Note]]:
         """The Trainer arguments this section sets, and one ``(name, active, reason)`` note per decision.
 
@@ -149,12 +153,16 @@ class SpeedupsBase:
             model: the LightningModule to fit, when known: a setting Lightning refuses for it (gradient
                 clipping under manual optimization) is skipped here with the reason and the fix. Without
                 it such settings are left out and :meth:`callbacks` adds a part that decides in ``setup``.
+            lightning: the Trainer's Lightning package (``"pytorch_lightning"`` for the older one) when no model is
+                given; the model's package otherwise. A strategy is built on that package's classes.
         """
-        ctx = self._build_context(accelerator, devices, model)
+        ctx = self._build_context(accelerator, devices, model, lightning)
         return ctx.trainer_kwargs, ctx.notes
 
-    def _build_context(self, accelerator: Optional[str], devices: Any, model: Any) -> BuildContext:
-        ctx = BuildContext(accelerator=accelerator, devices=devices, model=model)
+    def _build_context(
+        self, accelerator: Optional[str], devices: Any, model: Any, lightning: Optional[str] = None
+    ) -> BuildContext:
+        ctx = BuildContext(accelerator=accelerator, devices=devices, model=model, lightning=lightning)
         for tip in TIPS:
             tip.trainer_kwargs(self, ctx)
         return ctx

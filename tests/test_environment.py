@@ -138,16 +138,16 @@ def test_presets_compose_with_plus_and_a_yaml_path_works(ns, monkeypatch, tmp_pa
     monkeypatch.setenv(ENV_VAR, str(own))
     trainer, model = fit(ns)
     line = next(line for line in summary_lines(trainer) if "conv_bias" in line)
-    assert line.startswith("  on ") and not any(m.bias is not None for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert line.startswith("  on ") and not any(
+        m.bias is not None for m in model.modules() if isinstance(m, torch.nn.Conv2d)
+    )
 
 
 @pytest.mark.parametrize("value", ["fsat", "fast+", "fast+nope", ""])
 def test_a_bad_value_stops_before_training_with_one_line(value, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
-        "import lightning.pytorch as pl\n"
-        "pl.Trainer(accelerator='cpu', logger=False)\n"
-        "print('TRAINING STARTED')\n"
+        "import lightning.pytorch as pl\npl.Trainer(accelerator='cpu', logger=False)\nprint('TRAINING STARTED')\n"
     )
     env = {**os.environ, ENV_VAR: value}
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)

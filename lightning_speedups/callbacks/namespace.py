@@ -123,3 +123,25 @@ def mixed_namespace_error(trainer: Any, own: type) -> Optional[str]:
         f"the {what} {type(obj).__name__} is built on `{other}` but the Trainer is a `{ns}` Trainer{more}:"
         f" Lightning does not mix the two packages; fix: import it from `{ns}` (one import style, as the Trainer's)"
     )
+
+
+_TWINS: dict[tuple[type, str], type] = {}
+
+
+def for_namespace(cls: type, ns: Optional[str]) -> type:
+    """``cls`` built on package ``ns``'s Lightning class instead of ``lightning.pytorch``'s.
+
+    ``cls`` is declared as ``class X(_Body, <a lightning.pytorch class>)``: its code lives in the body, a
+    mixin whose ``super()`` calls reach whichever Lightning class follows it, so the same code serves a
+    ``pytorch_lightning`` Trainer (which accepts only its own package's strategies) as a class made once.
+    """
+    if ns is None or namespace_of(cls) == ns:
+        return cls
+    key = (cls, ns)
+    if key not in _TWINS:
+        body, base = cls.__bases__
+        home = _package_of(base.__module__) or NAMESPACES[0]
+        module = importlib.import_module(ns + base.__module__[len(home) :])
+        attrs = {"__module__": cls.__module__, "__doc__": cls.__doc__, "__qualname__": cls.__qualname__}
+        _TWINS[key] = type(cls.__name__, (body, getattr(module, base.__name__)), attrs)
+    return _TWINS[key]

@@ -26,12 +26,11 @@ from typing import Any, Literal, Optional
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import GradientAccumulationScheduler
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_warn
-from typing_extensions import override
 
 from lightning_speedups.callbacks.effective_batch import EffectiveBatchSize
+from lightning_speedups.callbacks.namespace import for_namespace, is_lightning
 from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.functional.precision import cuda_supports_bf16
 from lightning_speedups.strategies.threads import ThreadsRestore
@@ -69,25 +68,21 @@ def accumulation_source(trainer: Any) -> Optional[str]:
             return f"EffectiveBatchSize({cb.effective_batch_size}) (speedups.effective_batch_size)"
         if getattr(cb, "keep_effective_batch", False):
             return f"{type(cb).__name__}(keep_effective_batch=True)"
-        if isinstance(cb, GradientAccumulationScheduler):
+        if is_lightning(cb, "GradientAccumulationScheduler"):
             return "GradientAccumulationScheduler"
     return None
 
 
-class SpeedupsDDPStrategy(DDPStrategy):
-    """Lightning's :class:`~lightning.pytorch.strategies.DDPStrategy` that never runs a static graph
-    together with gradient accumulation (see the module docstring).
+class _SpeedupsDDP:
+    """The code of :class:`SpeedupsDDPStrategy`, above whichever Lightning package's ``DDPStrategy``."""
 
-    Args:
-        kwargs: as for ``DDPStrategy`` (``static_graph``, ``gradient_as_bucket_view``, ...).
-    """
+    _ddp_kwargs: dict[str, Any]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.static_graph_note: Optional[str] = None
         self.threads = ThreadsRestore()
 
-    @override
     def setup(self, trainer: pl.Trainer) -> None:
         # private: DDPStrategy keeps the DistributedDataParallel kwargs in `_ddp_kwargs` and reads them in
         # `setup`; there is no public way to change one after construction, and static graph can only be
@@ -113,12 +108,21 @@ class SpeedupsDDPStrategy(DDPStrategy):
                 summary.notes.append(("ddp static_graph (T11)", False, self.static_graph_note))
             else:
                 rank_zero_warn(f"ddp: {self.static_graph_note}.")
-        super().setup(trainer)
+        super().setup(trainer)  # type: ignore[misc]  # DDPStrategy's, after this mixin
 
-    @override
     def teardown(self) -> None:
-        super().teardown()
+        super().teardown()  # type: ignore[misc]
         self.threads.restore()  # Lightning's launcher set the thread count; put it back
+
+
+class SpeedupsDDPStrategy(_SpeedupsDDP, DDPStrategy):
+    """Lightning's :class:`~lightning.pytorch.strategies.DDPStrategy` that never runs a static graph
+    together with gradient accumulation (see the module docstring). For a ``pytorch_lightning`` Trainer,
+    :func:`ddp_strategy` builds the same class on that package's ``DDPStrategy``.
+
+    Args:
+        kwargs: as for ``DDPStrategy`` (``static_graph``, ``gradient_as_bucket_view``, ...).
+    """
 
 
 def ddp_strategy(
@@ -127,6 +131,7 @@ def ddp_strategy(
     static_graph: bool = True,
     compression: Compression = "auto",
     find_unused_parameters: bool = False,
+    namespace: Optional[str] = None,
     **kwargs: Any,
 ) -> tuple[DDPStrategy, str]:
     """Build :class:`SpeedupsDDPStrategy` (Lightning's ``DDPStrategy``) with the pack's settings.
@@ -140,6 +145,8 @@ def ddp_strategy(
             ``"fp16"`` or ``"off"``.
         find_unused_parameters: search for parameters that get no gradient (slow; exclusive with
             ``static_graph``).
+        namespace: the Lightning package of the Trainer (``"pytorch_lightning"`` builds on its ``DDPStrategy``;
+            default ``lightning.pytorch``).
         kwargs: passed on to ``DDPStrategy``.
 
     Returns:
@@ -164,7 +171,7 @@ def ddp_strategy(
     hook, hook_reason = _compression_hook(compression, on_cuda)
     if compression in ("bf16", "fp16") and hook is None:
         rank_zero_warn(f"ddp: {hook_reason}.")
-    strategy = SpeedupsDDPStrategy(
+    strategy = for_namespace(SpeedupsDDPStrategy, namespace)(
         gradient_as_bucket_view=gradient_as_bucket_view,
         static_graph=static_graph,
         find_unused_parameters=find_unused_parameters,

@@ -62,8 +62,8 @@ import torch
 from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
-from typing_extensions import override
 
+from lightning_speedups.callbacks.namespace import for_namespace, namespace_of
 from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.functional.checkpointing import auto_checkpoint_targets
 from lightning_speedups.strategies.threads import ThreadsRestore
@@ -330,15 +330,11 @@ def fsdp_gradient_error(problems: list[str]) -> str:
     )
 
 
-class ShardedNormClipPrecision(FSDPPrecision):
-    """Lightning's :class:`FSDPPrecision` whose norm clipping (``Trainer(gradient_clip_algorithm="norm")``,
-    the user's or ``speedups.grad_clip``) goes through FSDP's own ``clip_grad_norm_`` on the root unit:
-    one norm over every rank's shards (Lightning's plugin refuses norm clipping under FSDP). Value
-    clipping is element-wise, so Lightning's own (on the local shards) is already right."""
+class _ShardedNormClip:
+    """The code of :class:`ShardedNormClipPrecision`, above whichever Lightning package's ``FSDPPrecision``."""
 
-    fsdp_strategy: Optional[FSDPStrategy] = None
+    fsdp_strategy: Optional[Any] = None
 
-    @override
     def clip_grad_by_norm(self, optimizer: torch.optim.Optimizer, clip_val: float) -> None:  # type: ignore[override]
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -362,25 +358,27 @@ class ShardedNormClipPrecision(FSDPPrecision):
         roots[0].clip_grad_norm_(clip_val)
 
 
-class SpeedupsFSDPStrategy(FSDPStrategy):
-    """Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` wrapped at the model's repeated
-    blocks (and twin sub-networks), with a mixed-precision policy that follows the Trainer's precision.
-    Under manual optimization each top-level sub-module is its own FSDP root (see the module docstring);
-    a model that cannot be laid out so is refused in ``setup``, before any ``training_step``.
+class ShardedNormClipPrecision(_ShardedNormClip, FSDPPrecision):
+    """Lightning's :class:`FSDPPrecision` whose norm clipping (``Trainer(gradient_clip_algorithm="norm")``,
+    the user's or ``speedups.grad_clip``) goes through FSDP's own ``clip_grad_norm_`` on the root unit:
+    one norm over every rank's shards (Lightning's plugin refuses norm clipping under FSDP). Value
+    clipping is element-wise, so Lightning's own (on the local shards) is already right."""
 
-    Args:
-        kwargs: as for ``FSDPStrategy`` (``cpu_offload``, ``sharding_strategy``, ``state_dict_type``,
-            ...); ``auto_wrap_policy`` defaults to :class:`BlockWrapPolicy`.
-    """
+
+class _SpeedupsFSDP:
+    """The code of :class:`SpeedupsFSDPStrategy`, above whichever Lightning package's ``FSDPStrategy``."""
+
+    lightning_module: Any
+    precision_plugin: Any
+    model: Any
 
     def __init__(self, **kwargs: Any) -> None:
         self.block_policy = kwargs.pop("auto_wrap_policy", None) or BlockWrapPolicy()
-        super().__init__(auto_wrap_policy=self.block_policy, **kwargs)
+        super().__init__(auto_wrap_policy=self.block_policy, **kwargs)  # type: ignore[call-arg]
         self.setup_notes: list[str] = []
         self.manual = False
         self.threads = ThreadsRestore()
 
-    @override
     def setup(self, trainer: pl.Trainer) -> None:
         model = self.lightning_module
         assert model is not None
@@ -390,10 +388,10 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
         if gradient_problems:
             raise ValueError(fsdp_gradient_error(gradient_problems))
         plugin = self.precision_plugin
-        if type(plugin) is FSDPPrecision:  # norm clipping through FSDP's clip_grad_norm_ (see the class)
-            plugin.__class__ = ShardedNormClipPrecision
+        if type(plugin).__name__ == "FSDPPrecision":  # norm clipping through FSDP's clip_grad_norm_ (see the class)
+            plugin.__class__ = for_namespace(ShardedNormClipPrecision, namespace_of(plugin))
             self.precision_plugin = plugin
-        if isinstance(plugin, ShardedNormClipPrecision):
+        if isinstance(plugin, _ShardedNormClip):
             plugin.fsdp_strategy = self
             clip = getattr(trainer, "gradient_clip_val", None)
             algorithm = getattr(trainer, "gradient_clip_algorithm", None) or "norm"
@@ -436,7 +434,7 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
         summary = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, SpeedupsSummary)), None)
         if summary is not None and notes:
             summary.notes.append(("fsdp units (T11)", True, "; ".join(notes)))
-        super().setup(trainer)
+        super().setup(trainer)  # type: ignore[misc]  # FSDPStrategy's, after this mixin
 
     def _wrap(self, module: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -459,7 +457,6 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
         for name, buf in list(model.named_buffers(recurse=False)):
             setattr(model, name, buf.to(self.root_device))  # a registered buffer stays one (persistence kept)
 
-    @override
     def _setup_model(self, model: nn.Module) -> nn.Module:
         # private: Lightning's FSDPStrategy wraps the model in `_setup_model` with device_id=root_device.index,
         # which is None on the CPU, and FSDP then refuses ("FSDP needs a non-CPU accelerator device"). On
@@ -478,12 +475,25 @@ class SpeedupsFSDPStrategy(FSDPStrategy):
             elif self.root_device.type == "cpu":
                 model = self._wrap(model)
                 self.kwargs.pop("auto_wrap_policy", None)
-        return super()._setup_model(model)
+        return super()._setup_model(model)  # type: ignore[misc]
 
-    @override
     def teardown(self) -> None:
-        super().teardown()
+        super().teardown()  # type: ignore[misc]
         self.threads.restore()  # Lightning's launcher set the thread count; put it back
+
+
+class SpeedupsFSDPStrategy(_SpeedupsFSDP, FSDPStrategy):
+    """Lightning's :class:`~lightning.pytorch.strategies.FSDPStrategy` wrapped at the model's repeated
+    blocks (and twin sub-networks), with a mixed-precision policy that follows the Trainer's precision.
+    Under manual optimization each top-level sub-module is its own FSDP root (see the module docstring);
+    a model that cannot be laid out so is refused in ``setup``, before any ``training_step``. For a
+    ``pytorch_lightning`` Trainer, :func:`fsdp_strategy` builds the same class on that package's
+    ``FSDPStrategy``.
+
+    Args:
+        kwargs: as for ``FSDPStrategy`` (``cpu_offload``, ``sharding_strategy``, ``state_dict_type``,
+            ...); ``auto_wrap_policy`` defaults to :class:`BlockWrapPolicy`.
+    """
 
 
 def fsdp_strategy(
@@ -491,6 +501,7 @@ def fsdp_strategy(
     cpu_offload: bool = False,
     sharding_strategy: Sharding = "FULL_SHARD",
     state_dict_type: StateDictType = "sharded",
+    namespace: Optional[str] = None,
     **kwargs: Any,
 ) -> tuple[FSDPStrategy, str]:
     """Build :class:`SpeedupsFSDPStrategy` with the pack's settings.
@@ -518,7 +529,7 @@ def fsdp_strategy(
         )
     if state_dict_type not in ("sharded", "full"):
         raise ValueError(f"`speedups.fsdp.state_dict_type` must be sharded or full; got {state_dict_type!r}.")
-    strategy = SpeedupsFSDPStrategy(
+    strategy = for_namespace(SpeedupsFSDPStrategy, namespace)(
         cpu_offload=cpu_offload,
         sharding_strategy=sharding_strategy,
         state_dict_type=state_dict_type,

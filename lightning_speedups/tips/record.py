@@ -201,6 +201,8 @@ class BuildContext:
             refuse for it are skipped with a reason before the Trainer is built.
         deferred: Trainer arguments that need the model and did not have it (``model`` is ``None``):
             a callback applies them in ``setup``, or skips them with the reason.
+        lightning: the Lightning package of the Trainer (``"lightning.pytorch"`` or ``"pytorch_lightning"``),
+            when known without a model; see :attr:`namespace`.
     """
 
     accelerator: Optional[str] = "auto"
@@ -209,6 +211,15 @@ class BuildContext:
     notes: list[Note] = field(default_factory=list)
     model: Any = None
     deferred: list[Deferred] = field(default_factory=list)
+    lightning: Optional[str] = None
+
+    @property
+    def namespace(self) -> str:
+        """The Lightning package the Trainer arguments are built for: the model's, else :attr:`lightning`, else
+        ``lightning.pytorch`` (a strategy object must come from the Trainer's own package)."""
+        from lightning_speedups.callbacks.namespace import NAMESPACES, namespace_of
+
+        return namespace_of(self.model) or self.lightning or NAMESPACES[0]
 
     def note(self, name: str, active: bool, reason: str) -> None:
         self.notes.append((name, active, reason))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from lightning_speedups.functional.memory import total_memory_bytes
+from lightning_speedups.callbacks.namespace import package_of
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.memory import FIT_SHARE, estimate_fit
 from lightning_speedups.inspection.words import fmt_bytes, names_text
@@ -193,6 +194,7 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
             cpu_offload=f.cpu_offload,
             sharding_strategy=f.sharding_strategy,
             state_dict_type=f.state_dict_type,
+            namespace=ctx.namespace,
         )
         ctx.trainer_kwargs["strategy"] = sharded
         ctx.note("fsdp (T11)", True, reason)
@@ -206,21 +208,19 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
         static_graph=d.static_graph,
         compression=d.compression,
         find_unused_parameters=d.find_unused_parameters,
+        namespace=ctx.namespace,
     )
     ctx.trainer_kwargs["strategy"] = strategy
     ctx.note("ddp (T11)", True, reason)
 
 
 def _ddp(trainer: Any, model: Any, callbacks: Any) -> None:
-    from lightning.pytorch.strategies import DDPStrategy
-
-    assert isinstance(trainer.strategy, DDPStrategy), type(trainer.strategy).__name__
+    # the Trainer's own package's DDPStrategy (a pytorch_lightning Trainer takes no other)
+    assert isinstance(trainer.strategy, package_of(trainer).strategies.DDPStrategy), type(trainer.strategy).__mro__
 
 
 def _fsdp(trainer: Any, model: Any, callbacks: Any) -> None:
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    assert isinstance(trainer.strategy, FSDPStrategy), type(trainer.strategy).__name__
+    assert isinstance(trainer.strategy, package_of(trainer).strategies.FSDPStrategy), type(trainer.strategy).__mro__
 
 
 TIP = Tip(

@@ -16,14 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.callbacks import SpeedupCallback, SpeedupsSummary
 from lightning_speedups.presets import parse_speedups
 from lightning_speedups.tips.record import SuiteCase
 from suite.kinds import SuiteModel, seeded
+from suite.namespace import NAMESPACE, Callback, pl
 
 ACCELERATOR = "cpu"
 #: Trainer arguments of every suite fit: tiny, quiet, nothing written but the checkpoints we ask for
@@ -111,7 +110,7 @@ def build_parts(*cases: SuiteCase) -> Parts:
             parts.functions.append(case.function)
     if settings:
         speedups = parse_speedups(nest(settings), source="suite case")
-        kwargs, notes = speedups.trainer_kwargs(accelerator=ACCELERATOR)
+        kwargs, notes = speedups.trainer_kwargs(accelerator=ACCELERATOR, lightning=NAMESPACE)
         parts.trainer_kwargs.update(kwargs)
         parts.notes.extend(notes)
         parts.callbacks = list(speedups.callbacks(notes, accelerator=ACCELERATOR)) + parts.callbacks

@@ -21,11 +21,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any, ClassVar, Optional
 
-import lightning.pytorch as pl
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
+from suite.namespace import pl
 
 BATCH = 4
 #: every batch is the same: a resume that restarts the epoch's loader from its first batch (Lightning

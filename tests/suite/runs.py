@@ -6,11 +6,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import lightning.pytorch as pl
-
 from suite import flags
 from suite.harness import Entry, Parts, apply_functions, build_parts, fingerprint, fit
 from suite.kinds import SuiteModel, make
+from suite.namespace import pl
 
 STEPS = 2
 

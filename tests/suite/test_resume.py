@@ -10,13 +10,13 @@ is planned for the whole length so that parts whose plan depends on it (a one-cy
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import pytest
 
 from suite.cases import ENTRIES
 from suite.harness import Entry, apply_functions, build_parts, close_params, fit, params_finite, params_of
 from suite.kinds import make
 from suite.known_gaps import param
+from suite.namespace import pl
 from suite.runs import STEPS, Runs
 
 CASES = [param(entry, entry.id, kind, "resume") for entry in ENTRIES for kind in entry.case.kinds]
