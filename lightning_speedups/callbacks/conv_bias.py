@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
@@ -83,7 +84,10 @@ class ConvBiasRemoval(SpeedupCallback):
     def _apply(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         example = self.example_input
         if example is None:
-            example = getattr(pl_module, "example_input_array", None)
+            # a property in some libraries (mlcolvar draws torch.randn on every read): reading it must not move the
+            # run's random stream, or the run after this part is not the run without it
+            with torch.random.fork_rng(devices=[]):
+                example = getattr(pl_module, "example_input_array", None)
         plan = plan_conv_bias_removal(pl_module, example)
         if trainer.optimizers and plan.pairs:
             rank_zero_warn(

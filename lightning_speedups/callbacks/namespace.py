@@ -99,7 +99,11 @@ def foreign_objects(trainer: Any, own: type) -> list[tuple[str, Any]]:
         return []
     out: list[tuple[str, Any]] = []
     for cb in getattr(trainer, "callbacks", ()) or ():
-        if not isinstance(cb, own) and namespace_of(cb) not in (None, ns):
+        # a plain Callback subclass works in either Trainer (hooks are called by name); Lightning's own callbacks
+        # (checkpointing, early stopping, progress bars, ...) are found by isinstance, and silently ignored or
+        # doubled by the other package's Trainer
+        builtin = [k for k in type(cb).__mro__ if _package_of(k.__module__) is not None and k.__name__ != "Callback"]
+        if not isinstance(cb, own) and builtin and namespace_of(cb) != ns:
             out.append(("callback", cb))
     for what, obj in (
         ("model", getattr(trainer, "lightning_module", None)),

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from lightning_speedups.functional.memory import total_memory_bytes
 from lightning_speedups.callbacks.namespace import package_of
+from lightning_speedups.functional.memory import total_memory_bytes
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.memory import FIT_SHARE, estimate_fit
 from lightning_speedups.inspection.words import fmt_bytes, names_text
