@@ -150,7 +150,8 @@ class AutoProbe(SpeedupCallback):
             steps = float(trainer.estimated_stepping_batches) * max(1, int(trainer.accumulate_grad_batches))
         except Exception:
             return None
-        return steps if math.isfinite(steps) else None
+        # Lightning says -1 or inf when it cannot tell (an iterable loader without a length, no max_steps)
+        return steps if math.isfinite(steps) and steps > 0 else None
 
     def _probe(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, axes: Sequence[Axis]

@@ -14,6 +14,7 @@ from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.namespace import mixed_namespace_error, namespace_of
 from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.callbacks.trainer_flags import (
+    FOLLOWS,
     LIGHTNING_DEFAULTS,
     LIVE_FLAGS,
     apply_flag,
@@ -100,8 +101,8 @@ class SpeedupsFromEnvironment(SpeedupCallback):
         refused: dict[str, str] = {k: text for k, use, text in flag_notes if not use}
         notes.extend((k, True, text) for k, use, text in flag_notes if use)
         for key, value in applied.items():
-            if current_flag(trainer, key) == value:
-                continue
+            if current_flag(trainer, key) == value or FOLLOWS.get(key) in refused:
+                continue  # nothing to change (a follower keeps to the Trainer's own value of the flag it follows)
             before = current_flag(trainer, key) if key != "precision" else trainer.strategy.precision_plugin
             why = apply_flag(trainer, key, value)
             if why is None:
@@ -138,7 +139,7 @@ def _flip(notes: list[tuple[str, bool, str]], refused: dict[str, str]) -> list[t
         key = name.split(" ")[0]
         flag = key if key in refused else _FLAG_OF_PART.get(key)
         if flag in refused and flag not in said:
-            out.append((name, False, f"{refused[flag]} ({reason})"))
+            out.append((name, False, refused[flag]))
             said.add(flag)
         elif flag not in refused:
             out.append((name, active, reason))

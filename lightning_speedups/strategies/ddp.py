@@ -22,7 +22,7 @@ therefore turns static graph off, with a note in the start-up summary, whenever 
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import lightning.pytorch as pl
 import torch
@@ -73,10 +73,14 @@ def accumulation_source(trainer: Any) -> Optional[str]:
     return None
 
 
-class _SpeedupsDDP:
-    """The code of :class:`SpeedupsDDPStrategy`, above whichever Lightning package's ``DDPStrategy``."""
+if TYPE_CHECKING:  # the mixin is typed as the lightning.pytorch class it sits above
+    _DDPBase = DDPStrategy
+else:
+    _DDPBase = object
 
-    _ddp_kwargs: dict[str, Any]
+
+class _SpeedupsDDP(_DDPBase):
+    """The code of :class:`SpeedupsDDPStrategy`, above whichever Lightning package's ``DDPStrategy``."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

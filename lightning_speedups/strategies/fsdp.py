@@ -55,7 +55,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import lightning.pytorch as pl
 import torch
@@ -330,7 +330,14 @@ def fsdp_gradient_error(problems: list[str]) -> str:
     )
 
 
-class _ShardedNormClip:
+if TYPE_CHECKING:  # the mixins are typed as the lightning.pytorch classes they sit above
+    _FSDPBase = FSDPStrategy
+    _PrecisionBase = FSDPPrecision
+else:
+    _FSDPBase = _PrecisionBase = object
+
+
+class _ShardedNormClip(_PrecisionBase):
     """The code of :class:`ShardedNormClipPrecision`, above whichever Lightning package's ``FSDPPrecision``."""
 
     fsdp_strategy: Optional[Any] = None
@@ -365,12 +372,8 @@ class ShardedNormClipPrecision(_ShardedNormClip, FSDPPrecision):
     clipping is element-wise, so Lightning's own (on the local shards) is already right."""
 
 
-class _SpeedupsFSDP:
+class _SpeedupsFSDP(_FSDPBase):
     """The code of :class:`SpeedupsFSDPStrategy`, above whichever Lightning package's ``FSDPStrategy``."""
-
-    lightning_module: Any
-    precision_plugin: Any
-    model: Any
 
     def __init__(self, **kwargs: Any) -> None:
         self.block_policy = kwargs.pop("auto_wrap_policy", None) or BlockWrapPolicy()

@@ -1,0 +1,150 @@
+"""Issue 27 item 5: every single-device preset inside real libraries from PyPI, once through the library's own
+documented way of passing callbacks and Trainer flags, once through ``LIGHTNING_SPEEDUPS`` (zero code).
+
+A run passes when it trains (every planned step, finite losses), its losses equal the library's plain run
+within the noise when the preset keeps the maths (fp32 throughout, the library's clipping and accumulation,
+no schedule), and its start-up summary is true to what the Trainer did (the precision and the clipping seen
+inside the training steps, the callbacks the environment path says it added).
+
+The libraries come from the ``clients`` extra (``pip install -e '.[test,clients]'``, as ``.ci/run`` does); one
+that is not installed skips with its reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import re
+from typing import Any
+
+import pytest
+
+from clients.libraries import LIBRARIES, Library, Seen
+from lightning_speedups.callbacks import SpeedupCallback, SpeedupsSummary
+from lightning_speedups.callbacks.from_environment import SpeedupsFromEnvironment
+from lightning_speedups.environment import ENV_VAR
+from lightning_speedups.presets import list_presets, preset
+
+STEPS = 4
+#: the presets for one device (ddp and fsdp start several processes: tests/distributed)
+PRESETS = [name for name in list_presets() if name not in ("ddp", "fsdp")]
+#: parts that change the optimisation on purpose: a run with one of them active is not compared loss by loss
+OPTIMISATION_PARTS = ("LRSchedule", "LargestBatch", "EffectiveBatchSize", "AdaptiveGradientClipping")
+
+
+def _installed(lib: Library) -> Library:
+    try:
+        importlib.import_module(lib.module)
+    except Exception as err:  # a library that is not installed, or does not import here, skips with the reason
+        pytest.skip(f"{lib.name} is not importable ({type(err).__name__}: {err}); pip install -e '.[test,clients]'")
+    return lib
+
+
+_PLAIN: dict[str, Seen] = {}
+
+
+def plain(lib: Library, monkeypatch: pytest.MonkeyPatch) -> Seen:
+    """The library's own run, without the pack (computed once per library)."""
+    if lib.name not in _PLAIN:
+        monkeypatch.delenv(ENV_VAR, raising=False)
+        _PLAIN[lib.name] = lib.run([], {}, STEPS)
+    return _PLAIN[lib.name]
+
+
+def pack_callbacks(seen: Seen) -> list[Any]:
+    return [cb for cb in seen.trainer.callbacks if isinstance(cb, SpeedupCallback)]
+
+
+def summary_of(seen: Seen) -> list[str]:
+    found = [cb for cb in seen.trainer.callbacks if isinstance(cb, SpeedupsSummary)]
+    assert len(found) == 1, f"{len(found)} start-up summaries in the Trainer"
+    return found[0].lines
+
+
+def truth_problems(seen: Seen, base: Seen, lines: list[str]) -> list[str]:
+    """Where the summary says something the Trainer did not do."""
+    problems = []
+    said_bf16 = any(line.startswith("  on ") and "precision (T05)" in line and "bf16-mixed" in line for line in lines)
+    ran = set(seen.precision)
+    if said_bf16 and ran != {"bf16-mixed"}:
+        problems.append(f"the summary says bf16-mixed, the steps ran {sorted(ran)}")
+    if not said_bf16 and ran != set(base.precision):
+        problems.append(
+            f"the summary says no precision change, the steps ran {sorted(ran)} (plain: {base.precision[:1]})"
+        )
+    clip = [line for line in lines if "grad_clip (T15)" in line]
+    if clip and clip[0].startswith("  on "):
+        runs = re.search(r"runs gradient_clip_val=([\d.]+)", clip[0]) or re.search(r" at ([\d.]+)", clip[0])
+        want = float(runs.group(1)) if runs else None
+        if want is None or any(c is None or not math.isclose(float(c), want) for c in seen.clip):
+            problems.append(
+                f"the summary says {clip[0].strip()!r}, the steps clipped at {sorted(set(map(str, seen.clip)))}"
+            )
+    elif seen.clip != base.clip:
+        problems.append(f"no clipping said, but the steps clipped at {seen.clip} (plain: {base.clip})")
+    if seen.accumulate != base.accumulate and not any("accumulat" in line or "effective" in line for line in lines):
+        problems.append(f"accumulation changed to {seen.accumulate} without a word")
+    env = [cb for cb in seen.trainer.callbacks if isinstance(cb, SpeedupsFromEnvironment)]
+    if env and env[0].active:
+        said = re.search(r"(\d+) callback\(s\) added", env[0].status[1])
+        added = [cb for cb in env[0].added if cb in seen.trainer.callbacks]
+        if said is None or int(said.group(1)) != len(added):
+            problems.append(f"the environment line says {env[0].status[1]!r}, {len(added)} are in the Trainer")
+    return problems
+
+
+def maths_kept(seen: Seen, base: Seen) -> bool:
+    active = {type(cb).__name__ for cb in pack_callbacks(seen) if cb.active}
+    return (
+        set(seen.precision) <= {"32-true", "32"}
+        and seen.clip == base.clip
+        and seen.accumulate == base.accumulate
+        and not active & set(OPTIMISATION_PARTS)
+    )
+
+
+def check(seen: Seen, base: Seen, what: str) -> None:
+    assert len(seen.losses) == STEPS and all(math.isfinite(x) for x in seen.losses), f"{what}: losses {seen.losses}"
+    lines = summary_of(seen)
+    problems = truth_problems(seen, base, lines)
+    if maths_kept(seen, base):
+        for i, (a, b) in enumerate(zip(seen.losses, base.losses)):
+            if not math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-5):
+                problems.append(f"step {i}: loss {a:.6g} where the plain run had {b:.6g} (fp32, maths kept)")
+                break
+    assert not problems, f"{what}:\n  " + "\n  ".join(problems) + "\nsummary:\n" + "\n".join(lines)
+
+
+CASES = [pytest.param(lib, name, id=f"{lib.name}-{name}") for lib in LIBRARIES for name in PRESETS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("lib", "name"), CASES)
+def test_preset_through_the_librarys_own_arguments(lib: Library, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = _installed(lib)
+    base = plain(lib, monkeypatch)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    p = preset(name)
+    seen = lib.run(p.callbacks(), p.trainer_kwargs(), STEPS)
+    check(seen, base, f"{lib.name} + {name} via {lib.passes}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("lib", "name"), CASES)
+def test_preset_through_the_environment(lib: Library, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = _installed(lib)
+    base = plain(lib, monkeypatch)
+    monkeypatch.setenv(ENV_VAR, name)
+    seen = lib.run([], {}, STEPS)
+    env = [cb for cb in seen.trainer.callbacks if isinstance(cb, SpeedupsFromEnvironment)]
+    assert len(env) == 1 and env[0].status is not None, f"{lib.name}: the environment callback did not run"
+    check(seen, base, f"{lib.name} + {ENV_VAR}={name}")
+
+
+@pytest.mark.parametrize("lib", LIBRARIES, ids=[lib.name for lib in LIBRARIES])
+def test_the_library_builds_trainers_of_the_package_we_think(lib: Library, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = _installed(lib)
+    seen = plain(lib, monkeypatch)
+    assert type(seen.trainer).__module__.startswith(lib.namespace), type(seen.trainer).__module__
+    assert len(seen.losses) == STEPS
