@@ -112,10 +112,10 @@ class _SpeedupsDDP(_DDPBase):
                 summary.notes.append(("ddp static_graph (T11)", False, self.static_graph_note))
             else:
                 rank_zero_warn(f"ddp: {self.static_graph_note}.")
-        super().setup(trainer)  # type: ignore[misc]  # DDPStrategy's, after this mixin
+        super().setup(trainer)  # DDPStrategy's, after this mixin
 
     def teardown(self) -> None:
-        super().teardown()  # type: ignore[misc]
+        super().teardown()
         self.threads.restore()  # Lightning's launcher set the thread count; put it back
 
 

@@ -377,7 +377,7 @@ class _SpeedupsFSDP(_FSDPBase):
 
     def __init__(self, **kwargs: Any) -> None:
         self.block_policy = kwargs.pop("auto_wrap_policy", None) or BlockWrapPolicy()
-        super().__init__(auto_wrap_policy=self.block_policy, **kwargs)  # type: ignore[call-arg]
+        super().__init__(auto_wrap_policy=self.block_policy, **kwargs)
         self.setup_notes: list[str] = []
         self.manual = False
         self.threads = ThreadsRestore()
@@ -437,7 +437,7 @@ class _SpeedupsFSDP(_FSDPBase):
         summary = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, SpeedupsSummary)), None)
         if summary is not None and notes:
             summary.notes.append(("fsdp units (T11)", True, "; ".join(notes)))
-        super().setup(trainer)  # type: ignore[misc]  # FSDPStrategy's, after this mixin
+        super().setup(trainer)  # FSDPStrategy's, after this mixin
 
     def _wrap(self, module: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -478,10 +478,10 @@ class _SpeedupsFSDP(_FSDPBase):
             elif self.root_device.type == "cpu":
                 model = self._wrap(model)
                 self.kwargs.pop("auto_wrap_policy", None)
-        return super()._setup_model(model)  # type: ignore[misc]
+        return super()._setup_model(model)
 
     def teardown(self) -> None:
-        super().teardown()  # type: ignore[misc]
+        super().teardown()
         self.threads.restore()  # Lightning's launcher set the thread count; put it back
 
 
