@@ -18,13 +18,14 @@ import inspect
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from lightning_speedups.callbacks import SpeedupsSummary
+from lightning_speedups.callbacks.namespace import NAMESPACES, for_namespace, lightning_base, namespace_of
 from lightning_speedups.callbacks.trainer_flags import merge_flags
 from lightning_speedups.config import Speedups
 from lightning_speedups.environment import BUILT_BY_PACK
@@ -270,9 +271,7 @@ def _class_problem(class_path: Optional[str], key: str) -> Optional[str]:
         close = [n for n in dir(module) if n.lower() == name.lower()]
         hint = f" (did you mean {close[0]}?)" if close else ""
         return f"{key}: module {module_name} has no {name!r}{hint}; fix the class_path"
-    import lightning.pytorch as pl
-
-    if not (inspect.isclass(obj) and issubclass(obj, getattr(pl, base))):
+    if not (inspect.isclass(obj) and getattr(lightning_base(obj), "__name__", None) == base):
         what = f"a {type(obj).__name__}" if not inspect.isclass(obj) else "a class"
         return (
             f"{key}: {class_path} is {what} that is not a {base}; fix: give a subclass of"
@@ -345,8 +344,16 @@ def with_default_model(argv: Sequence[str]) -> list[str]:
     return out
 
 
-class SpeedupsArgumentParser(LightningArgumentParser):
-    """LightningArgumentParser whose errors are a few lines naming the key, its file and the fix."""
+if TYPE_CHECKING:  # the mixins are typed as the lightning.pytorch classes they sit above
+    _ParserBase = LightningArgumentParser
+    _SaveBase = SaveConfigCallback
+    _CLIBase = LightningCLI
+else:
+    _ParserBase = _SaveBase = _CLIBase = object
+
+
+class _SpeedupsParser(_ParserBase):
+    """The code of :class:`SpeedupsArgumentParser`, above either Lightning package's parser."""
 
     def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
         from jsonargparse._common import debug_mode_active  # private: JSONARGPARSE_DEBUG has no public reader
@@ -361,8 +368,14 @@ class SpeedupsArgumentParser(LightningArgumentParser):
         self.exit(2)
 
 
-class KeepingSaveConfig(SaveConfigCallback):
-    """Lightning's SaveConfigCallback that never refuses a second run in the same folder and never
+class SpeedupsArgumentParser(_SpeedupsParser, LightningArgumentParser):
+    """LightningArgumentParser whose errors are a few lines naming the key, its file and the fix."""
+
+
+class _KeepingSave(_SaveBase):
+    """The code of :class:`KeepingSaveConfig`, above either Lightning package's ``SaveConfigCallback``.
+
+    Lightning's SaveConfigCallback that never refuses a second run in the same folder and never
     overwrites the first run's config.
 
     Without a logger every run saves ``config.yaml`` into ``trainer.default_root_dir``; Lightning's
@@ -406,8 +419,13 @@ class KeepingSaveConfig(SaveConfigCallback):
             os.remove(written)  # the run never trained: its config describes nothing to keep
 
 
-class SpeedupsCLI(LightningCLI):
-    """LightningCLI with the typed ``speedups:`` section and the embedded default model and data.
+class KeepingSaveConfig(_KeepingSave, SaveConfigCallback):
+    """Lightning's SaveConfigCallback that never refuses a second run in the same folder and never
+    overwrites the first run's config (see :class:`_KeepingSave`)."""
+
+
+class _SpeedupsCLI(_CLIBase):
+    """The code of :class:`SpeedupsCLI`, above either Lightning package's ``LightningCLI``.
 
     - ``speedups:`` is turned into Trainer arguments and callbacks when the Trainer is built; a value
       the config sets explicitly under ``trainer:`` wins over what a preset would pick.
@@ -418,8 +436,9 @@ class SpeedupsCLI(LightningCLI):
     """
 
     def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
-        kwargs.setdefault("parser_class", SpeedupsArgumentParser)
-        kwargs.setdefault("save_config_callback", KeepingSaveConfig)
+        ns = namespace_of(self)
+        kwargs.setdefault("parser_class", for_namespace(SpeedupsArgumentParser, ns))
+        kwargs.setdefault("save_config_callback", for_namespace(KeepingSaveConfig, ns))
         if args is None:
             # LightningCLI reads sys.argv (and its DDP launcher re-runs it): the default model goes there
             sys.argv[1:] = with_default_model(sys.argv[1:])
@@ -483,6 +502,51 @@ class SpeedupsCLI(LightningCLI):
             # T01: Lightning steps a plain scheduler once per epoch; these are per-step schedules.
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": lr_scheduler, "interval": "step"}}
         return LightningCLI.configure_optimizers(lightning_module, optimizer, lr_scheduler)
+
+
+class SpeedupsCLI(_SpeedupsCLI, LightningCLI):
+    """LightningCLI with the typed ``speedups:`` section and the embedded default model and data.
+
+    - ``speedups:`` is turned into Trainer arguments and callbacks when the Trainer is built; a value
+      the config sets explicitly under ``trainer:`` wins over what a preset would pick.
+    - With no model in the config, :class:`~lightning_speedups.demo.DigitsCNN` trains on the digits
+      that scikit-learn ships (:class:`~lightning_speedups.demo.DigitsDataModule`), for
+      ``DEFAULT_DEMO_EPOCHS`` epochs unless the config says otherwise.
+    - A one-cycle / cyclic ``--lr_scheduler`` is stepped per optimizer step, not per epoch.
+    - A config whose model is a ``pytorch_lightning.LightningModule`` runs on that package's LightningCLI and
+      Trainer (the same class built on it: Lightning refuses a model of one package in the other's Trainer).
+    """
+
+    def __new__(cls, args: Optional[Sequence[str]] = None, **kwargs: Any) -> Any:
+        ns = model_namespace(list(args) if args is not None else sys.argv[1:])
+        if cls is not SpeedupsCLI or ns == NAMESPACES[0]:
+            return super().__new__(cls)
+        twin = for_namespace(SpeedupsCLI, ns)
+        cli: Any = object.__new__(twin)
+        cli.__init__(args, **kwargs)  # not an instance of cls: Python does not call __init__ for it
+        return cli
+
+
+def model_namespace(argv: Sequence[str]) -> str:
+    """The Lightning package of the model class the arguments or configs name (``lightning.pytorch`` when
+    none is named or it does not import: the CLI then reports that as usual)."""
+    import importlib
+
+    files = []
+    for value in _config_files(argv):
+        try:
+            files.append(resolve_config(value))
+        except PresetError:  # the CLI reports it
+            continue
+    class_path = _class_path_of(argv, files, "model")
+    if not class_path or "." not in class_path:
+        return NAMESPACES[0]
+    module_name, _, name = class_path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module_name), name, None)
+    except Exception:  # any import failure is the CLI's to report, with its own message
+        return NAMESPACES[0]
+    return namespace_of(obj) or NAMESPACES[0] if inspect.isclass(obj) else NAMESPACES[0]
 
 
 def _arg_value(value: Any) -> str:

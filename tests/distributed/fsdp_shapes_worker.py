@@ -165,6 +165,7 @@ def fit(
     if fsdp:
         p = preset("fsdp")
         kwargs = p.trainer_kwargs(accelerator="cpu")
+        kwargs.pop("accelerator")  # passed below, as for the plain run
         callbacks = p.callbacks()
         if os.environ.get("SHAPES_ORIG_PARAMS"):  # the cost / effect of use_orig_params=True
             kwargs["strategy"].kwargs["use_orig_params"] = True

@@ -27,6 +27,7 @@ NODES = WORLD // LOCAL
 
 
 def trainer(kwargs: dict[str, Any], callbacks: list, epochs: int, **extra: Any) -> pl.Trainer:
+    kwargs = {k: v for k, v in kwargs.items() if k != "accelerator"}  # trainer_kwargs(accelerator=) returns it
     return pl.Trainer(
         accelerator="cpu",
         devices=LOCAL,
