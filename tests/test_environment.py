@@ -276,3 +276,78 @@ def test_the_packs_callbacks_themselves_work_in_either_trainer():
         trainer, model = fit(ns, callbacks=p.callbacks())
         assert len(model.losses) == 3
         assert next(cb for cb in trainer.callbacks if type(cb).__name__ == "ConvBiasRemoval").active
+
+
+# ------------------------------------------------------------------------------- commands on either package
+PL_MODULE = """
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class OldStyleNet(pl.LightningModule):
+    def __init__(self, lr: float = 0.01) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(), torch.nn.Linear(144, 2)
+        )
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.get("lr", 0.01))
+
+    def train_dataloader(self):
+        g = torch.Generator().manual_seed(0)
+        return DataLoader(TensorDataset(torch.randn(32, 1, 8, 8, generator=g), torch.randint(0, 2, (32,), generator=g)), batch_size=8)
+"""
+
+
+def _old_style_project(tmp_path: Any) -> str:
+    (tmp_path / "oldstyle.py").write_text(PL_MODULE)
+    config = tmp_path / "user.yaml"
+    config.write_text(
+        "model:\n  class_path: oldstyle.OldStyleNet\ntrainer:\n  max_steps: 3\n  logger: false\n"
+        "  enable_checkpointing: false\n  enable_progress_bar: false\n"
+    )
+    return str(config)
+
+
+def test_fit_runs_a_pytorch_lightning_module_on_that_packages_cli(tmp_path, monkeypatch):
+    from lightning_speedups.session import SpeedupsCLI, resolve_config_args
+
+    config = _old_style_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    cli = SpeedupsCLI(
+        args=resolve_config_args(["fit", "--config", config, "--config", "fast"]), save_config_callback=None
+    )
+    assert namespace_of(cli.trainer) == "pytorch_lightning" and namespace_of(cli.model) == "pytorch_lightning"
+    assert cli.trainer.global_step == 3
+    conv = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "ConvBiasRemoval")
+    assert conv.active and cli.model.net[0].bias is None
+
+
+@pytest.mark.slow
+def test_doctor_reads_a_pytorch_lightning_module(tmp_path):
+    import json
+
+    config = _old_style_project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    out = subprocess.run(
+        [sys.executable, "-m", "lightning_speedups", "doctor", "--config", config, "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    findings = json.loads(out.stdout)["findings"]
+    conv = next(f for f in findings if f["tip"] == "T16")
+    assert "Conv2d" in json.dumps(conv), conv
