@@ -351,3 +351,12 @@ def test_doctor_reads_a_pytorch_lightning_module(tmp_path):
     findings = json.loads(out.stdout)["findings"]
     conv = next(f for f in findings if f["tip"] == "T16")
     assert "Conv2d" in json.dumps(conv), conv
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_a_setting_fixed_at_construction_is_named_not_claimed(ns, monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "ddp")
+    trainer, model = fit(ns)
+    assert type(trainer.strategy).__name__ == "SingleDeviceStrategy" and len(model.losses) == 3
+    line = next(line for line in summary_lines(trainer) if "ddp (T11)" in line)
+    assert line.startswith("  off ") and "not applied" in line and "strategy" in line, line

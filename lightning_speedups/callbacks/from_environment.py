@@ -110,9 +110,13 @@ class SpeedupsFromEnvironment(SpeedupCallback):
             else:
                 refused[key] = f"not applied: {why}"
         for key in wanted.keys() - live.keys():
-            refused[key] = (
-                f"not applied: Lightning fixes trainer.{key} when the Trainer is built: pass Trainer({key}=...)"
+            how = (
+                "pass strategy=preset(...).trainer_kwargs(model=model)['strategy'] where the library takes Trainer"
+                " arguments"
+                if key == "strategy"
+                else f"pass Trainer({key}=...)"
             )
+            refused[key] = f"not applied: Lightning fixes trainer.{key} when the Trainer is built; {how}"
         return _flip(notes, refused)
 
     def _take_back(self, trainer: Any) -> None:
@@ -150,5 +154,7 @@ def _flip(notes: list[tuple[str, bool, str]], refused: dict[str, str]) -> list[t
 #: the summary's part names whose work is a Trainer flag
 _FLAG_OF_PART: dict[str, Optional[str]] = {
     "grad_clip": "gradient_clip_val",
+    "ddp": "strategy",
+    "fsdp": "strategy",
     "effective_batch_size": "accumulate_grad_batches",
 }
