@@ -425,15 +425,8 @@ class KeepingSaveConfig(_KeepingSave, SaveConfigCallback):
 
 
 class _SpeedupsCLI(_CLIBase):
-    """The code of :class:`SpeedupsCLI`, above either Lightning package's ``LightningCLI``.
-
-    - ``speedups:`` is turned into Trainer arguments and callbacks when the Trainer is built; a value
-      the config sets explicitly under ``trainer:`` wins over what a preset would pick.
-    - With no model in the config, :class:`~lightning_speedups.demo.DigitsCNN` trains on the digits
-      that scikit-learn ships (:class:`~lightning_speedups.demo.DigitsDataModule`), for
-      ``DEFAULT_DEMO_EPOCHS`` epochs unless the config says otherwise.
-    - A one-cycle / cyclic ``--lr_scheduler`` is stepped per optimizer step, not per epoch.
-    """
+    """The code of :class:`SpeedupsCLI` (what it does is said there), above either Lightning package's
+    ``LightningCLI``."""
 
     def __init__(self, args: Optional[Sequence[str]] = None, **kwargs: Any) -> None:
         ns = namespace_of(self)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import QUIET
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_speedups.callbacks import SpeedupCallback, SpeedupsSummary
@@ -70,16 +71,7 @@ def module_class(ns: str, clip_in_step: bool = False) -> type:
 
 def trainer_of(ns: str, **kwargs: Any) -> Any:
     pl = importlib.import_module(ns)
-    args: dict[str, Any] = dict(
-        accelerator="cpu",
-        max_steps=3,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    args.update(kwargs)
-    return pl.Trainer(**args)
+    return pl.Trainer(**{**QUIET, "max_steps": 3, **kwargs})
 
 
 def summary_lines(trainer: Any) -> list[str]:

@@ -17,7 +17,11 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_shared_suite_passes_under_pytorch_lightning():
-    env = {**os.environ, "SPEEDUPS_SUITE_NAMESPACE": "pytorch_lightning"}
+    # a fresh process: no rendezvous left in this one's environment by an earlier in-process DDP fit (Lightning
+    # sets MASTER_PORT there; the suite's 1-process DDP cases would meet a port that may still be held)
+    leaked = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE")
+    env = {k: v for k, v in os.environ.items() if k not in leaked and not k.startswith("PL_")}
+    env["SPEEDUPS_SUITE_NAMESPACE"] = "pytorch_lightning"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(TESTS, "suite")]
     cmd += ["-o", "addopts=", "-W", "ignore::DeprecationWarning"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=880, cwd=os.path.dirname(TESTS))

@@ -115,16 +115,10 @@ def forward_args(example_input: Any) -> tuple[tuple, dict]:
     )
 
 
-_MISSING = object()
-
-
 @contextlib.contextmanager
 def _side_effect_free(model: nn.Module) -> Iterator[None]:
-    """Restore every buffer, every module's plain attributes, the training flags and the RNG state after a
-    probing forward. (A forward that sets a flag, such as mlcolvar's ``Normalization.is_initialized`` on its
-    first input, would otherwise leave the model believing it was set up from the data it never saw.)"""
+    """Restore every buffer, the training flags and the RNG state after a probing forward."""
     buffers = {id(b): (b, b.detach().clone()) for b in model.buffers() if not is_lazy(b)}
-    attrs = [(m, {k: v for k, v in vars(m).items() if not k.startswith("_")}) for m in model.modules()]
     devices = []
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         devices = list(range(torch.cuda.device_count()))
@@ -135,13 +129,6 @@ def _side_effect_free(model: nn.Module) -> Iterator[None]:
             for b, saved in buffers.values():
                 if b.shape == saved.shape:
                     b.copy_(saved)
-            for module, before in attrs:
-                now = vars(module)
-                for key in [k for k in now if not k.startswith("_") and k not in before]:
-                    del now[key]
-                for key, value in before.items():
-                    if now.get(key, _MISSING) is not value:
-                        now[key] = value
 
 
 # ------------------------------------------------------------------------------------ fx analysis
