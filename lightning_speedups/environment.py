@@ -82,7 +82,7 @@ def callbacks_factory() -> list[Any]:
     callback that applies the presets it names. A bad value ends the program here, when the Trainer is built,
     with one line on stderr (exit code 2)."""
     value = os.environ.get(ENV_VAR)
-    if value is None:
+    if value is None or not value.strip():  # unset, or set empty to switch it off
         return []
     try:
         chosen = preset_from_environment(value)
@@ -95,4 +95,6 @@ def callbacks_factory() -> list[Any]:
 def _from_environment(chosen: Preset, value: str) -> Any:
     from lightning_speedups.callbacks.from_environment import SpeedupsFromEnvironment
 
-    return SpeedupsFromEnvironment(chosen, source=f"{ENV_VAR}={value}", built_by_pack=BUILT_BY_PACK)
+    return SpeedupsFromEnvironment(
+        chosen, source=f"{ENV_VAR}={value}", built_by_pack=BUILT_BY_PACK, rebuild=(preset_from_environment, value)
+    )

@@ -170,7 +170,9 @@ class Preset:
     trainer: dict[str, Any] = field(default_factory=dict)
     speedups: Speedups = field(default_factory=lambda: _speedups_class()())
 
-    def trainer_kwargs(self, accelerator: Optional[str] = None, model: Any = None, **overrides: Any) -> dict[str, Any]:
+    def trainer_kwargs(
+        self, accelerator: Optional[str] = None, model: Any = None, lightning: Optional[str] = None, **overrides: Any
+    ) -> dict[str, Any]:
         """Arguments for ``Trainer(...)``: the presets' flags and what the ``speedups:`` section resolves to.
 
         A flag set under a YAML ``trainer:`` section or in ``overrides`` wins over what the
@@ -181,12 +183,14 @@ class Preset:
             model: the LightningModule to fit, when known: a setting Lightning refuses for it (gradient
                 clipping under manual optimization) is skipped here, with the fix in the summary.
                 Without it, such settings are applied (or skipped) by a callback in ``setup``.
+            lightning: the Trainer's Lightning package when no ``model`` is given (``"pytorch_lightning"`` for the
+                older one): a strategy (``ddp``, ``fsdp``) is built on that package's classes.
             overrides: Trainer arguments that win over the preset's.
         """
         from lightning_speedups.callbacks.trainer_flags import merge_flags
 
         accel = overrides.get("accelerator", accelerator or self.trainer.get("accelerator", "auto"))
-        kwargs, notes = self.speedups.trainer_kwargs(accelerator=accel, model=model)
+        kwargs, notes = self.speedups.trainer_kwargs(accelerator=accel, model=model, lightning=lightning)
         if accelerator is not None:
             overrides.setdefault("accelerator", accelerator)
         user = {**{k: v for k, v in self.trainer.items() if k != "callbacks"}, **overrides}
@@ -197,6 +201,7 @@ class Preset:
         )
         notes.extend(flag_notes)
         self._notes = notes
+        self._explicit = set(user)
         self._model = model
         return {**kwargs, **user, **applied}
 
@@ -212,7 +217,11 @@ class Preset:
         notes = getattr(self, "_notes", None)
         if notes is None:
             _, notes = self.speedups.trainer_kwargs(accelerator=accelerator, model=model)
-        return self.speedups.callbacks(notes, accelerator=accelerator, model=model)
+        out = self.speedups.callbacks(notes, accelerator=accelerator, model=model)
+        for cb in out:  # the flags the caller passed to trainer_kwargs are theirs, even a value meaning "off"
+            if hasattr(cb, "explicit"):
+                cb.explicit = set(getattr(self, "_explicit", ()))
+        return out
 
     def parts(self) -> set[str]:
         """The parts turned on (see :meth:`Speedups.active_parts`)."""

@@ -23,8 +23,8 @@ from helpers import QUIET
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_speedups.callbacks import SpeedupCallback, SpeedupsSummary
-from lightning_speedups.callbacks.from_environment import MixedLightningError, SpeedupsFromEnvironment
-from lightning_speedups.callbacks.namespace import is_overridden, namespace_of
+from lightning_speedups.callbacks.from_environment import SpeedupsFromEnvironment
+from lightning_speedups.callbacks.namespace import MixedLightningError, is_overridden, namespace_of
 from lightning_speedups.environment import ENV_VAR, callbacks_factory, preset_from_environment
 from lightning_speedups.presets import preset
 
@@ -100,9 +100,9 @@ def test_unset_the_pack_changes_nothing(ns, monkeypatch):
     assert callbacks_factory() == []
     trainer, model = fit(ns)
     assert not [cb for cb in trainer.callbacks if type(cb).__module__.startswith("lightning_speedups")]
-    plain_losses = model.losses
-    _, again = fit(ns)
-    assert again.losses == plain_losses
+    assert len(model.losses) == 3 and model.seen["precision"] == "32-true"
+    monkeypatch.setenv(ENV_VAR, "  ")  # set empty: switched off, not an error
+    assert callbacks_factory() == []
 
 
 @pytest.mark.parametrize("ns", NAMESPACES)
@@ -117,6 +117,9 @@ def test_set_the_preset_applies_to_a_trainer_the_script_builds(ns, monkeypatch):
     # the memory preset's bf16 autocast (decided for this CPU) ran inside the training step, as the summary says
     said_bf16 = any(line.startswith("  on ") and "precision (T05)" in line and "bf16-mixed" in line for line in lines)
     assert said_bf16 == (model.seen["precision"] == "bf16-mixed") == model.seen["autocast"], (lines, model.seen)
+    # the memory preset's other part is in the Trainer and decided (no repeated blocks in this model)
+    part = next(cb for cb in trainer.callbacks if type(cb).__name__ == "ActivationCheckpointing")
+    assert part.status is not None and any("activation_checkpointing" in line for line in lines)
 
 
 @pytest.mark.parametrize("ns", NAMESPACES)
@@ -135,7 +138,7 @@ def test_presets_compose_with_plus_and_a_yaml_path_works(ns, monkeypatch, tmp_pa
     )
 
 
-@pytest.mark.parametrize("value", ["fsat", "fast+", "fast+nope", ""])
+@pytest.mark.parametrize("value", ["fsat", "fast+", "fast+nope", "fast+ +converge"])
 def test_a_bad_value_stops_before_training_with_one_line(value, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
@@ -225,6 +228,15 @@ def test_the_deferred_clip_part_from_python_treats_off_alike(ns):
     assert not any("(T15) (T15)" in line for line in lines)
 
 
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_a_value_the_user_passes_to_trainer_kwargs_is_their_choice_even_off(ns):
+    p = preset("transformer")
+    trainer, model = fit(ns, **p.trainer_kwargs(gradient_clip_val=0.0), callbacks=p.callbacks())
+    assert model.seen["gradient_clip_val"] == 0.0
+    line = next(line for line in summary_lines(trainer) if "grad_clip (T15)" in line)
+    assert line.startswith("  off ") and "kept trainer.gradient_clip_val=0.0" in line, line
+
+
 def test_trainer_kwargs_returns_every_key_it_was_given():
     p = preset("fast")
     kwargs = p.trainer_kwargs(accelerator="cpu", devices=1, gradient_clip_val=0.0)
@@ -250,16 +262,68 @@ def test_override_checks_work_for_both_packages(ns):
     assert is_overridden("training_step", Net()) and not is_overridden("configure_model", Net())
 
 
-def test_a_callback_of_the_other_package_is_named_with_the_fix(monkeypatch):
+@pytest.mark.parametrize("path", ["environment", "callbacks"])
+def test_a_callback_of_the_other_package_is_named_with_the_fix(path, monkeypatch):
     import lightning.pytorch as new
 
-    monkeypatch.setenv(ENV_VAR, "fast")
     early = new.callbacks.EarlyStopping(monitor="loss")
-    trainer = trainer_of("pytorch_lightning", callbacks=[early])
+    model = module_class("pytorch_lightning")()
+    if path == "environment":
+        monkeypatch.setenv(ENV_VAR, "fast")
+        trainer = trainer_of("pytorch_lightning", callbacks=[early])
+    else:
+        monkeypatch.delenv(ENV_VAR, raising=False)
+        trainer = trainer_of("pytorch_lightning", callbacks=[early, *preset("fast").callbacks()])
     with pytest.raises(MixedLightningError) as err:
-        trainer.fit(module_class("pytorch_lightning")())
+        trainer.fit(model)
     text = str(err.value)
     assert "\n" not in text and "EarlyStopping" in text and "import it from `pytorch_lightning`" in text
+    assert model.losses == []  # before training
+
+
+def test_a_plain_callback_of_the_other_package_works_and_is_not_refused(monkeypatch):
+    import lightning.pytorch as new
+
+    class Counter(new.Callback):
+        calls = 0
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            Counter.calls += 1
+
+    monkeypatch.setenv(ENV_VAR, "fast")
+    fit("pytorch_lightning", callbacks=[Counter()])
+    assert Counter.calls == 3
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_validate_after_fit_runs_as_plain_lightning(ns, monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "memory")
+    torch.manual_seed(0)
+    model = module_class(ns)()
+    model.validation_step = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    model.val_dataloader = model.train_dataloader  # type: ignore[method-assign]
+    trainer = trainer_of(ns, limit_val_batches=1)
+    trainer.fit(model)
+    during_fit = trainer.precision
+    trainer.validate(model, verbose=False)
+    env = next(cb for cb in trainer.callbacks if isinstance(cb, SpeedupsFromEnvironment))
+    assert env.added == [] and "validate run" in env.status[1]
+    assert trainer.precision == "32-true" and during_fit in ("bf16-mixed", "32-true")
+    assert not [cb for cb in trainer.callbacks if isinstance(cb, SpeedupsSummary)]
+
+
+def test_the_environment_callback_and_a_pytorch_lightning_strategy_pickle():
+    import pickle
+
+    from lightning_speedups.environment import _from_environment
+    from lightning_speedups.strategies import ddp_strategy
+
+    cb = pickle.loads(pickle.dumps(_from_environment(preset("fast", "converge"), "fast+converge")))
+    assert cb.preset.parts() == preset("fast", "converge").parts()
+    strategy, _ = ddp_strategy(accelerator="cpu", namespace="pytorch_lightning")
+    again = pickle.loads(pickle.dumps(strategy))
+    assert type(again) is type(strategy) and namespace_of(again) == "pytorch_lightning"
+    assert again._ddp_kwargs == strategy._ddp_kwargs
 
 
 def test_the_packs_callbacks_themselves_work_in_either_trainer():

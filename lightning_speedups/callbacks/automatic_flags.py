@@ -52,6 +52,9 @@ class AutomaticOptimizationFlags(SpeedupCallback):
         self.what = what
         self.fix = fix
         self.flags_notes: list[str] = []
+        #: flags the user passed themselves (``preset(...).trainer_kwargs(gradient_clip_val=0)``): their value wins
+        #: even when it means "off"; any other value on the Trainer (a library's default) is judged by the off rule
+        self.explicit: set[str] = set()
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -67,7 +70,7 @@ class AutomaticOptimizationFlags(SpeedupCallback):
         # the Trainer's own value wins when it turns something on; one that means "off" (a library's
         # gradient_clip_val=0.0) does not block the preset (the rule of merge_flags, with the summary's line)
         given = {k: current_flag(trainer, k) for k in self.flags if current_flag(trainer, k) != DEFAULTS[k]}
-        applied, notes = merge_flags(self.flags, given, "the Trainer")
+        applied, notes = merge_flags(self.flags, given, "the Trainer", explicit=self.explicit)
         first = next(iter(self.flags))
         if first not in applied:
             self.report(False, f"skipped: {notes[0][2]}")

@@ -11,7 +11,12 @@ from typing import Any, Optional
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.namespace import mixed_namespace_error, namespace_of
+from lightning_speedups.callbacks.namespace import (
+    is_lightning,
+    lightning_class_name,
+    namespace_of,
+    refuse_mixed_namespaces,
+)
 from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.callbacks.trainer_flags import (
     FOLLOWS,
@@ -21,10 +26,6 @@ from lightning_speedups.callbacks.trainer_flags import (
     current_flag,
     merge_flags,
 )
-
-
-class MixedLightningError(TypeError):
-    """A callback, model or data module of the other Lightning package than the Trainer's."""
 
 
 class SpeedupsFromEnvironment(SpeedupCallback):
@@ -42,21 +43,42 @@ class SpeedupsFromEnvironment(SpeedupCallback):
 
     part = "environment"
 
-    def __init__(self, chosen: Any, source: str, built_by_pack: str = "") -> None:
+    def __init__(
+        self, chosen: Any, source: str, built_by_pack: str = "", rebuild: Optional[tuple[Any, str]] = None
+    ) -> None:
         super().__init__()
         self.preset = chosen
         self.source = source
         self.built_by_pack = built_by_pack
+        self.rebuild = rebuild
         self.added: list[Any] = []
         self._restore: dict[str, Any] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a spawn launcher pickles the Trainer: the composed preset (generated dataclasses) is rebuilt from the
+        # environment's value instead (``rebuild``: a module-level function and its argument)
+        state = dict(self.__dict__)
+        if self.rebuild is not None:
+            state["preset"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.preset is None and self.rebuild is not None:
+            make, value = self.rebuild
+            self.preset = make(value)
+
     @override
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        mixed = mixed_namespace_error(trainer, SpeedupCallback)
-        if mixed:
-            raise MixedLightningError(f"lightning_speedups: {mixed}")
+        refuse_mixed_namespaces(trainer)
         # a second fit / validate on the same Trainer builds the parts again, for the model it now has
         self._take_back(trainer)
+        if stage != "fit":
+            # validation, test and predict runs (a library's predict Trainer too) stay as Lightning runs them: the
+            # presets' parts and precision are for training
+            what = getattr(stage, "value", stage)  # Lightning passes its TrainerFn enum
+            self.report(False, f"{self.source}: nothing added to a {what} run (the presets apply to fit)")
+            return
         if self.built_by_pack and getattr(trainer, self.built_by_pack, False):
             self.report(False, f"{self.source}: nothing added, the pack's CLI built this Trainer with its parts")
             return
@@ -110,6 +132,13 @@ class SpeedupsFromEnvironment(SpeedupCallback):
             else:
                 refused[key] = f"not applied: {why}"
         for key in wanted.keys() - live.keys():
+            kind = lightning_class_name(wanted[key]) if key == "strategy" else ""
+            if kind and is_lightning(trainer.strategy, kind):
+                refused[key] = (
+                    f"the Trainer's own {type(trainer.strategy).__name__} runs; the preset's settings for it need"
+                    f" strategy=preset(...).trainer_kwargs(...)['strategy'] where the library takes Trainer arguments"
+                )
+                continue
             how = (
                 "pass strategy=preset(...).trainer_kwargs(model=model)['strategy'] where the library takes Trainer"
                 " arguments"

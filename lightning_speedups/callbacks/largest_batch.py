@@ -6,7 +6,6 @@ from typing import Any, Optional
 
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import GradientAccumulationScheduler
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.parsing import (
     lightning_getattr,
@@ -29,6 +28,7 @@ from lightning_speedups.callbacks.batch_trials import (
     too_small_error,
     train_set_length,
 )
+from lightning_speedups.callbacks.namespace import is_lightning
 from lightning_speedups.functional.batch_size import (
     find_largest_batch_size,
     largest_divisor_batch,
@@ -229,7 +229,7 @@ class LargestBatch(SpeedupCallback):
             )
             return
         callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connectors at init, not declared
-        if self.keep_effective_batch and any(isinstance(c, GradientAccumulationScheduler) for c in callbacks):
+        if self.keep_effective_batch and any(is_lightning(c, "GradientAccumulationScheduler") for c in callbacks):
             raise MisconfigurationException(
                 "LargestBatch(keep_effective_batch=True) sets `accumulate_grad_batches`, which a "
                 "GradientAccumulationScheduler callback also changes; remove one of them."

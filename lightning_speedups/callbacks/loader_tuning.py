@@ -237,10 +237,9 @@ class LoaderTuning(SpeedupCallback):
         return new
 
     def _tune_collection(self, data: Any, stage: str) -> Any:
-        from lightning.pytorch.utilities import CombinedLoader
         from lightning_utilities.core.apply_func import apply_to_collection
 
-        if isinstance(data, CombinedLoader):
+        if is_lightning(data, "CombinedLoader"):  # either Lightning package's
             data.flattened = [self.tune(dl, stage) for dl in data.flattened]
             return data
         return apply_to_collection(data, DataLoader, self.tune, stage)

@@ -58,6 +58,11 @@ def is_lightning(obj: Any, *names: str) -> bool:
     return any(klass.__name__ in names and _package_of(klass.__module__) is not None for klass in type(obj).__mro__)
 
 
+def lightning_class_name(obj: Any) -> str:
+    """The name of the first Lightning class ``obj`` is built on (``"DDPStrategy"`` for the pack's DDP strategy)."""
+    return next((k.__name__ for k in type(obj).__mro__ if _package_of(k.__module__) is not None), "")
+
+
 def namespace_of(obj: Any) -> Optional[str]:
     """``"lightning.pytorch"`` or ``"pytorch_lightning"``: the package whose Lightning classes ``obj`` is built
     on (a Trainer, a module, a data module, a callback, a strategy), or ``None``."""
@@ -114,6 +119,20 @@ def foreign_objects(trainer: Any, own: type) -> list[tuple[str, Any]]:
     return out
 
 
+class MixedLightningError(TypeError):
+    """A Lightning built-in callback, model or data module of the other Lightning package than the Trainer's."""
+
+
+def refuse_mixed_namespaces(trainer: Any) -> None:
+    """Raise :class:`MixedLightningError` (one line, with the fix) when ``trainer`` holds a Lightning object of the
+    other package (the pack's own callbacks, which work in either, are never named)."""
+    from lightning_speedups.callbacks.base import SpeedupCallback
+
+    mixed = mixed_namespace_error(trainer, SpeedupCallback)
+    if mixed:
+        raise MixedLightningError(f"lightning_speedups: {mixed}")
+
+
 def mixed_namespace_error(trainer: Any, own: type) -> Optional[str]:
     """One line naming the first object of the other Lightning package in ``trainer`` and the fix, or ``None``."""
     found = foreign_objects(trainer, own)
@@ -146,6 +165,21 @@ def for_namespace(cls: type, ns: Optional[str]) -> type:
         body, base = cls.__bases__
         home = _package_of(base.__module__) or NAMESPACES[0]
         module = importlib.import_module(ns + base.__module__[len(home) :])
-        attrs = {"__module__": cls.__module__, "__doc__": cls.__doc__, "__qualname__": cls.__qualname__}
+        attrs = {
+            "__module__": cls.__module__,
+            "__doc__": cls.__doc__,
+            "__qualname__": cls.__qualname__,
+            "__speedups_origin__": cls,
+            "__reduce_ex__": _reduce_twin,  # pickled by its origin and package (a spawn launcher pickles strategies)
+        }
         _TWINS[key] = type(cls.__name__, (body, getattr(module, base.__name__)), attrs)
     return _TWINS[key]
+
+
+def _twin_instance(origin: type, ns: str) -> Any:
+    return object.__new__(for_namespace(origin, ns))
+
+
+def _reduce_twin(self: Any, protocol: Any) -> tuple:
+    cls = type(self)
+    return (_twin_instance, (cls.__speedups_origin__, namespace_of(cls)), self.__getstate__())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import lightning.pytorch as pl
@@ -9,6 +10,7 @@ import torch
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
+from lightning_speedups.callbacks.namespace import package_of
 from lightning_speedups.functional.probe import Axis, Option
 
 
@@ -72,9 +74,9 @@ class ProbedPrecision(SpeedupCallback):
         if option is None:
             self.report(False, f"32-true, {reason}")
             return
-        from lightning.pytorch.plugins.precision import MixedPrecision
-
-        self._trainer.strategy.precision_plugin = MixedPrecision(precision="bf16-mixed", device="cpu")
+        # the Trainer's own package's plugin: lightning.pytorch's skips clipping for a pytorch_lightning module
+        plugins = importlib.import_module(f"{package_of(self._trainer).__name__}.plugins.precision")
+        self._trainer.strategy.precision_plugin = plugins.MixedPrecision(precision="bf16-mixed", device="cpu")
         self.report(True, reason)
 
     @override

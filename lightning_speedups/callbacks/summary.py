@@ -11,6 +11,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
+from lightning_speedups.callbacks.namespace import refuse_mixed_namespaces
 
 
 class SpeedupsSummary(SpeedupCallback):
@@ -27,6 +28,11 @@ class SpeedupsSummary(SpeedupCallback):
         self.notes = list(notes)
         self.lines: list[str] = []
         self._shown = False
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # a Lightning built-in callback of the other package than the Trainer's: named with the fix, before training
+        refuse_mixed_namespaces(trainer)
 
     def summarize(self, trainer: pl.Trainer) -> list[str]:
         rows = [(name, active, reason) for name, active, reason in self.notes]

@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Optional, Union
 
 #: per Trainer flag, the values that mean "off" (Lightning's default and its spellings): they never block a preset
@@ -42,6 +42,8 @@ LIGHTNING_DEFAULTS: dict[str, Any] = {
 }
 #: what Lightning runs for a flag left unset (``gradient_clip_algorithm=None`` clips by norm)
 EFFECTIVE: dict[str, Any] = {"gradient_clip_algorithm": "norm"}
+#: Lightning's own precision plugins of a single device or DDP: another one is somebody's choice, kept as it is
+_PLAIN_PLUGINS = ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision")
 #: the flags a callback can still set on a Trainer that exists, before the fit loop (see :func:`apply_flag`)
 LIVE_FLAGS = ("precision", "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm")
 
@@ -75,11 +77,11 @@ def merge_flags(
     wanted: Mapping[str, Any],
     given: Mapping[str, Any],
     source: Union[str, Callable[[str], str]],
-    explicit: bool = False,
+    explicit: Union[bool, Collection[str]] = False,
 ) -> tuple[dict[str, Any], list[tuple[str, bool, str]]]:
     """The flags of ``wanted`` (a preset's) that apply over ``given`` (what the user or a library set, without
     the keys left at Lightning's default), and one start-up summary note per flag where they differ
-    (``explicit``: see :func:`decide_flag`).
+    (``explicit``: see :func:`decide_flag`; ``True`` for every key, or the keys the user chose themselves).
 
     Example:
         >>> applied, notes = merge_flags({"gradient_clip_val": 1.0, "gradient_clip_algorithm": "value",
@@ -105,7 +107,8 @@ def merge_flags(
         if key not in given:
             applied[key] = value
             continue
-        use, note = decide_flag(key, given[key], value, source(key) if callable(source) else source, explicit)
+        mine = key in explicit if not isinstance(explicit, bool) else explicit
+        use, note = decide_flag(key, given[key], value, source(key) if callable(source) else source, mine)
         if note is not None:
             notes.append((key, use, note))
         if use:
@@ -131,7 +134,7 @@ def apply_flag(trainer: Any, key: str, value: Any) -> Optional[str]:
     the precision plugin when the strategy sets up (after the callbacks' ``setup``): those can still change.
     The strategy, devices and nodes are fixed when the Trainer is built.
     """
-    from lightning_speedups.callbacks.namespace import package_of
+    from lightning_speedups.callbacks.namespace import is_lightning, package_of
 
     package = package_of(trainer).__name__
     if key in ("accumulate_grad_batches", "gradient_clip_val"):
@@ -143,8 +146,11 @@ def apply_flag(trainer: Any, key: str, value: Any) -> Optional[str]:
         return None
     if key == "precision":
         strategy = trainer.strategy
-        if type(strategy).__name__ not in ("SingleDeviceStrategy", "DDPStrategy"):
+        plain = is_lightning(strategy, "SingleDeviceStrategy", "DDPStrategy")  # the pack's DDP strategy is one
+        if not plain or is_lightning(strategy, "DeepSpeedStrategy", "FSDPStrategy", "ModelParallelStrategy"):
             return f"the {type(strategy).__name__} builds its own precision plugin: pass Trainer(precision=...)"
+        if type(strategy.precision_plugin).__name__ not in _PLAIN_PLUGINS:
+            return f"the Trainer's own {type(strategy.precision_plugin).__name__} plugin is kept"
         plugins = importlib.import_module(f"{package}.plugins.precision")
         text = str(value)
         device = strategy.root_device.type

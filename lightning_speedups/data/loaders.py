@@ -33,9 +33,9 @@ import torch
 
 # private: Lightning's own way to re-create a loader (and the wrapping that lets it inject samplers later)
 from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
-from lightning.pytorch.strategies import ParallelStrategy
 from torch.utils.data import BatchSampler, DataLoader
 
+from lightning_speedups.callbacks.namespace import is_lightning
 from lightning_speedups.functional.loaders import (
     auto_num_workers,
     available_cpus,
@@ -428,7 +428,7 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
     except Exception:
         accelerator = "cpu"
     devices = max(1, int(getattr(trainer, "num_devices", 1) or 1))
-    if isinstance(strategy, ParallelStrategy):
+    if is_lightning(strategy, "ParallelStrategy"):  # either Lightning package's
         procs = max(1, int(getattr(strategy, "num_processes", devices) or devices))
     else:
         procs = 1

@@ -37,6 +37,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.advisor import LINT_SEVERITY, SpeedAdvisor, run_checks
 from lightning_speedups.bench import BenchError
+from lightning_speedups.callbacks.namespace import is_lightning
 from lightning_speedups.doctor.verify import VerifyOptions, VerifyReport, verify_findings
 from lightning_speedups.inspection import Facts, Finding, print_report, to_json
 from lightning_speedups.session import UsageError, build, resolve_config_args
@@ -153,11 +154,9 @@ def _prepare_trainer(trainer: Any, advisor: Any, batches: int | None = None) -> 
     """No checkpoint files, no saved config; the advisor last, so it sees every other part's changes.
 
     With ``batches``, the run ends after that many training batches (not optimizer steps)."""
-    from lightning.pytorch.callbacks import Checkpoint
-    from lightning.pytorch.cli import SaveConfigCallback
-
+    # either Lightning package's checkpoint and save-config callbacks (a pytorch_lightning model runs on its own)
     kept = [
-        cb for cb in trainer.callbacks if not isinstance(cb, (Checkpoint, SaveConfigCallback)) and cb is not advisor
+        cb for cb in trainer.callbacks if not is_lightning(cb, "Checkpoint", "SaveConfigCallback") and cb is not advisor
     ]
     trainer.callbacks = kept + [advisor]
     if batches is not None:

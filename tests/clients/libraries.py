@@ -35,7 +35,9 @@ class Seen:
     precision: list[str] = field(default_factory=list)
     clip: list[Any] = field(default_factory=list)
     accumulate: list[int] = field(default_factory=list)
+    grad_norm: list[float] = field(default_factory=list)
     trainer: Any = None
+    stop_at: int = 0  # with a longer plan (max_steps): end the run after this many steps, as a user's stop would
 
 
 def watch(namespace: str, seen: Seen) -> Any:
@@ -53,6 +55,11 @@ def watch(namespace: str, seen: Seen) -> Any:
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             if isinstance(loss, torch.Tensor):
                 seen.losses.append(float(loss.detach().float()))
+            # the gradients the optimizer stepped with (after any clipping; zeroed only at the next step)
+            grads = [p.grad.detach().float().norm() for p in pl_module.parameters() if p.grad is not None]
+            seen.grad_norm.append(float(torch.stack(grads).norm()) if grads else 0.0)
+            if seen.stop_at and len(seen.losses) >= seen.stop_at:
+                trainer.should_stop = True
 
     return Watch()
 
@@ -64,11 +71,12 @@ def seed(value: int = 0) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- darts
-def run_darts(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen:
+def run_darts(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
     from darts import TimeSeries
     from darts.models import NBEATSModel
 
-    seen = Seen()
+    seen = Seen(stop_at=steps if plan else 0)
+    steps = plan or steps
     t = np.arange(120, dtype=np.float32)
     series = TimeSeries.from_values((np.sin(t / 6) + 0.1 * np.cos(t / 2)).astype(np.float32))
     seed()
@@ -80,7 +88,7 @@ def run_darts(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen:
         num_layers=2,
         layer_widths=32,
         batch_size=16,
-        n_epochs=1,
+        n_epochs=1 if not seen.stop_at else 10_000,  # a long plan: max_steps decides
         random_state=0,
         pl_trainer_kwargs={
             **QUIET,
@@ -96,12 +104,13 @@ def run_darts(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen:
 
 
 # ----------------------------------------------------------------------------------------------- gluonts
-def run_gluonts(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen:
+def run_gluonts(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
     import pandas as pd
     from gluonts.dataset.common import ListDataset
     from gluonts.torch import SimpleFeedForwardEstimator
 
-    seen = Seen()
+    seen = Seen(stop_at=steps if plan else 0)
+    steps = plan or steps
     rng = np.random.default_rng(0)
     data = ListDataset(
         [
@@ -133,7 +142,7 @@ def run_gluonts(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen
 
 
 # ------------------------------------------------------------------------------------------------ PyG
-def run_pyg(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen:
+def run_pyg(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
     import lightning.pytorch as pl
     from torch_geometric.data import Data
     from torch_geometric.loader import DataLoader
@@ -159,7 +168,8 @@ def run_pyg(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen:
         def configure_optimizers(self) -> Any:
             return torch.optim.Adam(self.parameters(), lr=1e-2)
 
-    seen = Seen()
+    seen = Seen(stop_at=steps if plan else 0)
+    steps = plan or steps
     g = torch.Generator().manual_seed(0)
     graphs = []
     for k in range(64):
@@ -177,12 +187,13 @@ def run_pyg(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen:
 
 
 # ----------------------------------------------------------------------------------------------- mlcolvar
-def run_mlcolvar(callbacks: list[Any], flags: dict[str, Any], steps: int) -> Seen:
+def run_mlcolvar(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
     import lightning
     from mlcolvar.cvs import RegressionCV
     from mlcolvar.data import DictDataset, DictModule
 
-    seen = Seen()
+    seen = Seen(stop_at=steps if plan else 0)
+    steps = plan or steps
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 6, generator=g)
     y = (x[:, :1] * 2 - x[:, 1:2] ** 2 + 0.05 * torch.randn(256, 1, generator=g)).float()
@@ -205,7 +216,7 @@ class Library:
     module: str  # what to import to find it installed
     namespace: str
     owns_trainer: bool
-    run: Callable[[list[Any], dict[str, Any], int], Seen]
+    run: Callable[..., Seen]  # (callbacks, trainer flags, steps, plan=max_steps when longer) -> Seen
     passes: str  # how its docs say a user passes callbacks and flags
 
 

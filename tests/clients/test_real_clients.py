@@ -27,6 +27,8 @@ from lightning_speedups.environment import ENV_VAR
 from lightning_speedups.presets import list_presets, preset
 
 STEPS = 4
+#: a plan long enough for the start-up probe to repay itself (its least planned run is about 1,000 steps)
+PLAN = 2000
 #: the presets for one device (ddp and fsdp start several processes: tests/distributed)
 PRESETS = [name for name in list_presets() if name not in ("ddp", "fsdp")]
 #: parts that change the optimisation on purpose: a run with one of them active is not compared loss by loss
@@ -81,6 +83,10 @@ def truth_problems(seen: Seen, base: Seen, lines: list[str]) -> list[str]:
             problems.append(
                 f"the summary says {clip[0].strip()!r}, the steps clipped at {sorted(set(map(str, seen.clip)))}"
             )
+        if want is not None and runs is None and "by norm" in clip[0]:
+            over = [n for n in seen.grad_norm if n > want * (1 + 1e-3) + 1e-6]
+            if over:
+                problems.append(f"the summary says clipping by norm at {want}, the steps stepped with norms {over}")
     elif seen.clip != base.clip:
         problems.append(f"no clipping said, but the steps clipped at {seen.clip} (plain: {base.clip})")
     if seen.accumulate != base.accumulate and not any("accumulat" in line or "effective" in line for line in lines):
@@ -140,6 +146,21 @@ def test_preset_through_the_environment(lib: Library, name: str, monkeypatch: py
     env = [cb for cb in seen.trainer.callbacks if isinstance(cb, SpeedupsFromEnvironment)]
     assert len(env) == 1 and env[0].status is not None, f"{lib.name}: the environment callback did not run"
     check(seen, base, f"{lib.name} + {ENV_VAR}={name}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lib", LIBRARIES, ids=[lib.name for lib in LIBRARIES])
+def test_fast_with_a_plan_long_enough_for_the_probe(lib: Library, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a plan the start-up probe can repay (2,000 steps, stopped after a few as a user's stop would), the
+    parts that wait for it decide on the library's own model and batches, and the summary is true to them."""
+    lib = _installed(lib)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    base = lib.run([], {}, STEPS, plan=PLAN)
+    monkeypatch.setenv(ENV_VAR, "fast")
+    seen = lib.run([], {}, STEPS, plan=PLAN)
+    probe = next(cb for cb in seen.trainer.callbacks if type(cb).__name__ == "AutoProbe")
+    assert probe.result is not None and probe.result.steps > 0, probe.status
+    check(seen, base, f"{lib.name} + {ENV_VAR}=fast over a {PLAN}-step plan")
 
 
 @pytest.mark.parametrize("lib", LIBRARIES, ids=[lib.name for lib in LIBRARIES])
