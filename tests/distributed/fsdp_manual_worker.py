@@ -146,6 +146,11 @@ def main() -> None:
     result = globals()[f"scenario_{scenario}"](out)
     result.update(rank=RANK)
     (out / f"rank{RANK}.json").write_text(json.dumps(result))
+    # Lightning keeps the process group after fit: destroyed here, not by the interpreter's exit (see fsdp_shapes_worker)
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

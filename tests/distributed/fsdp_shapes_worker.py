@@ -210,6 +210,12 @@ def main() -> None:
         result = fit(scenario, fsdp=True, batch_size=4, devices=LOCAL)
     result.update(rank=RANK)
     (out / f"rank{RANK}.json").write_text(json.dumps(result))
+    # Lightning keeps the process group after fit; left to the interpreter's exit, gloo's threads can be destroyed
+    # while still joinable ("terminate called without an active exception", SIGABRT) on a busy machine
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
