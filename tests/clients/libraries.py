@@ -45,13 +45,13 @@ def watch(namespace: str, seen: Seen) -> Any:
     pl = importlib.import_module(namespace)
 
     class Watch(pl.Callback):
-        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            # read after the step (a part that decides at the first batch, such as the start-up probe, may run after
+            # this callback's batch-start hook but before the step)
             seen.trainer = trainer
             seen.precision.append(str(trainer.precision))
             seen.clip.append(trainer.gradient_clip_val)
             seen.accumulate.append(int(trainer.accumulate_grad_batches))
-
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             if isinstance(loss, torch.Tensor):
                 seen.losses.append(float(loss.detach().float()))
