@@ -24,8 +24,8 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from lightning_speedups.callbacks import SpeedupsSummary
 from lightning_speedups.callbacks.namespace import NAMESPACES, for_namespace, lightning_base, namespace_of
+from lightning_speedups.callbacks.summary import without_theirs
 from lightning_speedups.callbacks.trainer_flags import merge_flags
 from lightning_speedups.config import Speedups
 from lightning_speedups.environment import BUILT_BY_PACK
@@ -471,16 +471,11 @@ class _SpeedupsCLI(_CLIBase):
         notes.extend(flag_notes)
         config.update(applied)
         pack = speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"), model=model)
-        # a part the user already lists in trainer.callbacks is theirs: adding the pack's too would run it
-        # twice (and Lightning refuses two stateful callbacks with one state_key)
+        # a part the user already lists in trainer.callbacks is theirs
         listed = config.get("callbacks") or []
-        theirs = {type(cb) for cb in [*callbacks, *(listed if isinstance(listed, list) else [listed])]}
-        twice = [cb for cb in pack if type(cb) in theirs]
-        pack = [cb for cb in pack if type(cb) not in theirs]
-        summary = next((cb for cb in pack if isinstance(cb, SpeedupsSummary)), None)
-        for cb in twice:
-            if summary is not None:
-                summary.notes.append((type(cb).__name__, True, "kept yours from trainer.callbacks (not added twice)"))
+        pack = without_theirs(
+            pack, [*callbacks, *(listed if isinstance(listed, list) else [listed])], "trainer.callbacks"
+        )
         trainer = super()._instantiate_trainer(config, list(callbacks) + pack)
         setattr(trainer, BUILT_BY_PACK, True)  # LIGHTNING_SPEEDUPS, if set, adds nothing to it
         return trainer

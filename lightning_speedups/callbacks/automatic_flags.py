@@ -18,10 +18,12 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.trainer_flags import apply_flag, current_flag, merge_flags
+from lightning_speedups.callbacks.trainer_flags import LIGHTNING_DEFAULTS, apply_flag, flags_set_on, merge_flags
 
 #: The values Lightning accepts under manual optimization (the Trainer's defaults).
-DEFAULTS: dict[str, Any] = {"gradient_clip_val": None, "gradient_clip_algorithm": None, "accumulate_grad_batches": 1}
+DEFAULTS: dict[str, Any] = {
+    k: LIGHTNING_DEFAULTS[k] for k in ("gradient_clip_val", "gradient_clip_algorithm", "accumulate_grad_batches")
+}
 
 
 class AutomaticOptimizationFlags(SpeedupCallback):
@@ -69,7 +71,7 @@ class AutomaticOptimizationFlags(SpeedupCallback):
             return
         # the Trainer's own value wins when it turns something on; one that means "off" (a library's
         # gradient_clip_val=0.0) does not block the preset (the rule of merge_flags, with the summary's line)
-        given = {k: current_flag(trainer, k) for k in self.flags if current_flag(trainer, k) != DEFAULTS[k]}
+        given = flags_set_on(trainer, self.flags)
         applied, notes = merge_flags(self.flags, given, "the Trainer", explicit=self.explicit)
         first = next(iter(self.flags))
         if first not in applied:

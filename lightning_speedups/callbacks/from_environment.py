@@ -17,13 +17,13 @@ from lightning_speedups.callbacks.namespace import (
     namespace_of,
     refuse_mixed_namespaces,
 )
-from lightning_speedups.callbacks.summary import SpeedupsSummary
+from lightning_speedups.callbacks.summary import without_theirs
 from lightning_speedups.callbacks.trainer_flags import (
     FOLLOWS,
-    LIGHTNING_DEFAULTS,
     LIVE_FLAGS,
     apply_flag,
     current_flag,
+    flags_set_on,
     merge_flags,
 )
 
@@ -98,14 +98,7 @@ class SpeedupsFromEnvironment(SpeedupCallback):
         wanted = {**kwargs, **{k: v for k, v in self.preset.trainer.items() if k != "callbacks"}}
         notes = self._set_flags(trainer, wanted, list(notes))
         parts = self.preset.speedups.callbacks(notes, accelerator=accelerator, model=pl_module)
-        have = {type(cb) for cb in trainer.callbacks}
-        summary = next((cb for cb in parts if isinstance(cb, SpeedupsSummary)), None)
-        for cb in parts:
-            if type(cb) in have and summary is not None:
-                summary.notes.append(
-                    (type(cb).__name__, True, "kept yours from the Trainer's callbacks (not added twice)")
-                )
-        self.added = [cb for cb in parts if type(cb) not in have]
+        self.added = without_theirs(parts, trainer.callbacks, "the Trainer's callbacks")
         # right after this callback: Lightning's hook loop walks this list, so they join this very setup
         at = trainer.callbacks.index(self) + 1
         trainer.callbacks[at:at] = self.added
@@ -117,8 +110,7 @@ class SpeedupsFromEnvironment(SpeedupCallback):
 
     def _set_flags(self, trainer: Any, wanted: dict[str, Any], notes: list[tuple[str, bool, str]]) -> list:
         live = {k: v for k, v in wanted.items() if k in LIVE_FLAGS}
-        given = {k: current_flag(trainer, k) for k in live}
-        given = {k: v for k, v in given.items() if v != LIGHTNING_DEFAULTS.get(k)}
+        given = flags_set_on(trainer, live)
         applied, flag_notes = merge_flags(live, given, "the Trainer")
         refused: dict[str, str] = {k: text for k, use, text in flag_notes if not use}
         notes.extend((k, True, text) for k, use, text in flag_notes if use)

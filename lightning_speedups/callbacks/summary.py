@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
@@ -77,6 +77,20 @@ class SpeedupsSummary(SpeedupCallback):
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._print(trainer)
+
+
+def without_theirs(pack: Sequence[Any], theirs: Iterable[Any], where: str) -> list[Any]:
+    """The pack's callbacks whose type ``theirs`` (the user's own callbacks) does not hold already: adding the pack's
+    too would run a part twice (and Lightning refuses two stateful callbacks with one state_key). Each one left out
+    is said in the pack's start-up summary (``kept yours from <where> (not added twice)``)."""
+    types = {type(cb) for cb in theirs}
+    kept = [cb for cb in pack if type(cb) not in types]
+    summary = next((cb for cb in kept if isinstance(cb, SpeedupsSummary)), None)
+    if summary is not None:
+        summary.notes.extend(
+            (type(cb).__name__, True, f"kept yours from {where} (not added twice)") for cb in pack if type(cb) in types
+        )
+    return kept
 
 
 _KEPT = re.compile(r"kept trainer\.(\w+)=")

@@ -126,6 +126,12 @@ def current_flag(trainer: Any, key: str) -> Any:
     return getattr(value, "value", value)  # Lightning's GradClipAlgorithmType
 
 
+def flags_set_on(trainer: Any, keys: Any) -> dict[str, Any]:
+    """The flags of ``keys`` that the live ``trainer`` holds at another value than Lightning's default."""
+    values = {k: current_flag(trainer, k) for k in keys}
+    return {k: v for k, v in values.items() if v != LIGHTNING_DEFAULTS.get(k)}
+
+
 def apply_flag(trainer: Any, key: str, value: Any) -> Optional[str]:
     """Set Trainer flag ``key`` to ``value`` on a Trainer that exists (before its fit loop starts, e.g. in a
     callback's ``setup``); the reason it cannot, or ``None`` when it was set.
