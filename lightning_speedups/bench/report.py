@@ -270,6 +270,8 @@ def summary_lines(result: BenchResult) -> list[str]:
             lines.append(f"pick: baseline. No variant was sure to beat it{why}.")
         elif s is not None:
             extra = f", {s.sanity}" if result.target is None and s.sanity else ""
+            if result.target is not None and s.decided_by:
+                extra = f"; {s.decided_by}"
             lines.append(f"pick: {pick.variant.name} ({s.speedup:.2f}x {figure} over baseline, {s.picked_why}{extra}).")
     return lines
 

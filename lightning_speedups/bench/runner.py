@@ -54,7 +54,15 @@ from lightning_speedups.bench.machine import (
 )
 from lightning_speedups.bench.options import BenchError, BenchOptions
 from lightning_speedups.bench.results import BenchResult, VariantRecord
-from lightning_speedups.bench.stats import compare, compare_target, noise_floor, pick_verdict, sanity_check, summarize
+from lightning_speedups.bench.stats import (
+    compare,
+    compare_target,
+    noise_floor,
+    pick_verdict,
+    pooled_spread,
+    sanity_check,
+    summarize,
+)
 from lightning_speedups.bench.variants import (
     BASELINE,
     NOISE_PAIR,
@@ -84,6 +92,43 @@ __all__ = ["TARGET_PRESETS", "Bench"]
 TARGET_PRESETS = ("fast+converge", "converge", "fast")
 #: presets a time-to-target bench never runs (several devices; deliberately slow)
 TARGET_PRESETS_NOT_RUN = {k: v for k, v in PRESETS_NOT_TIMED.items() if k in ("ddp", "debug")}
+#: time-to-target mode: the spans a learning-rate schedule is tried at, as shares of the optimizer steps the
+#: baseline took to the target (a cycle that anneals by then, and one that anneals twice as early)
+PLAN_FRACTIONS = (0.5, 1.0)
+#: a candidate's run stops once its training time passes the slowest baseline run's time to the target
+#: by this share (or by the baselines' own spread, when wider): from there it can no longer be faster
+CAP_MARGIN = 0.10
+
+
+def schedules(variant: Variant) -> bool:
+    """Whether a variant turns on a learning-rate schedule (``lr_schedule.name`` other than off)."""
+    keys: dict[str, Any] = {}
+    for section in preset_speedups(variant):
+        keys.update(flatten(section))
+    keys.update(variant.overrides)
+    return keys.get("lr_schedule.name", "off") not in ("off", None)
+
+
+def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = PLAN_FRACTIONS) -> list[Variant]:
+    """Time-to-target mode: each variant with a schedule becomes one variant per span in ``fractions`` of
+    the baseline's steps to the target (set by :meth:`Bench._plan_from_baseline` once measured). The
+    config's own length is no plan for it: the run stops at the target, and a schedule over the rest of
+    ``max_epochs`` (or Lightning's default 1000 epochs) is still warming up there."""
+    out: list[Variant] = []
+    for v in variants:
+        if not schedules(v) or v.plan_fraction is not None:
+            out.append(v)
+            continue
+        for f in fractions:
+            out.append(
+                dataclasses.replace(
+                    v,
+                    name=f"{v.name} @{f:g}x",
+                    plan_fraction=f,
+                    description=f"{v.description}; the schedule spans {f:g}x the baseline's steps to the target",
+                )
+            )
+    return out
 
 
 def target_order(tips: list[Variant], presets: list[Variant]) -> list[Variant]:
@@ -207,7 +252,8 @@ class Bench:
                 timed, _ = plan_tips(self.info)
                 tip_variants += [tip_variant(t) for t in timed if TIP_VARIANTS[t].goal == "speed"]
             self.timed_tips = [t for v in tip_variants for t in v.tips]
-            self.variants = [BASELINE, *target_order(tip_variants, [preset_variant(p) for p in self.presets])]
+            ordered = target_order(tip_variants, [preset_variant(p) for p in self.presets])
+            self.variants = [BASELINE, *with_measured_plans(ordered)]
         else:
             self.timed_tips, self.skipped_tips = plan_tips(self.info, self.selected)
             self.variants = build_variants(
@@ -290,6 +336,7 @@ class Bench:
         self._run_counter += 1
         env: dict[str, str] = {}
         cache = "inductor" if o.compile_cache == "shared" else f"inductor-{self._run_counter}"
+        cap, cap_reason = self._cap(variant)
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(self.root, "cache", cache)
         env["TRITON_CACHE_DIR"] = os.path.join(self.root, "cache", cache, "triton")
         return {
@@ -306,7 +353,8 @@ class Bench:
             # target mode: one seed per repeat (the spread over seeds), the same for every variant of it
             "seed": o.seed + repeat if self.target is not None else o.seed,
             "target": dataclasses.asdict(self.target) if self.target is not None else None,
-            "target_max_time": o.target_max_time,
+            "target_max_time": cap,
+            "cap_reason": cap_reason,
             "memory_step": o.memory_step,
             "threads": o.threads,
             "sys_path": [p for p in sys.path if p],
@@ -374,6 +422,8 @@ class Bench:
                 f"the baseline {first.get('miss') or 'missed the target'}: without a baseline that reaches it there is no"
                 " ratio; choose a target the baseline reaches (its best is in the JSON) or raise --target-max-time"
             )
+        if self.target is not None:
+            self._plan_from_baseline(first)
         repeats = o.repeats
         if o.budget is not None:
             if first["wall_s"] * 2 > o.budget:
@@ -421,13 +471,77 @@ class Bench:
         for record in self.records:
             record.summary = summarize(record.runs) if record.runs else None
         base.summary = summarize(base.runs)
+        pooled = pooled_spread([r.runs for r in self.records if r.runs]) if self.target is not None else None
         for record in self.records:
             if record.summary is None:
                 continue
             if self.target is not None:
-                compare_target(record.summary, record.runs, base.summary, base.runs)
+                compare_target(record.summary, record.runs, base.summary, base.runs, pooled)
             else:
                 compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
+
+    def _plan_from_baseline(self, first: dict[str, Any]) -> None:
+        """Time-to-target mode: the schedules' spans from the optimizer steps the baseline's first run took
+        to the target (``plan_fraction`` of them); without them the schedule variants are not run."""
+        steps = first.get("steps_to_target") if first.get("reached") else None
+        planned = [r for r in self.records if r.variant.plan_fraction is not None]
+        if not planned:
+            return
+        if not steps:
+            for record in planned:
+                record.skipped = (
+                    "not run: its schedule spans a share of the baseline's steps to the target, and the baseline"
+                    " did not reach it"
+                )
+            self._add_total(-len(planned) * self.options.repeats)
+            return
+        spans = {}
+        for record in planned:
+            f = record.variant.plan_fraction
+            assert f is not None
+            spans[f] = max(1, round(f * int(steps)))
+            overrides = {**record.variant.overrides, "lr_schedule.plan": spans[f]}
+            record.variant = dataclasses.replace(record.variant, overrides=overrides)
+        each = ", ".join(f"{n:,} ({f:g}x)" for f, n in sorted(spans.items()))
+        self.notes.append(
+            f"plan: the baseline reached {self.target.text()} in {int(steps):,} optimizer steps (seed"  # type: ignore[union-attr]
+            f" {self.options.seed}), so the schedules span {each} optimizer steps (lr_schedule.plan), not the"
+            " config's length"
+        )
+
+    def _cap(self, variant: Variant) -> tuple[float, Optional[str]]:
+        """A target run's training-time cap, and why when it is not ``--target-max-time``: a candidate stops
+        once it passes the slowest baseline run's time to the target (plus the noise), where it can no
+        longer win."""
+        o = self.options
+        if variant.kind in ("baseline", "aa") or self.target is None:
+            return o.target_max_time, None
+        times = [
+            float(r["time_to_target_s"])
+            for b in self.baselines.values()
+            for r in b.runs
+            if r.get("reached") and r.get("time_to_target_s")
+        ]
+        if not times:
+            return o.target_max_time, None
+        slowest = max(times)
+        spread = (slowest - min(times)) / statistics.median(times) if len(times) > 1 else 0.0
+        margin = max(CAP_MARGIN, spread)
+        cap = slowest * (1.0 + margin)
+        if cap >= o.target_max_time:
+            return o.target_max_time, None
+        why = (
+            f"stopped at {cap:.0f} s of training, past the slowest baseline run's time to the target ({slowest:.0f} s)"
+            f" + {margin:.0%}: it could no longer be faster"
+        )
+        return cap, why
+
+    def saved_by_caps(self) -> tuple[int, float]:
+        """``(runs stopped early, seconds of training)``: what stopping candidates at the baseline's time saved,
+        against training each on to ``--target-max-time`` (an upper bound: some would have reached the target
+        before it)."""
+        cut = [r for rec in self.records for r in rec.runs if r.get("cap_reason") and r.get("timed_out")]
+        return len(cut), sum(max(self.options.target_max_time - float(r["cap_s"]), 0.0) for r in cut)
 
     def _cut_for_repeats(self, first_wall: float) -> Optional[int]:
         """Target mode with a budget too small for every candidate at every repeat: the most repeats (at
@@ -564,6 +678,13 @@ class Bench:
                 self._task = progress.add_task("baseline", total=0)
             self._phase_one()
             search = self.search_result = self._phase_two()
+            cut, saved = self.saved_by_caps()
+            if cut:
+                self.notes.append(
+                    f"{cut} candidate run(s) stopped once past the slowest baseline run's time to the target (they"
+                    f" could no longer win): up to {saved:.0f} s of training saved against running each on to"
+                    f" --target-max-time {self.options.target_max_time:g} s"
+                )
         finally:
             if progress is not None:
                 progress.stop()

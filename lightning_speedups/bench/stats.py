@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from lightning_speedups.functional.timing import gain_verdict, noise_of, ratio_interval
+from lightning_speedups.functional.timing import gain_verdict, noise_of, ratio_interval, t95
 
 # ------------------------------------------------------------------------------------- summaries
 
@@ -96,6 +96,7 @@ class VariantSummary:
     target_reached: int = 0
     target_missed: int = 0
     picked_why: str = ""
+    decided_by: str = ""
 
     @classmethod
     def empty(cls) -> VariantSummary:
@@ -127,6 +128,7 @@ class VariantSummary:
             target_reached=self.target_reached,
             target_missed=self.target_missed,
             picked_why=self.picked_why,
+            decided_by=self.decided_by,
             mem_ratio=self.mem_ratio,
             sane=self.sane,
             sanity=self.sanity,
@@ -157,7 +159,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> VariantSummary:
         loss=Spread.of([r.get("loss") for r in ok]),
     )
     if any("reached" in r for r in ok):
-        s.target_time = Spread.of([r.get("time_to_target_s") for r in ok if r.get("reached")])
+        s.target_time = Spread.of([_time_to_target(r) for r in ok])
         s.target_steps = Spread.of([r.get("steps_to_target") for r in ok if r.get("reached")])
         s.target_reached = sum(1 for r in ok if r.get("reached"))
         s.target_missed = len(ok) - s.target_reached
@@ -172,7 +174,53 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> VariantSummary:
 
 
 def _time_to_target(run: Mapping[str, Any]) -> Optional[float]:
-    return run.get("time_to_target_s") if run.get("reached") else None
+    """A run's time to the target: where its metric crossed it between two checks (``crossing_s``), else
+    the time of the check that saw it."""
+    if not run.get("reached"):
+        return None
+    value = run.get("crossing_s") or run.get("time_to_target_s")
+    return float(value) if value else None
+
+
+@dataclass(frozen=True)
+class PooledSpread:
+    """How far runs of one variant land from each other in time to the target, pooled over every variant
+    whose runs all reached it: the standard deviation of log time, its degrees of freedom, and from how many
+    runs of how many variants. Two repeats of one variant say little of their spread; ten runs of five
+    variants say more, and a variant's noise does not depend much on which speed-up it has."""
+
+    sd: Optional[float]
+    dof: int
+    runs: int
+    variants: int
+
+    def text(self) -> str:
+        return f"spread pooled over {self.runs} runs of {self.variants} variants (t, {self.dof} dof)"
+
+
+def pooled_spread(groups: Sequence[Sequence[Mapping[str, Any]]]) -> PooledSpread:
+    """The pooled spread of log time to the target over ``groups`` (each one variant's runs); a group with
+    a failed or missed run is left out (its times are not all of one kind).
+
+    Example:
+        >>> run = lambda t: {"status": "ok", "reached": True, "time_to_target_s": t}
+        >>> p = pooled_spread([[run(100), run(110)], [run(50), run(55)], [run(70)]])
+        >>> round(p.sd, 4), p.dof, p.runs, p.variants
+        (0.0674, 2, 5, 3)
+    """
+    ss, dof, runs, variants = 0.0, 0, 0, 0
+    for group in groups:
+        if not group or any(r.get("status") != "ok" or not r.get("reached") for r in group):
+            continue
+        logs = [math.log(t) for t in (_time_to_target(r) for r in group) if t and t > 0]
+        if len(logs) != len(group):
+            continue
+        mean = statistics.fmean(logs)
+        ss += sum((x - mean) ** 2 for x in logs)
+        dof += len(logs) - 1
+        runs += len(logs)
+        variants += 1
+    return PooledSpread(math.sqrt(ss / dof) if dof > 0 else None, dof, runs, variants)
 
 
 def compare_target(
@@ -180,18 +228,34 @@ def compare_target(
     runs: Sequence[Mapping[str, Any]],
     baseline: VariantSummary,
     baseline_runs: Sequence[Mapping[str, Any]],
+    pooled: Optional[PooledSpread] = None,
 ) -> None:
-    """Time-to-target mode: the speed-up is the baseline's median time to the target over the
-    variant's, with a 95% interval from the repeats paired by seed; a miss leaves no ratio."""
+    """Time-to-target mode: the speed-up is the ratio of the geometric means of the baseline's and the
+    variant's times to the target; a miss leaves no ratio. The 95% interval is Student's t on the
+    difference of mean log times with the ``pooled`` spread (:func:`pooled_spread`), so two repeats per
+    variant still decide when the runs agree; without it (or with one run in all), the repeats paired by
+    seed, as before."""
     if summary.target_missed or not summary.target_reached or not baseline.target_reached:
         return
-    if summary.target_time.median and baseline.target_time.median:
-        summary.speedup = baseline.target_time.median / summary.target_time.median
+    mine = [math.log(t) for t in (_time_to_target(r) for r in runs if r.get("status") == "ok") if t and t > 0]
+    theirs = [
+        math.log(t) for t in (_time_to_target(r) for r in baseline_runs if r.get("status") == "ok") if t and t > 0
+    ]
+    if not mine or not theirs:
+        return
+    diff = statistics.fmean(theirs) - statistics.fmean(mine)
+    summary.speedup = math.exp(diff)
     paired = paired_ratios(runs, baseline_runs, _time_to_target, higher_is_better=False)
     if paired:
         summary.speedup_range = (min(paired), max(paired))
+    if pooled is not None and pooled.sd is not None and pooled.dof >= 1:
+        half = t95(pooled.dof) * pooled.sd * math.sqrt(1 / len(mine) + 1 / len(theirs))
+        summary.speedup_ci = (math.exp(diff - half), math.exp(diff + half))
+        summary.decided_by = pooled.text()
+    elif paired:
         _, lo, hi = ratio_interval(paired)
         summary.speedup_ci = (lo, hi)
+        summary.decided_by = "repeats paired by seed"
 
 
 def compare(

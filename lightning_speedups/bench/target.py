@@ -79,6 +79,29 @@ def parse_target(text: str, mode: Optional[str] = None) -> Target:
     return Target(name, number, given or mode or infer_mode(name))
 
 
+def crossing_time(checks: list[dict[str, Any]], target: Target) -> Optional[float]:
+    """When a run's metric crossed ``target``: linear in training time between the first check that
+    reached it and the check before (``None`` if none reached it; the first check's time if it did).
+
+    Example:
+        >>> checks = [{"train_s": 10.0, "value": 0.80}, {"train_s": 20.0, "value": 0.90}]
+        >>> crossing_time(checks, Target("val_acc", 0.85, "max"))
+        15.0
+    """
+    before: Optional[dict[str, Any]] = None
+    for check in checks:
+        value = check.get("value")
+        if target.reached(value):
+            if before is None or before.get("value") is None or value == before["value"]:
+                return float(check["train_s"])
+            share = (target.value - before["value"]) / (value - before["value"])
+            share = min(max(share, 0.0), 1.0)
+            return float(before["train_s"] + share * (check["train_s"] - before["train_s"]))
+        if value is not None and math.isfinite(value):
+            before = check
+    return None
+
+
 class TargetProbe(Callback):
     """Trains until a logged metric reaches a target, read at every validation; times it.
 
@@ -144,6 +167,14 @@ class TargetProbe(Callback):
             self.reached_at = check
             trainer.should_stop = True
 
+    def crossing_s(self) -> Optional[float]:
+        """The training time at which the metric crossed the target, read between the check that first
+        reached it and the one before (linear in time): the checks' spacing stops adding its own noise."""
+        hit = self.reached_at
+        if hit is None:
+            return None
+        return crossing_time(self.checks, self.target)
+
     def results(self) -> dict[str, Any]:
         hit = self.reached_at
         seen = [c["value"] for c in self.checks if c["value"] is not None]
@@ -152,6 +183,7 @@ class TargetProbe(Callback):
             "target": self.target.text(),
             "reached": hit is not None,
             "time_to_target_s": None if hit is None else hit["train_s"],
+            "crossing_s": self.crossing_s(),
             "steps_to_target": None if hit is None else hit["step"],
             "samples_to_target": None if hit is None else hit["samples"],
             "best_value": best,

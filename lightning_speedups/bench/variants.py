@@ -128,6 +128,9 @@ class Variant:
         presets: packaged preset names (or paths) composed on top of the reset section.
         overrides: dotted ``speedups`` keys set last.
         description: one line for the report.
+        plan_fraction: time-to-target mode, a variant with a learning-rate schedule: its span
+            (``lr_schedule.plan``) is this share of the optimizer steps the baseline took to the target,
+            set once the baseline's first run has measured them.
     """
 
     name: str
@@ -136,6 +139,7 @@ class Variant:
     presets: tuple[str, ...] = ()
     overrides: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    plan_fraction: Optional[float] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 from lightning_speedups.bench.args import override_args
 from lightning_speedups.callbacks import AutoProbe, SpeedupCallback
@@ -144,7 +144,9 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         result["parts"] = _parts(trainer)
         result.update(probe.results())
         if target is not None:
-            return _target_verdict(result, target, trainer)
+            result["cap_s"] = probe.max_time
+            result["cap_reason"] = spec.get("cap_reason")
+            return _target_verdict(result, target, trainer, spec.get("cap_reason"))
         if not probe.done:
             result["reason"] = (
                 f"training stopped after {probe.batches} of {probe.total_batches} batches"
@@ -167,7 +169,9 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _target_verdict(result: dict[str, Any], target: Any, trainer: Any) -> dict[str, Any]:
+def _target_verdict(
+    result: dict[str, Any], target: Any, trainer: Any, spec_reason: Optional[str] = None
+) -> dict[str, Any]:
     """A target run is ``ok`` when it trained and checked the metric; a miss is ``ok`` with ``reached`` false."""
     if not result["checks"]:
         result["reason"] = (
@@ -180,6 +184,9 @@ def _target_verdict(result: dict[str, Any], target: Any, trainer: Any) -> dict[s
         return result
     result["status"] = "ok"
     if not result["reached"]:
+        if result["timed_out"] and spec_reason:
+            result["miss"] = f"{spec_reason} (best {target.metric} {result['best_value']:.4g})"
+            return result
         why = "the --target-max-time cap" if result["timed_out"] else "the end of the configured training"
         best = result["best_value"]
         result["miss"] = (

@@ -6,11 +6,14 @@ import copy
 import inspect
 import math
 import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, Timer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
@@ -22,6 +25,115 @@ from lightning_speedups.functional.lr_range import RangePick, TrainingSnapshot, 
 RANGE_MIN_LR, RANGE_MAX_LR = 1e-6, 1.0
 
 
+#: Lightning's plan when ``max_epochs`` is not set (``_parse_loop_limits``): 1000 epochs
+LIGHTNING_DEFAULT_EPOCHS = 1000
+#: optimizer steps timed before a schedule over a time plan is built (the step time it converts with)
+TIME_PLAN_STEPS = 10
+
+_PLAN = re.compile(
+    r"^\s*(?P<n>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>steps?|epochs?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$", re.I
+)
+_CLOCK = re.compile(r"^\s*(?:(\d+):)?(?:(\d+):)?(\d+):(\d+)\s*$")  # [DD:][HH:]MM:SS, as Trainer(max_time=...)
+_SECONDS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "mins": 60}
+_SECONDS.update({"minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600})
+
+
+@dataclass(frozen=True)
+class SchedulePlan:
+    """How long a schedule spans, in the unit the user gave: ``"steps"`` (optimizer steps), ``"epochs"``
+    or ``"seconds"`` of training."""
+
+    amount: float
+    unit: str
+
+    def text(self) -> str:
+        if self.unit == "seconds":
+            return f"{self.amount:g} s"
+        return f"{self.amount:g} {self.unit}"
+
+
+def parse_plan(value: Union[int, float, str, None]) -> Optional[SchedulePlan]:
+    """``speedups.lr_schedule.plan``: a number of optimizer steps, ``"N steps"``, ``"N epochs"`` or a time
+    (``"90s"``, ``"10 min"``, ``"1.5h"``, ``"00:10:00"`` as ``Trainer(max_time=...)`` writes it).
+
+    Raises:
+        ValueError: anything else, or a plan that is not positive.
+
+    Example:
+        >>> parse_plan(2000), parse_plan("3 epochs"), parse_plan("10min"), parse_plan("00:01:30")
+        (SchedulePlan(amount=2000, unit='steps'), SchedulePlan(amount=3.0, unit='epochs'), \
+SchedulePlan(amount=600.0, unit='seconds'), SchedulePlan(amount=90.0, unit='seconds'))
+    """
+    if value is None:
+        return None
+    hint = "a number of optimizer steps, 'N steps', 'N epochs' or a time ('90s', '10min', '1.5h', '00:10:00')"
+    if isinstance(value, bool):
+        raise ValueError(f"`plan` must be {hint}; got {value!r}.")
+    if isinstance(value, (int, float)):
+        if value <= 0 or value != int(value):
+            raise ValueError(f"`plan` as a number is whole optimizer steps, at least 1; got {value!r}.")
+        return SchedulePlan(int(value), "steps")
+    text = str(value)
+    match = _PLAN.match(text)
+    if match:
+        n, unit = float(match["n"]), match["unit"].lower()
+        if unit.startswith("step"):
+            if n != int(n) or n < 1:
+                raise ValueError(f"`plan` {text!r}: steps are whole, at least 1.")
+            return SchedulePlan(int(n), "steps")
+        plan = SchedulePlan(n, "epochs") if unit.startswith("epoch") else SchedulePlan(n * _SECONDS[unit], "seconds")
+    else:
+        clock = _CLOCK.match(text)
+        if clock is None:
+            raise ValueError(f"`plan` must be {hint}; got {value!r}.")
+        parts = [int(g) for g in clock.groups() if g is not None]
+        seconds = 0
+        for part, scale in zip(reversed(parts), (1, 60, 3600, 86400)):
+            seconds += part * scale
+        plan = SchedulePlan(float(seconds), "seconds")
+    if plan.amount <= 0:
+        raise ValueError(f"`plan` must be positive; got {value!r}.")
+    return plan
+
+
+def steps_per_epoch(trainer: pl.Trainer) -> Optional[float]:
+    """Optimizer steps per epoch on this device (``None`` when the loader has no length)."""
+    batches = trainer.num_training_batches
+    if not math.isfinite(batches) or batches <= 0:
+        return None
+    return math.ceil(batches / max(int(trainer.accumulate_grad_batches), 1))
+
+
+def planned_by_default(trainer: pl.Trainer) -> bool:
+    """Whether the run's length is Lightning's default, not the user's: no ``max_epochs``, ``max_steps``
+    or ``max_time`` set, so Lightning plans :data:`LIGHTNING_DEFAULT_EPOCHS` epochs."""
+    return (
+        trainer.max_epochs == LIGHTNING_DEFAULT_EPOCHS
+        and trainer.max_steps == -1
+        and not any(isinstance(cb, Timer) for cb in trainer.callbacks)  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+    )
+
+
+def timer_seconds(trainer: pl.Trainer) -> Optional[float]:
+    """The training time the trainer's ``max_time`` leaves, in seconds (``None`` without one)."""
+    for cb in trainer.callbacks:  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+        left = cb.time_remaining("train") if isinstance(cb, Timer) else None
+        if left is not None:
+            return float(left)
+    return None
+
+
+def span_text(steps: int, per_epoch: Optional[float]) -> str:
+    """``"2,229 optimizer steps (4.75 epochs)"``: a schedule's span in both units a user counts in.
+
+    Example:
+        >>> span_text(2229, 469), span_text(500, None)
+        ('2,229 optimizer steps (4.75 epochs)', '500 optimizer steps (epochs unknown: the loader has no length)')
+    """
+    epochs = f"{steps / per_epoch:.3g} epochs" if per_epoch else "epochs unknown: the loader has no length"
+    return f"{steps:,} optimizer steps ({epochs})"
+
+
 class _OneCycleThenHold(torch.optim.lr_scheduler.OneCycleLR):
     """OneCycleLR that holds its final learning rate once its planned steps are done.
 
@@ -30,7 +142,9 @@ class _OneCycleThenHold(torch.optim.lr_scheduler.OneCycleLR):
     """
 
     def step(self, epoch: Optional[int] = None) -> None:  # type: ignore[override]
-        if self.last_epoch >= self.total_steps:
+        # step total_steps - 1 is the final lr; torch computes one step past it without raising, with the
+        # cosine turned back up, so the hold starts there
+        if self.last_epoch >= self.total_steps - 1:
             return
         super().step(epoch)
 
@@ -185,9 +299,13 @@ def run_range_test(
 class LRSchedule(SpeedupCallback):
     """T01: a one-cycle or cyclic learning-rate schedule with no hand-written ``total_steps``.
 
-    The schedule is built when training starts, from ``trainer.estimated_stepping_batches`` (which
-    counts accumulation, devices, ``max_steps`` and ``limit_train_batches``) and stepped once per
-    optimizer step, never per epoch. The peak learning rate defaults to the one the optimizer was
+    The schedule is built when training starts and stepped once per optimizer step, never per epoch. It
+    spans ``plan`` when one is given (steps, epochs or a time), else ``horizon`` of the run's own plan:
+    ``trainer.estimated_stepping_batches`` (which counts accumulation, devices, ``max_steps`` and
+    ``limit_train_batches``), or the trainer's ``max_time`` converted with the step time of the first
+    steps. A run whose length is Lightning's default (no ``max_epochs``, ``max_steps`` or ``max_time``:
+    1000 epochs) has no plan to span: the schedule is skipped before any work, with what to set. The
+    summary line gives the span in optimizer steps and in epochs. The peak learning rate defaults to the one the optimizer was
     built with; ``max_lr="auto"`` takes it from a learning-rate range test at the start of ``fit``
     (:func:`run_range_test`: ``range_test_steps`` steps from 1e-6 to 1 through the trainer's own fit loop,
     as Lightning's ``LearningRateFinder`` runs them, then the whole training state put back from memory:
@@ -220,11 +338,17 @@ class LRSchedule(SpeedupCallback):
         range_test_steps: ``max_lr="auto"``: optimizer steps of the range test.
         horizon: share of the run's optimizer steps the schedule spans; after it, a one-cycle holds its
             final learning rate (below 1: the annealed accuracy arrives sooner, for a time-to-target goal).
+        plan: the schedule's span itself (``horizon`` does not apply): optimizer steps (a number or
+            ``"N steps"``), ``"N epochs"``, or a time of training (``"10min"``, ``"00:10:00"``; converted
+            with the step time of the first :data:`TIME_PLAN_STEPS` steps, at the schedule's starting lr).
+            Needed when the trainer has no plan of its own; ``bench --target`` sets it from the steps
+            the baseline took to the target.
 
     Example::
 
         trainer = Trainer(max_epochs=10, callbacks=[LRSchedule("onecycle")])
         trainer = Trainer(max_epochs=10, callbacks=[LRSchedule("onecycle", max_lr="auto")])  # range-tested peak
+        trainer = Trainer(callbacks=[LRSchedule("onecycle", plan="3 epochs")])  # no max_epochs: the span is given
     """
 
     tip = "T01"
@@ -243,8 +367,11 @@ class LRSchedule(SpeedupCallback):
         mode: Literal["triangular", "triangular2", "exp_range"] = "triangular",
         range_test_steps: int = 100,
         horizon: float = 1.0,
+        plan: Union[int, str, None] = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__()
+        self._plan = parse_plan(plan)
         if name not in ("onecycle", "cyclic"):
             raise ValueError(f"`name` must be 'onecycle' or 'cyclic'; got {name!r}.")
         if max_lr is not None and max_lr != "auto" and (isinstance(max_lr, str) or max_lr <= 0):
@@ -274,6 +401,9 @@ class LRSchedule(SpeedupCallback):
         self.mode = mode
         self.range_test_steps = range_test_steps
         self.horizon = horizon
+        self.plan = plan
+        self._clock = clock
+        self._timing: Optional[dict[str, Any]] = None
         self.range_pick: Optional[RangePick] = None
         self.scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
         self._peaks: Optional[list[float]] = None
@@ -329,12 +459,39 @@ class LRSchedule(SpeedupCallback):
                 "skipped, configure_optimizers already returns a scheduler for this optimizer; not adding another"
                 + test
             )
+        if self._plan is None and self._pending_state is None:
+            no_plan = self._no_plan(trainer)
+            if no_plan is not None:
+                return no_plan + test
         where = own_lr_stepping(pl_module)
         if where is not None:
             return (
                 f"skipped, the model sets its learning rate itself ({where}): a second schedule would overwrite it"
                 f" every step{test}; keep the model's (speedups.lr_schedule.name: off) or remove that code"
             )
+        return None
+
+    def _no_plan(self, trainer: pl.Trainer) -> Optional[str]:
+        """Why the run has no length this schedule may span (``None`` when it has one)."""
+        fix = (
+            "set trainer.max_epochs, max_steps or max_time, or give the schedule its own span:"
+            " speedups.lr_schedule.plan ('3 epochs', '2000 steps' or a time such as '10min')"
+        )
+        if planned_by_default(trainer):
+            total = trainer.estimated_stepping_batches
+            span = (
+                f" ({span_text(max(int(total * self.horizon), 1), steps_per_epoch(trainer))} for"
+                f" horizon {self.horizon:g})"
+                if math.isfinite(total)
+                else ""
+            )
+            return (
+                f"skipped: the run has no plan of its own (max_epochs, max_steps and max_time are not set, so"
+                f" Lightning plans {LIGHTNING_DEFAULT_EPOCHS} epochs and the schedule would span them{span},"
+                f" still warming up when a short run ends); {fix}"
+            )
+        if not math.isfinite(trainer.estimated_stepping_batches) and timer_seconds(trainer) is None:
+            return f"skipped: the run's number of steps is unknown (max_epochs=-1 or a loader without a length); {fix}"
         return None
 
     def _range_test(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Optional[RangePick]:
@@ -368,20 +525,8 @@ class LRSchedule(SpeedupCallback):
             self.report(False, "skipped, the model has no optimizer")
             return
         optimizer = trainer.optimizers[0]
-        total = trainer.estimated_stepping_batches
-        if not math.isfinite(total):
-            raise ValueError(
-                "`speedups.lr_schedule` needs a finite number of steps: set `trainer.max_steps` or"
-                " `trainer.max_epochs`, or use a loader with a length."
-            )
         state = self._pending_state
-        self._total_steps = int(state["total_steps"]) if state else max(int(total * self.horizon), 1)
-        if state and int(total) != self._total_steps:
-            rank_zero_warn(
-                f"lr_schedule: the resumed schedule was planned for {self._total_steps} optimizer steps but this run"
-                f" has {int(total)}; it keeps the original plan"
-                + (" and holds the final learning rate after it ends." if total > self._total_steps else ".")
-            )
+        per_epoch = steps_per_epoch(trainer)
         peak: Optional[float] = None
         if self.range_pick is not None:
             peak = self.range_pick.lr
@@ -392,6 +537,77 @@ class LRSchedule(SpeedupCallback):
             if state
             else [peak if peak is not None else group["lr"] for group in optimizer.param_groups]
         )
+        if state:
+            self._total_steps = int(state["total_steps"])
+            total = trainer.estimated_stepping_batches
+            if math.isfinite(total) and int(total) != self._total_steps and self._plan is None:
+                rank_zero_warn(
+                    f"lr_schedule: the resumed schedule was planned for {self._total_steps} optimizer steps but this"
+                    f" run has {int(total)}; it keeps the original plan"
+                    + (" and holds the final learning rate after it ends." if total > self._total_steps else ".")
+                )
+            self._start(trainer, optimizer, per_epoch, state=state)
+            return
+        how, seconds = self._span(trainer, per_epoch)
+        if seconds is not None:  # a time: timed over the first steps at the schedule's starting lr, then built
+            for group, p in zip(optimizer.param_groups, self._peaks):
+                group["lr"] = self._start_lr(p)
+            self._timing = {"seconds": seconds, "how": how, "from": trainer.global_step, "t0": None}
+            self.report(
+                True,
+                f"{self._kind()} over {how}: the span in steps is set after {TIME_PLAN_STEPS} timed steps at its"
+                f" starting lr",
+            )
+            return
+        self._start(trainer, optimizer, per_epoch, how=how)
+
+    def _kind(self) -> str:
+        return "OneCycleLR" if self.name == "onecycle" else "CyclicLR"
+
+    def _start_lr(self, peak: float) -> float:
+        if self.name == "onecycle":
+            return peak / self.div_factor
+        return self.base_lr if self.base_lr is not None else peak / self.div_factor
+
+    def _span(self, trainer: pl.Trainer, per_epoch: Optional[float]) -> tuple[str, Optional[float]]:
+        """``(where the span comes from, seconds)``: ``self._total_steps`` is set for a span in steps; a
+        time plan returns its seconds instead (the steps are known once the first steps are timed)."""
+        plan = self._plan
+        if plan is not None and plan.unit == "steps":
+            self._total_steps = int(plan.amount)
+            return f"the plan of {plan.text()}", None
+        if plan is not None and plan.unit == "epochs":
+            if per_epoch is None:
+                raise ValueError(
+                    f"`speedups.lr_schedule.plan` of {plan.text()} needs the number of steps in an epoch, and the"
+                    " training loader has no length: give the plan in steps or as a time ('10min')."
+                )
+            self._total_steps = max(round(plan.amount * per_epoch), 1)
+            return f"the plan of {plan.text()}", None
+        if plan is not None:
+            return f"the plan of {plan.text()}", plan.amount
+        total = trainer.estimated_stepping_batches
+        share = "" if self.horizon == 1.0 else f"{self.horizon:g} of "
+        if math.isfinite(total):
+            self._total_steps = max(int(total * self.horizon), 1)
+            return f"{share}the run", None
+        seconds = timer_seconds(trainer)
+        if seconds is None:  # on_fit_start skipped this case; a loader that lost its length since
+            raise ValueError(
+                "`speedups.lr_schedule` needs the run's length: set `trainer.max_steps`, `trainer.max_epochs` or"
+                " `trainer.max_time`, or `speedups.lr_schedule.plan`."
+            )
+        return f"{share}the trainer's max_time ({seconds:.0f} s left)", seconds * self.horizon
+
+    def _start(
+        self,
+        trainer: pl.Trainer,
+        optimizer: torch.optim.Optimizer,
+        per_epoch: Optional[float],
+        how: str = "",
+        state: Optional[dict[str, Any]] = None,
+    ) -> None:
+        assert self._total_steps is not None and self._peaks is not None
         # the schedulers' constructors reset lr (and a cycled momentum / Adam beta1) to the schedule's start
         scheduled = ("lr", "momentum", "betas")
         current = [{k: group[k] for k in scheduled if k in group} for group in optimizer.param_groups]
@@ -401,18 +617,44 @@ class LRSchedule(SpeedupCallback):
             for group, values in zip(optimizer.param_groups, current):
                 group.update(values)  # a resume continues from where the schedule was
             self._pending_state = None
+            how = "the resumed plan"
         trainer.strategy.lr_scheduler_configs.append(
             LRSchedulerConfig(self.scheduler, name=f"speedups-{self.name}", interval="step", frequency=1)
         )
         peak_text = ", ".join(f"{p:.3g}" for p in self._peaks)
-        kind = "OneCycleLR" if self.name == "onecycle" else "CyclicLR"
-        how = ""
+        picked = ""
         if self.range_pick is not None:
-            how = f" (LR range test: lowest loss at {self.range_pick.min_loss_lr:.3g})"
+            picked = f" (LR range test: lowest loss at {self.range_pick.min_loss_lr:.3g})"
         elif self.max_lr == "auto":
-            how = " (the optimizer's lr: no range test result)"
-        span = "" if self.horizon == 1.0 else f" ({self.horizon:g} of the run)"
-        self.report(True, f"{kind} over {self._total_steps} optimizer steps{span}, peak lr {peak_text}{how}")
+            picked = " (the optimizer's lr: no range test result)"
+        start = f" from step {trainer.global_step}" if trainer.global_step and not state else ""
+        self.report(
+            True,
+            f"{self._kind()} over {span_text(self._total_steps, per_epoch)}{start}, {how}; peak lr {peak_text}{picked}",
+        )
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        timing = self._timing
+        if timing is None:
+            return
+        done = trainer.global_step - timing["from"]
+        if done < 1:
+            return
+        if timing["t0"] is None:  # the first step carries one-off costs: time from its end
+            timing["t0"], timing["at"] = self._clock(), done
+            return
+        if done < TIME_PLAN_STEPS:
+            return
+        elapsed = self._clock() - timing["t0"]
+        step_s = elapsed / max(done - timing["at"], 1)
+        left = timing["seconds"] - elapsed - step_s * timing["at"]
+        self._total_steps = max(int(left / max(step_s, 1e-9)), 1)
+        self._timing = None
+        how = f"{timing['how']} at {step_s:.3g} s a step (timed over steps 2-{done})"
+        self._start(trainer, trainer.optimizers[0], steps_per_epoch(trainer), how=how)
 
     @override
     def on_before_optimizer_step(
@@ -470,7 +712,7 @@ class LRSchedule(SpeedupCallback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        if self.scheduler is None:
+        if self.scheduler is None:  # also while a time plan is being timed: a resume times again
             return {}
         return {"scheduler": self.scheduler.state_dict(), "peaks": self._peaks, "total_steps": self._total_steps}
 

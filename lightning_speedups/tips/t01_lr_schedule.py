@@ -42,6 +42,10 @@ class ScheduleSettings:
     range_test_steps: int = bounded(100, ge=10)
     #: share of the run's optimizer steps the schedule spans (a one-cycle then holds its final lr)
     horizon: float = bounded(1.0, gt=0, le=1)
+    #: the schedule's own span, for a run with no plan (no max_epochs / max_steps / max_time): optimizer
+    #: steps (``2000``, ``"2000 steps"``), ``"3 epochs"`` or a time (``"10min"``, ``"00:10:00"``); horizon
+    #: does not apply to it. ``bench --target`` writes it from the steps the baseline took to the target
+    plan: Union[int, str, None] = None
 
 
 def check(facts: Facts) -> Finding:

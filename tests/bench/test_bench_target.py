@@ -48,6 +48,10 @@ class FakeLauncher:
         value = self.figures.get(key, self.figures["baseline"])[repeat]
         out = {"status": "ok", "speedups": nested_speedups(spec["speedups_overrides"]), "wall_s": 1.0, "loss": 2.0}
         if self.target:
+            cap = spec["target_max_time"]
+            if value is not None and value > cap:  # the worker's probe stops the run at its cap
+                value = None
+                out.update(timed_out=True, cap_s=cap, cap_reason=spec["cap_reason"])
             out.update(
                 reached=value is not None,
                 time_to_target_s=value,
@@ -171,16 +175,19 @@ def test_target_variants_come_from_the_records():
 def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_path):
     figures = {
         "baseline": [100.0, 110.0, 90.0],
-        "T01 lr-schedule onecycle": [50.0, 56.0, 44.0],  # 2x, consistent
-        "T01 lr-schedule cyclic": [20.0, None, 20.0],  # fastest, but missed once
+        "T01 lr-schedule onecycle @1x": [50.0, 56.0, 44.0],  # 2x, consistent
+        "T01 lr-schedule onecycle @0.5x": [None, None, None],  # its cycle ended too early: stalls
+        "T01 lr-schedule cyclic @0.5x": [20.0, None, 20.0],  # fastest, but missed once
         "T15 grad-clipping norm": [99.0, 111.0, 89.0],  # no gain
     }
     fake = FakeLauncher(figures, target=True)
     bench = _bench(fake, tips=["T01", "T15"], repeats=3, target="val_acc=0.9", seed=7)
     assert [v.name for v in bench.variants] == [
         "baseline",
-        "T01 lr-schedule onecycle",
-        "T01 lr-schedule cyclic",
+        "T01 lr-schedule onecycle @0.5x",
+        "T01 lr-schedule onecycle @1x",
+        "T01 lr-schedule cyclic @0.5x",
+        "T01 lr-schedule cyclic @1x",
         "T15 grad-clipping norm",
         "baseline (A/A)",
     ]
@@ -189,19 +196,25 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
     for variant, seed in fake.calls:
         seeds.setdefault(variant, []).append(seed)
     assert all(sorted(s) == [7, 8, 9] for s in seeds.values())  # one seed per repeat, the same for every variant
-    one = result.record("T01 lr-schedule onecycle").summary
-    assert one.speedup == pytest.approx(2.0) and one.speedup_ci[0] > 1.5
+    # the schedules span what the baseline's first run measured: 1,000 steps to the target (seed 7)
+    spans = {r.variant.name: r.variant.overrides.get("lr_schedule.plan") for r in result.records}
+    assert spans["T01 lr-schedule onecycle @0.5x"] == 500 and spans["T01 lr-schedule onecycle @1x"] == 1000
+    assert spans["T15 grad-clipping norm"] is None and spans["baseline"] is None
+    assert any("in 1,000 optimizer steps" in n and "500 (0.5x), 1,000 (1x)" in n for n in result.notes)
+    one = result.record("T01 lr-schedule onecycle @1x").summary
+    assert one.speedup == pytest.approx(2.0, rel=0.01) and one.speedup_ci[0] > 1.5
     assert one.target_time.median == 50.0 and one.target_steps.median == 500
-    cyc = result.record("T01 lr-schedule cyclic").summary
+    assert "pooled over" in one.decided_by
+    cyc = result.record("T01 lr-schedule cyclic @0.5x").summary
     assert cyc.target_missed == 1 and cyc.speedup is None and "missed the target in 1 of 3" in cyc.picked_why
-    assert result.pick.variant.name == "T01 lr-schedule onecycle"
+    assert result.pick.variant.name == "T01 lr-schedule onecycle @1x"
     md = markdown(result)
     assert md.splitlines()[0].startswith("| variant | speed-up [95% CI] | time to target s | steps to target |")
     assert "| 2/3 |" in md and "missed: best val_acc 0.8" in md
     path = write_preset(result, str(tmp_path / "fastest.yaml"))
     text = open(path).read()
     assert "time to val_acc >= 0.9" in text
-    assert yaml.safe_load(text)["speedups"]["lr_schedule"] == {"name": "onecycle", "max_lr": "auto"}
+    assert yaml.safe_load(text)["speedups"]["lr_schedule"] == {"name": "onecycle", "max_lr": "auto", "plan": 1000}
 
 
 def test_target_mode_default_presets_and_composition():
@@ -209,9 +222,9 @@ def test_target_mode_default_presets_and_composition():
         FakeLauncher({"baseline": [1.0]}, target=True), tips=["T15"], presets=None, repeats=1, target="val_loss=0.5"
     )
     names = [v.name for v in bench.variants]
-    assert "preset:fast+converge" in names and "preset:converge" in names and "preset:fast" in names
-    fc = next(v for v in bench.variants if v.name == "preset:fast+converge")
-    assert fc.presets == ("fast", "converge")
+    assert "preset:fast+converge @0.5x" in names and "preset:converge @1x" in names and "preset:fast" in names
+    fc = next(v for v in bench.variants if v.name == "preset:fast+converge @0.5x")
+    assert fc.presets == ("fast", "converge") and fc.plan_fraction == 0.5
     assert bench.target.mode == "min"
 
 
@@ -401,8 +414,14 @@ def test_target_search_plans_convergence_first_from_the_records(capsys):
     fake = FakeLauncher({"baseline": [1.0]}, target=True)
     bench = _bench(fake, tips=None, presets=None, repeats=1, target="val_acc=0.9")
     names = [v.name for v in bench.variants]
-    assert names[:3] == ["baseline", "preset:fast+converge", "preset:converge"]
-    kinds = ["target" if v.tips and v.tips[0] in TARGET_VARIANTS else v.kind for v in bench.variants[3:]]
+    assert names[:5] == [
+        "baseline",
+        "preset:fast+converge @0.5x",
+        "preset:fast+converge @1x",
+        "preset:converge @0.5x",
+        "preset:converge @1x",
+    ]
+    kinds = ["target" if v.tips and v.tips[0] in TARGET_VARIANTS else v.kind for v in bench.variants[5:]]
     first_other = kinds.index("preset")
     assert set(kinds[:first_other]) == {"target"} and kinds[first_other] == "preset"  # then preset:fast
     assert set(kinds[first_other + 1 : -1]) == {"tip"} and names[-1] == "baseline (A/A)"
@@ -411,7 +430,9 @@ def test_target_search_plans_convergence_first_from_the_records(capsys):
     bench.console = console
     bench.run()
     plan = console.export_text()
-    assert "in this order: baseline, preset:fast+converge, preset:converge" in plan
+    assert (
+        "in this order: baseline, preset:fast+converge @0.5x, preset:fast+converge @1x, preset:converge @0.5x" in plan
+    )
 
 
 def test_a_target_budget_keeps_paired_repeats_for_the_first_candidates():
@@ -422,8 +443,67 @@ def test_a_target_budget_keeps_paired_repeats_for_the_first_candidates():
     result = bench.run()
     assert bench.repeats_used == 3
     ran = [r for r in result.records if r.runs]
-    assert [r.variant.name for r in ran][:3] == ["baseline", "preset:fast+converge", "preset:converge"]
+    assert [r.variant.name for r in ran][:3] == ["baseline", "preset:fast+converge @0.5x", "preset:fast+converge @1x"]
     assert all(len(r.runs) == 3 for r in ran)
     cut = [r for r in result.records if not r.runs]
     assert cut and all("in the plan's order at 3 paired repeats" in r.skipped for r in cut)
     assert result.records.index(cut[0]) == len(ran)  # the cut is the end of the plan
+
+
+# --------------------------------------------------------------------------- stopping and deciding early
+
+
+def test_a_candidate_stops_once_past_the_slowest_baseline_and_bench_says_what_that_saved():
+    figures = {"baseline": [100.0, 120.0], "T15 grad-clipping norm": [300.0, 300.0]}
+    fake = FakeLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T15"], repeats=2, target="val_acc=0.9", target_max_time=600.0)
+    caps = []
+    run = fake.run
+
+    def spy(spec, name, timeout=None):
+        caps.append((spec["variant"], spec["target_max_time"], spec["cap_reason"]))
+        return run(spec, name, timeout)
+
+    fake.run = spy
+    result = bench.run()
+    by_variant = {}
+    for variant, cap, why in caps:
+        by_variant.setdefault(variant, []).append((cap, why))
+    assert by_variant["baseline"] == [(600.0, None), (600.0, None)]  # the baseline runs to the user's cap
+    # after one baseline run of 100 s: 110 s (the 10% margin); after both: 120 s + their 18% spread
+    assert [c for c, _ in by_variant["T15 grad-clipping norm"]] == [pytest.approx(110.0), pytest.approx(110.0)]
+    assert all("could no longer be faster" in why for _, why in by_variant["T15 grad-clipping norm"])
+    t15 = result.record("T15 grad-clipping norm").summary
+    assert t15.target_missed == 2 and result.pick.variant.name == "baseline"
+    assert any("2 candidate run(s) stopped" in n and "up to 980 s" in n for n in result.notes)
+
+
+def _decide(base, cand, **kw):
+    figures = {"baseline": base, "T15 grad-clipping norm": cand}
+    bench = _bench(FakeLauncher(figures, target=True), tips=["T15"], target="val_acc=0.9", **kw)
+    return bench.run().record("T15 grad-clipping norm").summary
+
+
+def test_two_repeats_still_decide_when_the_runs_agree_and_say_so_when_they_cannot():
+    # two repeats each: paired t with 1 dof (12.7) could not decide; the pooled spread (dof 2) can
+    tight = _decide([100.0, 104.0], [50.0, 51.0], repeats=2, noise_pair=False)
+    assert tight.speedup == pytest.approx(2.0, rel=0.03) and tight.speedup_ci[0] > 1.5
+    assert "pooled over 4 runs of 2 variants" in tight.decided_by and tight.picked_why.startswith("gain")
+    noisy = _decide([100.0, 180.0], [60.0, 110.0], repeats=2, noise_pair=False)
+    assert noisy.speedup_ci[0] < 1.0 and "includes 1.0" in noisy.picked_why
+    one = _decide([100.0], [50.0], repeats=1, noise_pair=False)
+    assert one.speedup == pytest.approx(2.0) and one.speedup_ci == (None, None)
+    assert "no confidence interval" in one.picked_why
+
+
+def test_the_crossing_between_two_checks_is_the_time_to_target():
+    from lightning_speedups.bench.target import crossing_time
+
+    checks = [{"train_s": 10.0, "value": 0.5}, {"train_s": 20.0, "value": None}, {"train_s": 30.0, "value": 0.95}]
+    assert crossing_time(checks, Target("val_acc", 0.8, "max")) == pytest.approx(10.0 + 20.0 * 0.3 / 0.45)
+    assert crossing_time(checks, Target("val_acc", 0.99, "max")) is None
+    assert crossing_time(checks[:1], Target("val_acc", 0.4, "max")) == 10.0  # the first check: its own time
+    assert (
+        crossing_time([{"train_s": 5.0, "value": 2.0}, {"train_s": 9.0, "value": 1.0}], Target("val_loss", 1.5, "min"))
+        == 7.0
+    )
