@@ -35,7 +35,6 @@ import torch
 from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
 from torch.utils.data import BatchSampler, DataLoader
 
-from lightning_speedups.callbacks.namespace import is_lightning
 from lightning_speedups.functional.loaders import (
     auto_num_workers,
     available_cpus,
@@ -428,6 +427,10 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
     except Exception:
         accelerator = "cpu"
     devices = max(1, int(getattr(trainer, "num_devices", 1) or 1))
+    # imported here: lightning_speedups.callbacks imports this module, so a user's first import of
+    # lightning_speedups.data (a datamodule in their script) must not start with the callbacks package
+    from lightning_speedups.callbacks.namespace import is_lightning
+
     if is_lightning(strategy, "ParallelStrategy"):  # either Lightning package's
         procs = max(1, int(getattr(strategy, "num_processes", devices) or devices))
     else:

@@ -1,0 +1,138 @@
+"""Two held-out-style time-to-accuracy tasks for ``bench --target`` (issue 28), written as users write
+them: a config that sets only ``model:`` and ``data:`` (no ``max_epochs``: Lightning's default length),
+a constant learning rate a user would pick for the optimizer, real data (Fashion-MNIST, the Debian
+package ``dataset-fashion-mnist``; the validation split is the official 10,000-image test split).
+
+* :class:`SmallVGG` (``benchmarks/tta_vgg.yaml``): an image classifier, two conv-conv-pool stages
+  without BatchNorm, dropout, SGD with momentum 0.9 at lr 0.01 (the classic tutorial choice); its
+  target is ``val_acc``.
+* :class:`DenseAutoencoder` (``benchmarks/tta_autoencoder.yaml``): a reconstruction model, 784-256-32
+  -256-784 with ReLU, Adam at lr 1e-3; its target is ``val_loss`` (mean squared error, lower is better).
+
+``benchmarks/time_to_target.py`` measures both: bench as a user runs it, then ``fit`` to the target
+for the baseline and bench's pick, alternating, several seeds.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+
+
+class SmallVGG(pl.LightningModule):
+    """conv32-conv32-pool-conv64-conv64-pool-fc256-fc10 with ReLU and dropout, SGD (momentum 0.9).
+
+    Args:
+        lr: SGD's learning rate (constant unless a schedule is added).
+        dropout: before the classifier.
+    """
+
+    def __init__(self, lr: float = 0.01, dropout: float = 0.25) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.lr = lr
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(32, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.head = nn.Sequential(
+            nn.Flatten(), nn.Dropout(dropout), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Linear(256, 10)
+        )
+        self.example_input_array = torch.zeros(2, 1, 28, 28)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.log("val_loss", nn.functional.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+class DenseAutoencoder(pl.LightningModule):
+    """784-256-32-256-784 with ReLU, trained to reconstruct the (normalised) image with Adam.
+
+    Args:
+        lr: Adam's learning rate (constant unless a schedule is added).
+        code: size of the bottleneck.
+    """
+
+    def __init__(self, lr: float = 1e-3, code: int = 32) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.lr = lr
+        self.encoder = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, code))
+        self.decoder = nn.Sequential(nn.ReLU(), nn.Linear(code, 256), nn.ReLU(), nn.Linear(256, 784))
+        self.example_input_array = torch.zeros(2, 1, 28, 28)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(x)).view_as(x)
+
+    def training_step(self, batch, batch_idx):
+        x, _ = batch
+        loss = nn.functional.mse_loss(self(x), x)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, _ = batch
+        self.log("val_loss", nn.functional.mse_loss(self(x), x))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+
+class FitClock(pl.Callback):
+    """Writes how long ``fit`` took (wall seconds, from the start of fit to its end, validation and any
+    range test included), the optimizer steps and epochs it ran and the last value of ``monitor`` to a
+    JSON file: the independent clock of ``benchmarks/time_to_target.py``.
+
+    Args:
+        path: the JSON file to write.
+        monitor: the metric to report.
+    """
+
+    def __init__(self, path: str, monitor: str = "val_acc") -> None:
+        self.path = path
+        self.monitor = monitor
+        self._t0 = 0.0
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        import time
+
+        self._t0 = time.perf_counter()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        import json
+        import time
+
+        value = trainer.callback_metrics.get(self.monitor)
+        with open(self.path, "w", encoding="utf-8") as fh:
+            json.dump(
+                {
+                    "fit_s": time.perf_counter() - self._t0,
+                    "steps": int(trainer.global_step),
+                    "epochs": int(trainer.current_epoch),
+                    "value": None if value is None else float(value),
+                },
+                fh,
+            )
