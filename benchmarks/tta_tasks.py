@@ -4,10 +4,10 @@ a constant learning rate a user would pick for the optimizer, real data (Fashion
 package ``dataset-fashion-mnist``; the validation split is the official 10,000-image test split).
 
 * :class:`SmallVGG` (``benchmarks/tta_vgg.yaml``): an image classifier, two conv-conv-pool stages
-  without BatchNorm, dropout, SGD with momentum 0.9 at lr 0.01 (the classic tutorial choice); its
+  (16 and 32 channels) without BatchNorm, dropout, SGD with momentum 0.9 at lr 0.01 (the classic tutorial choice); its
   target is ``val_acc``.
-* :class:`DenseAutoencoder` (``benchmarks/tta_autoencoder.yaml``): a reconstruction model, 784-256-32
-  -256-784 with ReLU, Adam at lr 1e-3; its target is ``val_loss`` (mean squared error, lower is better).
+* :class:`DenseAutoencoder` (``benchmarks/tta_autoencoder.yaml``): a reconstruction model, 784-1024
+  -256-32-256-1024-784 with ReLU, Adam at lr 1e-3; its target is ``val_loss`` (mean squared error, lower is better).
 
 ``benchmarks/time_to_target.py`` measures both: bench as a user runs it, then ``fit`` to the target
 for the baseline and bench's pick, alternating, several seeds.
@@ -21,31 +21,36 @@ from torch import nn
 
 
 class SmallVGG(pl.LightningModule):
-    """conv32-conv32-pool-conv64-conv64-pool-fc256-fc10 with ReLU and dropout, SGD (momentum 0.9).
+    """conv-conv-pool-conv-conv-pool-fc-fc10 with ReLU and dropout, SGD (momentum 0.9).
 
     Args:
         lr: SGD's learning rate (constant unless a schedule is added).
+        widths: channels of the two stages.
+        hidden: width of the hidden fully connected layer.
         dropout: before the classifier.
     """
 
-    def __init__(self, lr: float = 0.01, dropout: float = 0.25) -> None:
+    def __init__(
+        self, lr: float = 0.01, widths: tuple[int, int] = (16, 32), hidden: int = 128, dropout: float = 0.25
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.lr = lr
+        a, b = widths
         self.features = nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1),
+            nn.Conv2d(1, a, 3, padding=1),
             nn.ReLU(),
-            nn.Conv2d(32, 32, 3, padding=1),
+            nn.Conv2d(a, a, 3, padding=1),
             nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1),
+            nn.Conv2d(a, b, 3, padding=1),
             nn.ReLU(),
-            nn.Conv2d(64, 64, 3, padding=1),
+            nn.Conv2d(b, b, 3, padding=1),
             nn.ReLU(),
             nn.MaxPool2d(2),
         )
         self.head = nn.Sequential(
-            nn.Flatten(), nn.Dropout(dropout), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Linear(256, 10)
+            nn.Flatten(), nn.Dropout(dropout), nn.Linear(b * 7 * 7, hidden), nn.ReLU(), nn.Linear(hidden, 10)
         )
         self.example_input_array = torch.zeros(2, 1, 28, 28)
 
@@ -69,19 +74,26 @@ class SmallVGG(pl.LightningModule):
 
 
 class DenseAutoencoder(pl.LightningModule):
-    """784-256-32-256-784 with ReLU, trained to reconstruct the (normalised) image with Adam.
+    """784-hidden...-code-...hidden-784 with ReLU, trained to reconstruct the (normalised) image with Adam.
 
     Args:
         lr: Adam's learning rate (constant unless a schedule is added).
+        hidden: widths of the encoder's hidden layers (the decoder mirrors them).
         code: size of the bottleneck.
     """
 
-    def __init__(self, lr: float = 1e-3, code: int = 32) -> None:
+    def __init__(self, lr: float = 1e-3, hidden: tuple[int, ...] = (1024, 256), code: int = 32) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.lr = lr
-        self.encoder = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, code))
-        self.decoder = nn.Sequential(nn.ReLU(), nn.Linear(code, 256), nn.ReLU(), nn.Linear(256, 784))
+        sizes = [784, *hidden, code]
+        enc: list[nn.Module] = [nn.Flatten()]
+        dec: list[nn.Module] = []
+        for i, (m, n) in enumerate(zip(sizes, sizes[1:])):
+            enc += [nn.Linear(m, n)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
+            dec = [nn.ReLU(), nn.Linear(n, m)] + dec
+        self.encoder = nn.Sequential(*enc)
+        self.decoder = nn.Sequential(*dec)
         self.example_input_array = torch.zeros(2, 1, 28, 28)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -93,8 +93,10 @@ TARGET_PRESETS = ("fast+converge", "converge", "fast")
 #: presets a time-to-target bench never runs (several devices; deliberately slow)
 TARGET_PRESETS_NOT_RUN = {k: v for k, v in PRESETS_NOT_TIMED.items() if k in ("ddp", "debug")}
 #: time-to-target mode: the spans a learning-rate schedule is tried at, as shares of the optimizer steps the
-#: baseline took to the target (a cycle that anneals by then, and one that anneals twice as early)
-PLAN_FRACTIONS = (0.5, 1.0)
+#: baseline took to the target, likeliest winner first: annealed at three quarters of them (likely to
+#: reach the target, and sooner), at half (a larger gain when the annealed model is good enough), at all
+#: of them (reaches it, gains least)
+PLAN_FRACTIONS = (0.75, 0.5, 1.0)
 #: a candidate's run stops once its training time passes the slowest baseline run's time to the target
 #: by this share (or by the baselines' own spread, when wider): from there it can no longer be faster
 CAP_MARGIN = 0.10
@@ -102,11 +104,15 @@ CAP_MARGIN = 0.10
 
 def schedules(variant: Variant) -> bool:
     """Whether a variant turns on a learning-rate schedule (``lr_schedule.name`` other than off)."""
+    return _schedule_name(variant) not in ("off", None)
+
+
+def _schedule_name(variant: Variant) -> Any:
     keys: dict[str, Any] = {}
     for section in preset_speedups(variant):
         keys.update(flatten(section))
     keys.update(variant.overrides)
-    return keys.get("lr_schedule.name", "off") not in ("off", None)
+    return keys.get("lr_schedule.name")
 
 
 def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = PLAN_FRACTIONS) -> list[Variant]:
@@ -115,7 +121,10 @@ def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = 
     config's own length is no plan for it: the run stops at the target, and a schedule over the rest of
     ``max_epochs`` (or Lightning's default 1000 epochs) is still warming up there."""
     out: list[Variant] = []
+    preset_schedules = {_schedule_name(v) for v in variants if v.kind == "preset" and schedules(v)}
     for v in variants:
+        if v.kind == "tip" and schedules(v) and _schedule_name(v) in preset_schedules:
+            continue  # a tip's schedule that a preset runs too (T01's one-cycle: converge): not twice
         if not schedules(v) or v.plan_fraction is not None:
             out.append(v)
             continue
@@ -187,6 +196,11 @@ class Bench:
         self._run_counter = 0
         self._progress: Any = None
         self._task: Any = None
+        #: target mode: candidates the budget cut, in the plan's order (freed budget runs them later)
+        self._waiting: list[VariantRecord] = []
+        #: target mode: candidates whose other repeats were not run after a miss
+        self._stopped: list[str] = []
+        self._spared: list[float] = []  # the estimated seconds of each run not run after a miss
 
     # --- preparation
     def prepare(self) -> None:
@@ -461,6 +475,9 @@ class Bench:
                     continue
                 if record.skipped:
                     continue
+                if self._cannot_win(record):
+                    self._add_total(-1)
+                    continue
                 est = self._estimate(record.variant)
                 if est > self._remaining():
                     if not record.runs:
@@ -468,6 +485,8 @@ class Bench:
                     self._add_total(-1)
                     continue
                 self._run_one(record, repeat)
+        if self.target is not None:
+            self._run_waiting(repeats)
         for record in self.records:
             record.summary = summarize(record.runs) if record.runs else None
         base.summary = summarize(base.runs)
@@ -479,6 +498,40 @@ class Bench:
                 compare_target(record.summary, record.runs, base.summary, base.runs, pooled)
             else:
                 compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
+
+    def _cannot_win(self, record: VariantRecord) -> bool:
+        """Target mode: a candidate with a run that missed the target can no longer be picked (every run must
+        reach it), so its other repeats are not run; the budget they would take goes to the next candidates."""
+        if self.target is None or record.variant.kind in ("baseline", "aa"):
+            return False
+        missed = [r for r in record.runs if r.get("status") == "ok" and not r.get("reached")]
+        if missed:
+            if record.variant.name not in self._stopped:
+                self._stopped.append(record.variant.name)
+            self._spared.append(self._estimate(record.variant))
+        return bool(missed)
+
+    def _run_waiting(self, repeats: int) -> None:
+        """Target mode: the budget a stopped candidate left runs the candidates the plan had cut, in its order,
+        each at the same repeats, while they fit."""
+        ran = []
+        for record in list(self._waiting):
+            if self._estimate(record.variant) * repeats > self._remaining():
+                break
+            self._waiting.remove(record)
+            record.skipped = None
+            self._add_total(repeats)
+            for repeat in range(repeats):
+                if self._cannot_win(record) or self._estimate(record.variant) > self._remaining():
+                    self._add_total(-1)
+                    continue
+                self._run_one(record, repeat)
+            ran.append(record.variant.name)
+        if ran:
+            self.notes.append(
+                f"the budget that stopped candidates left (a miss cannot be picked, so their other repeats were not"
+                f" run) ran: {', '.join(ran)}"
+            )
 
     def _plan_from_baseline(self, first: dict[str, Any]) -> None:
         """Time-to-target mode: the schedules' spans from the optimizer steps the baseline's first run took
@@ -544,33 +597,43 @@ class Bench:
         return len(cut), sum(max(self.options.target_max_time - float(r["cap_s"]), 0.0) for r in cut)
 
     def _cut_for_repeats(self, first_wall: float) -> Optional[int]:
-        """Target mode with a budget too small for every candidate at every repeat: the most repeats (at
-        least 2) at which the baseline and the first candidates in order fit; the rest are marked not run.
+        """Target mode with a budget too small for every candidate at every repeat: the repeats (at least
+        2, at most ``--repeats``) at which the most candidates fit, in the plan's order, with the baseline;
+        the rest are marked not run. Breadth wins over depth: the interval pools the spread over every
+        variant's runs, so a third repeat of one candidate buys less than a second candidate.
         ``None``: not even one candidate fits twice."""
         o = self.options
+        best: Optional[tuple[int, int]] = None
         for repeats in range(o.repeats, 1, -1):
             total, k = -first_wall, 0  # the baseline's first run is already done
             for record in self.records:
+                if record.skipped:
+                    continue
                 cost = self._estimate(record.variant) * repeats
                 if total + cost > self._remaining():
                     break
                 total += cost
                 k += 1
-            if k >= 2:
-                cut = self.records[k:]
-                for record in cut:
-                    record.skipped = (
-                        f"not run: the {o.flag('budget')} held the first {k - 1} candidates in the plan's order at"
-                        f" {repeats} paired repeats"
-                    )
-                if cut:
-                    self.notes.append(
-                        f"{o.flag('budget')} {o.budget:g} s: the first {k - 1} candidates at {repeats} repeats;"
-                        f" not run: {', '.join(r.variant.name for r in cut)}"
-                    )
-                self._add_total((repeats - o.repeats) * len(self.records) - repeats * len(cut))
-                return repeats
-        return None
+            if k >= 2 and (best is None or k > best[1]):
+                best = (repeats, k)
+        if best is None:
+            return None
+        repeats, k = best
+        kept = [r for r in self.records if not r.skipped][:k]
+        cut = [r for r in self.records if not r.skipped and r not in kept]
+        self._waiting = [r for r in cut if r.variant.kind != "aa"]  # the A/A pair: never from freed budget
+        for record in cut:
+            record.skipped = (
+                f"not run: the {o.flag('budget')} held the first {k - 1} candidates in the plan's order at"
+                f" {repeats} paired repeats"
+            )
+        if cut:
+            self.notes.append(
+                f"{o.flag('budget')} {o.budget:g} s: the first {k - 1} candidates at {repeats} repeats;"
+                f" not run: {', '.join(r.variant.name for r in cut)}"
+            )
+        self._add_total((repeats - o.repeats) * len(self.records) - repeats * len(cut))
+        return repeats
 
     def noise(self) -> float:
         """The noise floor: how far from 1.0 the A/A pair of baselines landed (0 without the pair)."""
@@ -684,6 +747,12 @@ class Bench:
                     f"{cut} candidate run(s) stopped once past the slowest baseline run's time to the target (they"
                     f" could no longer win): up to {saved:.0f} s of training saved against running each on to"
                     f" --target-max-time {self.options.target_max_time:g} s"
+                )
+            if self._spared:
+                self.notes.append(
+                    f"{len(self._spared)} more run(s) of {', '.join(self._stopped)} not run after a miss (a candidate"
+                    f" that missed once cannot be picked): about {sum(self._spared):.0f} s of the budget kept for the"
+                    " next candidates"
                 )
         finally:
             if progress is not None:
