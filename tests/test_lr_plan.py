@@ -92,3 +92,32 @@ def test_bad_plans_name_the_setting():
         with pytest.raises(ValueError, match="plan"):
             LRSchedule(plan=bad)
     assert parse_plan("1.5h").amount == 5400 and parse_plan("01:00:00").amount == 3600
+
+
+def _cli(args, capsys, caplog):
+    import logging
+
+    from lightning_speedups.cli import main
+
+    quick = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=0", "--trainer.logger=false"]
+    quick += ["--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false"]
+    stop = ["--trainer.callbacks+=test_lr_plan.StopAt", "--trainer.callbacks.steps=6"]
+    with caplog.at_level(logging.INFO), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["fit", "--config", "converge.yaml", *quick, *stop, *args]) == 0
+    out = capsys.readouterr()
+    return out.out + out.err + caplog.text + "\n".join(str(w.message) for w in caught)
+
+
+def test_fit_with_converge_on_a_config_with_no_plan_says_so_before_training(tmp_path, monkeypatch, capsys, caplog):
+    monkeypatch.chdir(tmp_path)
+    text = _cli(["--model=helpers.TinyCNN"], capsys, caplog)  # a config with no plan: Lightning's 1000 epochs
+    assert "no plan of its own" in text and "lr_schedule.plan" in text
+    assert "chose peak lr" not in text and "no LR range test run" in text  # skipped before the range test
+
+
+def test_fit_takes_the_plan_a_preset_writes(tmp_path, monkeypatch, capsys, caplog):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "best.yaml").write_text("speedups:\n  lr_schedule:\n    max_lr: 0.01\n    plan: 1 epochs\n")
+    text = _cli(["--model=helpers.TinyCNN", "--config", "best.yaml"], capsys, caplog)
+    assert "OneCycleLR over 4 optimizer steps (1 epoch), the plan of 1 epochs" in text

@@ -130,7 +130,8 @@ def span_text(steps: int, per_epoch: Optional[float]) -> str:
         >>> span_text(2229, 469), span_text(500, None)
         ('2,229 optimizer steps (4.75 epochs)', '500 optimizer steps (epochs unknown: the loader has no length)')
     """
-    epochs = f"{steps / per_epoch:.3g} epochs" if per_epoch else "epochs unknown: the loader has no length"
+    n = steps / per_epoch if per_epoch else None
+    epochs = "epochs unknown: the loader has no length" if n is None else f"{n:.3g} epoch{'' if n == 1 else 's'}"
     return f"{steps:,} optimizer steps ({epochs})"
 
 
