@@ -77,6 +77,7 @@ def main() -> int:
     ap.add_argument("--limit", type=float, default=1800.0, help="seconds before a run is stopped (a miss)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    a.config, a.pick = os.path.abspath(a.config), os.path.abspath(a.pick)  # each run starts in a folder of its own
     metric, _, number = a.target.partition("=")
     mode = a.mode or ("min" if "loss" in metric else "max")
     runs: dict[str, list[dict]] = {"baseline": [], "pick": []}

@@ -121,3 +121,19 @@ def test_fit_takes_the_plan_a_preset_writes(tmp_path, monkeypatch, capsys, caplo
     (tmp_path / "best.yaml").write_text("speedups:\n  lr_schedule:\n    max_lr: 0.01\n    plan: 1 epochs\n")
     text = _cli(["--model=helpers.TinyCNN", "--config", "best.yaml"], capsys, caplog)
     assert "OneCycleLR over 4 optimizer steps (1 epoch), the plan of 1 epochs" in text
+
+
+def test_a_range_test_pick_below_the_users_lr_is_raised_to_it():
+    from lightning_speedups.functional.lr_range import RangePick
+
+    cb = LRSchedule("onecycle", max_lr="auto", plan=8)
+    # as a range test leaves it: a pick a decade under the lowest loss, here below the user's lr 0.05
+    cb.range_pick = RangePick(lr=0.004, min_loss_lr=0.04, steepest_lr=None, points=20, rule="test")
+    cb.on_fit_start = lambda trainer, pl_module: setattr(cb, "_skip", None)  # keep the pick; no new range test
+    model, _, _ = _fit(cb, StopAt(3))
+    assert cb._peaks == [0.05] and "the optimizer's own lr: the LR range test's pick 0.004 is below it" in cb.status[1]
+    cb2 = LRSchedule("onecycle", max_lr="auto", plan=8)
+    cb2.range_pick = RangePick(lr=0.2, min_loss_lr=0.04, steepest_lr=None, points=20, rule="test")
+    cb2.on_fit_start = lambda trainer, pl_module: setattr(cb2, "_skip", None)
+    _fit(cb2, StopAt(3))
+    assert cb2._peaks == [0.2] and "LR range test: lowest loss at 0.04" in cb2.status[1]

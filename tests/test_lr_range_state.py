@@ -134,7 +134,7 @@ def test_range_test_restores_the_whole_training_state():
 
     pl.seed_everything(0, verbose=False)
     control = Stateful()
-    _, probe_fixed = _fit(control, LRSchedule("onecycle", max_lr=auto.range_pick.lr))
+    _, probe_fixed = _fit(control, LRSchedule("onecycle", max_lr=auto._peaks[0]))  # the peak it used
     a, b = probe_auto.state, probe_fixed.state
     # ... and was put back: plain attributes (a counter, a list), buffers, modes, RNG, optimizer, loops
     for key in ("calls", "seen", "replay", "training", "global_step", "adam"):

@@ -533,11 +533,19 @@ class LRSchedule(SpeedupCallback):
             peak = self.range_pick.lr
         elif isinstance(self.max_lr, (int, float)):
             peak = float(self.max_lr)
-        self._peaks = (
-            list(state["peaks"])
-            if state
-            else [peak if peak is not None else group["lr"] for group in optimizer.param_groups]
-        )
+        own = [group["lr"] for group in optimizer.param_groups]
+        if peak is None:
+            self._peaks = own
+        elif self.range_pick is not None:
+            # a one-cycle peaking below the lr the user tuned spends its whole run below it: the range test's
+            # pick (a decade below the lowest loss, a conservative rule) is raised to the optimizer's own lr
+            self._peaks = [max(peak, lr) for lr in own]
+        else:
+            self._peaks = [peak for _ in own]
+        self._floored = self.range_pick is not None and peak is not None and any(peak < lr for lr in own)
+        if state:
+            self._peaks = list(state["peaks"])
+            self._floored = False
         if state:
             self._total_steps = int(state["total_steps"])
             total = trainer.estimated_stepping_batches
@@ -624,7 +632,12 @@ class LRSchedule(SpeedupCallback):
         )
         peak_text = ", ".join(f"{p:.3g}" for p in self._peaks)
         picked = ""
-        if self.range_pick is not None:
+        if self.range_pick is not None and getattr(self, "_floored", False):
+            picked = (
+                f" (the optimizer's own lr: the LR range test's pick {self.range_pick.lr:.3g} is below it; lowest"
+                f" loss at {self.range_pick.min_loss_lr:.3g})"
+            )
+        elif self.range_pick is not None:
             picked = f" (LR range test: lowest loss at {self.range_pick.min_loss_lr:.3g})"
         elif self.max_lr == "auto":
             picked = " (the optimizer's lr: no range test result)"

@@ -328,9 +328,9 @@ def test_lr_schedule_auto_runs_lightnings_range_test_and_reports_the_peak(tmp_pa
         trainer.fit(model)
     assert cb.range_pick is not None and cb.range_pick.points >= 3
     assert trainer.global_step == 6  # the range test's steps were undone
-    assert cb._total_steps == 3 and cb._peaks == [pytest.approx(cb.range_pick.lr)]
+    assert cb._total_steps == 3 and cb._peaks == [pytest.approx(max(cb.range_pick.lr, 1e-3))]  # never below the user's
     assert "LR range test" in caplog.text and "chose peak lr" in caplog.text
-    assert "peak lr" in cb.status[1] and "LR range test" in cb.status[1]
+    assert "peak lr" in cb.status[1] and "LR range test" in cb.status[1]  # the pick, or why the user's lr is the peak
     with pytest.raises(ValueError, match="auto"):
         LRSchedule(max_lr="high")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="horizon"):
