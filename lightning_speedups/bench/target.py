@@ -84,8 +84,8 @@ def crossing_time(checks: list[dict[str, Any]], target: Target) -> Optional[floa
     reached it and the check before (``None`` if none reached it; the first check's time if it did).
 
     Example:
-        >>> checks = [{"train_s": 10.0, "value": 0.80}, {"train_s": 20.0, "value": 0.90}]
-        >>> crossing_time(checks, Target("val_acc", 0.85, "max"))
+        >>> checks = [{"train_s": 10.0, "value": 0.25}, {"train_s": 20.0, "value": 0.75}]
+        >>> crossing_time(checks, Target("val_acc", 0.5, "max"))
         15.0
     """
     before: Optional[dict[str, Any]] = None
