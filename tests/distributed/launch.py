@@ -103,6 +103,13 @@ def run_workers(
             codes = [p.poll() for p, _ in procs]
             bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if bad:
+                # a rank's failure closes its peers' connections, so a waiting node may exit first with only
+                # "Connection closed by peer": give the others a moment to exit too, and report every failed node
+                grace = time.monotonic() + 5.0
+                while time.monotonic() < grace and any(p.poll() is None for p, _ in procs):
+                    time.sleep(0.2)
+                codes = [p.poll() for p, _ in procs]
+                bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
                 failed = [f"node {i} exited with {codes[i]}:\n{_tail(procs[i][1])}" for i in bad]
                 break
             if all(c == 0 for c in codes):
