@@ -543,10 +543,9 @@ class LRSchedule(SpeedupCallback):
         else:
             self._peaks = [peak for _ in own]
         self._floored = self.range_pick is not None and peak is not None and any(peak < lr for lr in own)
-        if state:
+        if state:  # a resume keeps the peaks it was planned with
             self._peaks = list(state["peaks"])
             self._floored = False
-        if state:
             self._total_steps = int(state["total_steps"])
             total = trainer.estimated_stepping_batches
             if math.isfinite(total) and int(total) != self._total_steps and self._plan is None:
