@@ -51,7 +51,7 @@ from lightning_speedups.callbacks import (
     NonBlockingCheck,
     SpeedupCallback,
 )
-from lightning_speedups.functional import ShapeTracker, SyncWatcher
+from lightning_speedups.functional import HostReadCounter, ShapeTracker, SyncWatcher
 from lightning_speedups.inspection import (
     SEVERITIES,
     Facts,
@@ -63,6 +63,7 @@ from lightning_speedups.inspection import (
     short_path,
     user_source_files,
 )
+from lightning_speedups.inspection.words import plural
 from lightning_speedups.lint import lint_paths
 from lightning_speedups.tips import BY_ID, TIPS
 
@@ -86,16 +87,31 @@ LINT_SEVERITY = {
 }
 
 
+#: Lint rules whose finding is a host read that :class:`HostReadCounter` sees at run time.
+RUNTIME_READ_RULES = ("LS201", "LS202", "LS204", "LS206")
+
+
+def _seen_at_run_time(facts: Facts, finding: Any) -> str:
+    """``""``, or what the run itself saw of a host-read lint finding's line."""
+    reads = facts.host_reads
+    if finding.code not in RUNTIME_READ_RULES or reads is None or not reads.windows:
+        return ""
+    n, steps = reads.at(finding.path, finding.line)
+    if not n:
+        return f" [not seen at run time in {plural(reads.windows, 'step')}]"
+    every = "every step" if steps >= reads.windows else "not every step"
+    return f" [confirmed at run time: {plural(n, 'read')} in {steps} of {reads.windows} steps, {every}]"
+
+
 def lint_items(facts: Facts) -> dict[str, list[Item]]:
-    """The lint findings of ``facts`` as evidence items, by tip."""
+    """The lint findings of ``facts`` as evidence items, by tip; a host read is tagged with what the run saw."""
     out: dict[str, list[Item]] = {}
     for f in facts.lint_findings:
-        item = Item(
-            LINT_SEVERITY.get(f.code, "low"),
-            f"{short_path(f.path)}:{f.line}: {f.code} {f.message}",
-            f.fix,
-            "lint",
-        )
+        seen = _seen_at_run_time(facts, f)
+        severity = LINT_SEVERITY.get(f.code, "low")
+        if seen.startswith(" [not seen") or seen.endswith("not every step]"):
+            severity = "low"  # the run did not see it every step
+        item = Item(severity, f"{short_path(f.path)}:{f.line}: {f.code} {f.message}{seen}", f.fix, "lint")
         out.setdefault(f.tip, []).append(item)
     return out
 
@@ -200,6 +216,7 @@ class SpeedAdvisor(SpeedupCallback):
         self._children: dict[str, Any] = {}  # key -> monitor whose hooks this callback forwards
         self._sources: dict[str, Any] = {}  # key -> monitor whose results are read (owned or the user's)
         self._watcher: Any = None
+        self._reads: HostReadCounter | None = None  # off CUDA: the host reads a GPU run would sync on
         self._tracker: Any = None
         self._batches = 0
         self._in_window = False
@@ -226,7 +243,7 @@ class SpeedAdvisor(SpeedupCallback):
             if keys is not None and key not in keys:
                 continue
             try:
-                with _quiet():
+                with _quiet(), self._own_reads():
                     getattr(child, hook)(*args)
             except Exception as err:
                 self.facts.unavailable[key] = (
@@ -234,6 +251,14 @@ class SpeedAdvisor(SpeedupCallback):
                 )
                 self._children.pop(key, None)
                 self._sources.pop(key, None)
+
+    def _own_reads(self) -> contextlib.AbstractContextManager[None]:
+        """The monitors' own host reads are not the run's."""
+        return self._reads.paused() if self._reads is not None else contextlib.nullcontext()
+
+    def _close_reads(self) -> None:
+        if self._reads is not None:
+            self._reads.stop()
 
     @property
     def _window_open(self) -> bool:
@@ -259,6 +284,8 @@ class SpeedAdvisor(SpeedupCallback):
             self._add(trainer, "non_blocking", NonBlockingCheck)
             self._watcher = SyncWatcher("count")
             self._watcher.install()
+        else:
+            self._reads = HostReadCounter()
         self._tracker = ShapeTracker()
         self._forward("setup", trainer, pl_module, stage)
         self.report(True, f"collecting evidence over the first {self.check_steps} steps; report at the end of fit")
@@ -282,6 +309,7 @@ class SpeedAdvisor(SpeedupCallback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if not self._fit:
             return
+        self._close_reads()  # a step's window runs on to the next step: Lightning's own reads come after its hooks
         if not self.facts.collected:
             with _quiet():
                 collect_static(self.facts, trainer, pl_module, batch)
@@ -293,6 +321,10 @@ class SpeedAdvisor(SpeedupCallback):
         self._forward("on_train_batch_start", trainer, pl_module, batch, batch_idx)
         if self._watcher is not None:
             self._watcher.start()
+        if self._reads is not None:
+            self._reads.mark_module(pl_module)
+            self._reads.mark_all([batch])
+            self._reads.start()
 
     @override
     def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
@@ -337,6 +369,7 @@ class SpeedAdvisor(SpeedupCallback):
 
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._close_reads()
         if self._eval_open():
             self._eval_run_batches = 0
             self._forward("on_validation_start", trainer, pl_module)
@@ -376,7 +409,12 @@ class SpeedAdvisor(SpeedupCallback):
 
     # -- the end ---------------------------------------------------------------------------------
     @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._close_reads()
+
+    @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._close_reads()
         if self._fit:
             self._forward("on_train_end", trainer, pl_module)
             self._harvest(trainer)
@@ -402,6 +440,7 @@ class SpeedAdvisor(SpeedupCallback):
         self._release(trainer, pl_module, "fit")
 
     def _release(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._close_reads()
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher.uninstall()
@@ -411,6 +450,10 @@ class SpeedAdvisor(SpeedupCallback):
     # ---------------------------------------------------------------------------------- evidence
     def _harvest(self, trainer: Trainer) -> None:
         """Read the monitors' results into :attr:`facts` (idempotent; the last call wins)."""
+        with self._own_reads():
+            self._read_results(trainer)
+
+    def _read_results(self, trainer: Trainer) -> None:
         f = self.facts
         f.steps_run = self._batches
         if self._t0 is not None:
@@ -442,6 +485,8 @@ class SpeedAdvisor(SpeedupCallback):
         f.shape_tracker = self._tracker
         if self._watcher is not None:
             f.sync_watcher = self._watcher
+        if self._reads is not None:
+            f.host_reads = self._reads
         if self._norms:
             try:
                 f.grad_norms = [float(x) for x in torch.stack([n.to(self._norms[0].device) for n in self._norms]).cpu()]

@@ -77,6 +77,7 @@ from lightning_speedups.functional.grads import (
     ZeroedGrads,
     find_zeroed_grads,
 )
+from lightning_speedups.functional.host_reads import HostRead, HostReadCounter, count_host_reads
 from lightning_speedups.functional.loaders import (
     CpuCount,
     WorkersChoice,
@@ -162,6 +163,9 @@ __all__ = [
     "SyncError",
     "SyncSite",
     "SyncWatcher",
+    "HostRead",
+    "HostReadCounter",
+    "count_host_reads",
     "Target",
     "WorkersChoice",
     "ZeroedGrads",

@@ -119,6 +119,7 @@ class Facts:
     input_batches: int = 0
     shape_tracker: Any = None
     sync_watcher: Any = None
+    host_reads: Any = None  # off CUDA: a HostReadCounter over the checked steps
     zeroed_grads: Any = None
     zeroed_culprit: str | None = None
     grads_checked: int = 0

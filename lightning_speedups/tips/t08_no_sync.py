@@ -22,9 +22,12 @@ from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteC
 
 
 def check(facts: Facts) -> Finding:
-    """T08 no-sync: device synchronisations in the training step (counted on CUDA)."""
+    """T08 no-sync: device synchronisations in the training step (counted on CUDA; off CUDA, the host
+    reads of device values that would synchronise on a GPU)."""
     tip = "T08"
     watcher = facts.sync_watcher
+    if not facts.on_cuda and facts.host_reads is not None and facts.host_reads.windows:
+        return _host_reads(facts)
     if not facts.on_cuda or watcher is None:
         linted = (
             f"; lint read {plural(len(facts.lint_files), 'source file')} for .item()/.cpu()/print(tensor) in steps"
@@ -50,6 +53,19 @@ def check(facts: Facts) -> Finding:
         if watcher.total
         else f"no device synchronisation in {plural(watcher.windows, 'training step')}",
     )
+
+
+def _host_reads(facts: Facts) -> Finding:
+    """Off CUDA: the host reads of device values counted during the steps (each a sync on a GPU)."""
+    reads = facts.host_reads
+    where = f"counted on {facts.device_type}: each would synchronise with a GPU"
+    found = reads.findings()
+    if found:
+        items = [Item(f["severity"], f["evidence"], f["fix"], "runtime") for f in found[:8]]
+        return Finding.from_items("T08", items, [f"{reads.summary()} ({where})"])
+    if reads.total:
+        return Finding.ok("T08", f"none in your code; {reads.summary()} ({where})")
+    return Finding.ok("T08", f"no host read of a device value in {plural(reads.windows, 'training step')} ({where})")
 
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:

@@ -1,0 +1,360 @@
+"""LS201 / LS206 (tip T08): a host read (``.item()``, ``.cpu()``, ``bool(t)``, a tensor in a condition,
+a GradScaler's ``get_scale()``) on a line that runs per training step: in the step's own file (LS201),
+or in a function of another file that a training step calls (LS206)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Optional
+
+from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, snippet, terminal_name
+from lightning_speedups.lint.rules.base import Hit, Rule
+from lightning_speedups.lint.rules.device_common import (
+    HOT_TRIGGER,
+    SYNC_METHODS,
+    host_tensor,
+    is_synchronize,
+)
+from lightning_speedups.lint.where import Runs, _is_step_call
+
+#: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
+_SYNC_BUILTINS = frozenset({"bool", "float", "int"})
+
+
+def _for_rpc(ctx: FileContext, call: ast.Call) -> bool:
+    """``call`` is an argument of an RPC call (``rpc.rpc_sync(..., args=(x.cpu(),))``): RPC needs CPU tensors."""
+    for anc, _ in ctx.ancestors(call):
+        if isinstance(anc, ast.stmt):
+            return False
+        if isinstance(anc, ast.Call) and anc is not call:
+            name = terminal_name(anc.func).lower()
+            qual = ctx.call_name(anc) or ""
+            if "rpc" in name or "remote" in name or qual.startswith("torch.distributed.rpc"):
+                return True
+    return False
+
+
+def _condition_tensors(ctx: FileContext, test: ast.AST) -> list[ast.AST]:
+    """The operands of a Python condition that are visibly tensors (``if torch.isfinite(loss).all():``)."""
+    out: list[ast.AST] = []
+    stack = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            stack.append(node.operand)
+        elif isinstance(node, ast.BoolOp):
+            stack.extend(node.values)
+        elif ctx.is_tensor(node):
+            out.append(node)
+    return out
+
+
+def _latched(node: ast.AST, test: ast.AST) -> bool:
+    """``if flag or <tensor test>:`` whose body sets ``flag = True``: once the flag is set the tensor is
+    never read again (SwAV's ``use_the_queue or not torch.all(queue[i, -1, :] == 0)``), so it is not a
+    read on every step."""
+    if not (isinstance(node, ast.If) and isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or)):
+        return False
+    flags = {ast.unparse(v) for v in test.values[:-1] if isinstance(v, (ast.Name, ast.Attribute))}
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and is_const(stmt.value, True):
+            if any(isinstance(t, (ast.Name, ast.Attribute)) and ast.unparse(t) in flags for t in stmt.targets):
+                return True
+    return False
+
+
+#: Receivers whose calls need host data: an environment's step, a numpy replay buffer.
+_HOST_CONSUMERS = ("env", "buffer", "replay", "mem", "rb")
+_HOST_METHODS = frozenset(
+    {"step", "add", "push", "append", "insert", "store", "extend", "update_priorities", "update_priority"}
+)
+
+
+def _after_synchronize(ctx: FileContext, call: ast.Call) -> bool:
+    """An explicit ``torch.cuda.synchronize()`` comes earlier in the same function: the device is idle
+    already, so reading a value costs a copy, not a wait (LS205 reports the synchronize itself)."""
+    fn: Optional[ast.AST] = ctx.enclosing_function(call)
+    if fn is None:  # a script's module-level loop: the synchronize must be in the same loop
+        fn = next((anc for anc, _ in ctx.ancestors(call) if isinstance(anc, (ast.For, ast.AsyncFor, ast.While))), None)
+        if fn is None:
+            return False
+    memo = ctx.__dict__.setdefault("_sync_lines", {})
+    lines = memo.get(fn)
+    if lines is None:
+        lines = memo[fn] = [n.lineno for n in ctx.calls_within(fn) if is_synchronize(ctx, n)]
+    return any(line < call.lineno for line in lines)
+
+
+def _consumer(node: ast.AST) -> bool:
+    """``node`` is a call that needs host data: ``envs.step(a)``, ``rb.add(...)``, ``buffer.push(...)``."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    if node.func.attr not in _HOST_METHODS:
+        return False
+    owner = terminal_name(node.func.value).lower()
+    return any(w in owner for w in _HOST_CONSUMERS)
+
+
+def _consumers(ctx: FileContext, scope: ast.AST) -> list[ast.Call]:
+    memo = ctx.__dict__.setdefault("_consumers", {})
+    found = memo.get(scope)
+    if found is None:
+        found = memo[scope] = [n for n in ctx.calls_within(scope) if _consumer(n)]
+    return found
+
+
+def _for_host_consumer(ctx: FileContext, call: ast.Call) -> bool:
+    """The host copy is what the next call needs: an environment steps on numpy actions, a numpy
+    replay buffer stores them (directly, or through a name assigned from the copy in this function)."""
+    for anc, _ in ctx.ancestors(call):
+        if _consumer(anc):
+            return True
+        if isinstance(anc, ast.stmt):
+            if isinstance(anc, ast.Assign):
+                names = {t.id for t in anc.targets if isinstance(t, ast.Name)}
+                names |= {
+                    e.id for t in anc.targets if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)
+                }
+                fn = ctx.enclosing_function(call) or ctx.tree
+                if names:
+                    for node in _consumers(ctx, fn):
+                        if _consumer(node) and getattr(node, "lineno", 0) > anc.lineno:
+                            used = {
+                                n.id
+                                for a in [*node.args, *(k.value for k in node.keywords)]
+                                for n in ast.walk(a)
+                                if isinstance(n, ast.Name)
+                            }
+                            if names & used:
+                                return True
+            return False
+    return False
+
+
+def _drop_repeated_reads(ctx: FileContext, found: dict[ast.AST, tuple[str, Runs]]) -> None:
+    """A second read of the same value (``epoch_loss += loss.item()`` then ``log({"loss": loss.item()})``)
+    waits for nothing new when nothing between the two reads queues device work (no step, no tensor op) and
+    the value is not rebound: it copies a few bytes again. Only the first read is reported."""
+    groups: dict[tuple[Optional[ast.AST], str], list[ast.Call]] = {}
+    for node in found:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS:
+            scope = ctx.enclosing_function(node)
+            groups.setdefault((scope, snippet(node, 200)), []).append(node)
+    for (scope, _), reads in groups.items():
+        if len(reads) < 2:
+            continue
+        reads.sort(key=lambda c: (c.lineno, c.col_offset))
+        first = reads[0]
+        receiver = first.func.value  # type: ignore[attr-defined]
+        roots = {n.id for n in ast.walk(receiver) if isinstance(n, ast.Name)}
+        bindings = ctx.bindings(scope if scope is not None else ctx.tree)
+        for later in reads[1:]:
+            lo, hi = first.lineno, later.lineno
+            rebound = any(lo <= b.line <= hi for name in roots for b in bindings.get(name, ()))
+            if not _guards(ctx, first) <= _guards(ctx, later):
+                first = later  # the first read runs only on some path (`if verbose:`): the later one may wait
+                continue
+            own = {id(n) for read in (first, later) for n in ast.walk(read)}
+            between = [c for c in _calls_between(ctx, lo, hi) if id(c) not in own and c not in reads]
+            busy = any(_is_step_call(c) or ctx.is_tensor(c) for c in between)
+            if rebound or busy:
+                first = later
+                continue
+            found.pop(later, None)
+
+
+_CONDITIONAL = (ast.If, ast.IfExp, ast.BoolOp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.ExceptHandler)
+
+
+def _guards(ctx: FileContext, node: ast.AST) -> set[tuple[int, str]]:
+    """The conditional constructs around ``node`` in its function, with the branch it is in."""
+    out: set[tuple[int, str]] = set()
+    for anc, child in ctx.ancestors(node):
+        if isinstance(anc, DEF_TYPES):
+            break
+        if isinstance(anc, _CONDITIONAL) or isinstance(anc, ast.comprehension):
+            field = next(
+                (
+                    f
+                    for f, v in ast.iter_fields(anc)
+                    if v is child or (isinstance(v, list) and any(x is child for x in v))
+                ),
+                "",
+            )
+            if isinstance(anc, ast.BoolOp):
+                field = str(next((i for i, v in enumerate(anc.values) if v is child), 0))
+            out.add((id(anc), field))
+    return out
+
+
+def _calls_between(ctx: FileContext, lo: int, hi: int) -> list[ast.Call]:
+    """The file's calls on lines ``lo`` to ``hi``."""
+    probe = ast.Pass(lineno=lo, end_lineno=hi, col_offset=0, end_col_offset=0)
+    return ctx.calls_within(probe)
+
+
+def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
+    """Every host read on a per-step line of the file: ``(node, message, runs)`` (LS201 and LS206)."""
+    cached = ctx.__dict__.get("_syncs")
+    if cached is not None:
+        return cached
+    found: dict[ast.AST, tuple[str, Runs]] = {}
+    builtins_ok = {b for b in _SYNC_BUILTINS if not ctx.imports_name(b)}
+    for call in ctx.calls:
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in SYNC_METHODS and not call.args:
+            receiver = func.value
+            if isinstance(receiver, ast.Name) and receiver.id == "self":
+                continue  # self.cpu(): moving the module, not reading a tensor
+            if ctx.qualname(receiver) is not None:
+                continue  # an imported module's function (e.g. np.item is not a tensor method)
+            r = ctx.hot_runs(call)
+            if r is not None and not _for_rpc(ctx, call) and not _for_host_consumer(ctx, call):
+                if not _after_synchronize(ctx, call) and not host_tensor(ctx, receiver, call):
+                    found[call] = (f"`.{func.attr}()` in {r.where} copies to the host and waits for the GPU", r)
+        elif (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("get_scale", "state_dict")
+            and not call.args
+            and "scaler" in terminal_name(func.value).lower()
+        ):
+            # GradScaler.get_scale() (and the state_dict() that holds it) is the scale's .item()
+            r = ctx.hot_runs(call)
+            if r is not None and not _after_synchronize(ctx, call):
+                found[call] = (
+                    f"`{snippet(call, 40)}` in {r.where} reads the loss scale on the host (GradScaler's .item())",
+                    r,
+                )
+        elif isinstance(func, ast.Name) and func.id in builtins_ok and len(call.args) == 1 and not call.keywords:
+            r = ctx.hot_runs(call)
+            if r is not None and ctx.is_tensor(call.args[0]) and not _after_synchronize(ctx, call):
+                found[call] = (
+                    f"`{func.id}({snippet(call.args[0], 30)})` in {r.where} reads a tensor on the host (a device sync)",
+                    r,
+                )
+    for node in ctx.branches:
+        test = node.test  # type: ignore[attr-defined]
+        r = ctx.hot_runs(test)
+        if r is None:
+            continue
+        operands = _condition_tensors(ctx, test)
+        if not operands or _latched(node, test):
+            continue
+        kind = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
+        shown = snippet(operands[0], 30)
+        found[operands[0]] = (f"`{kind} {shown}` in {r.where} turns a tensor into a Python bool: a device sync", r)
+    _drop_repeated_reads(ctx, found)
+    # x.detach().cpu().numpy(): one finding for the chain, on the outermost call
+    inner: set[ast.AST] = set()
+    for node in found:
+        if not isinstance(node, ast.Call):
+            continue
+        cur = node.func.value if isinstance(node.func, ast.Attribute) else None
+        while isinstance(cur, (ast.Call, ast.Attribute, ast.Subscript)):
+            if isinstance(cur, ast.Call):
+                if cur in found:
+                    inner.add(cur)
+                cur = cur.func
+            else:
+                cur = cur.value
+    out = [(node, message, r) for node, (message, r) in found.items() if node not in inner]
+    ctx.__dict__["_syncs"] = out
+    return out
+
+
+def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
+    for node, message, r in _syncs(ctx):
+        if not r.via:
+            yield Hit(node, message + " on every batch")
+
+
+def _HOST_READ_TRIGGER(source: str) -> bool:
+    """A host read shows in the text (what LS206 looks for in a helper's file)."""
+    return any(w in source for w in (".item(", ".cpu(", ".numpy(", ".tolist(", "bool("))
+
+
+def _tensor_guarded(ctx: FileContext, node: ast.AST) -> bool:
+    """``node`` runs only when an argument is a tensor: ``if isinstance(v, torch.Tensor): v = v.item()``."""
+    for anc, child in ctx.ancestors(node):
+        if isinstance(anc, DEF_TYPES):
+            return False
+        if isinstance(anc, ast.If) and any(child is s for s in anc.body):
+            for n in ast.walk(anc.test):
+                if isinstance(n, ast.Call) and terminal_name(n.func) == "isinstance" and len(n.args) == 2:
+                    if "Tensor" in snippet(n.args[1], 80):
+                        return True
+    return False
+
+
+def _passes_tensor(ctx: FileContext, node: ast.AST) -> bool:
+    """A caller of the function around ``node`` passes a visible tensor (``meter.update(loss=loss)``,
+    not ``meter.update(loss=loss.item())``)."""
+    fn = ctx.enclosing_function(node)
+    if fn is None or ctx.project is None:
+        return True  # cannot tell: keep the finding
+    for other, call in ctx.project.callers(ctx, fn):
+        if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+            return True  # update(**losses): what it passes is not visible, keep the finding
+        if any(other.is_tensor(a) for a in [*call.args, *(k.value for k in call.keywords)]):
+            return True
+    return False
+
+
+def _read_of_visible_tensor(ctx: FileContext, node: ast.AST) -> bool:
+    """The host read ``node`` (``x.item()``, ``x.tolist()``, ...) is of something visibly a tensor: ``x`` is
+    one in the helper, or is the helper's parameter and a caller passes a visible tensor. In a helper of
+    another file, ``x.tolist()`` of boxes a plotting helper got as numpy must not pass for a sync."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS):
+        return True  # bool(t) / a tensor condition: the classifier already saw a tensor
+    receiver = node.func.value
+    if ctx.is_tensor(receiver) or _tensor_guarded(ctx, node):  # under `if isinstance(v, torch.Tensor):`
+        return True
+    while True:  # the name the receiver starts from: `targets[:, 2:6].T` -> targets
+        if isinstance(receiver, (ast.Attribute, ast.Subscript)):
+            receiver = receiver.value
+        elif isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+            receiver = receiver.func.value
+        else:
+            break
+    if not isinstance(receiver, ast.Name):
+        return False
+    prior = ctx.bindings_before(receiver) or []
+    return bool(prior) and all(b.kind == "param" for b in prior) and _passes_tensor(ctx, node)
+
+
+def _sync_in_helper(ctx: FileContext) -> Iterator[Hit]:
+    for node, message, r in _syncs(ctx):
+        if r.via and _tensor_guarded(ctx, node) and not _passes_tensor(ctx, node):
+            continue  # the step passes numbers: the guarded host read never runs
+        if r.via and not _read_of_visible_tensor(ctx, node):
+            continue
+        if r.via:
+            yield Hit(node, f"{message} on every batch: the step that calls it is at {r.via}")
+
+
+RULES = [
+    Rule(
+        "LS201",
+        "T08",
+        "sync-in-step",
+        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)`, `float(t)`, `int(t)`, a GradScaler's `get_scale()` or "
+        "a tensor in an `if`/`while` condition inside training_step / validation_step or a training-loop body",
+        "keep values on the device: log the tensor (self.log accepts tensors), accumulate with loss.detach(), "
+        "read it on the host once per epoch or under `if step % N == 0`",
+        _sync_calls,
+        (HOT_TRIGGER,),
+    ),
+    Rule(
+        "LS206",
+        "T08",
+        "sync-in-step-helper",
+        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)` or a tensor condition inside a function of another "
+        "file that a training step calls (a metric meter's update, a clipping helper), found through the call graph",
+        "pass tensors and keep them on the device in the helper (accumulate with .detach(), return tensors), and "
+        "read them on the host once per epoch or every N steps",
+        _sync_in_helper,
+        (_HOST_READ_TRIGGER,),
+        gate=lambda project, path: project.is_hot_file(path),
+    ),
+]

@@ -1,0 +1,217 @@
+"""Host reads of device values counted at run time on the CPU (T08 off CUDA): what would sync on a GPU,
+with the user's file:line (through a helper in another file), the steps it ran in, Lightning's own
+reads named by their setting, and the lint findings of the same lines tagged by what the run saw."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from lightning_speedups.doctor import SpeedAdvisor
+from lightning_speedups.functional import HostReadCounter, count_host_reads
+
+
+def _whats(counter: HostReadCounter) -> list[str]:
+    return sorted(r.what for r in counter.reads)
+
+
+@pytest.mark.parametrize(
+    ("read", "what"),
+    [
+        (lambda t: t.sum().item(), ".item()"),
+        (lambda t: t.tolist(), ".tolist()"),
+        (lambda t: t.detach().numpy(), ".numpy()"),
+        (lambda t: t.cpu(), ".cpu()"),
+        (lambda t: t.to("cpu"), ".to('cpu')"),
+        (lambda t: float(t.sum()), "float(t)"),
+        (lambda t: int(t.sum()), "int(t)"),
+        (lambda t: bool(t.sum() > 0), "a tensor as a condition (bool(t), if/while/and/or)"),
+        (lambda t: f"{t.sum():.2f}", "a tensor formatted into a string"),
+        (lambda t: repr(t), "a tensor printed or formatted (repr)"),
+        (lambda t: t[t > 0], "boolean-mask indexing (output size depends on the data)"),
+        (lambda t: t.nonzero(), "nonzero (output size depends on the data)"),
+        (lambda t: torch.where(t > 0), "where(condition) with one argument (output size depends on the data)"),
+        (lambda t: t.unique(), "unique (output size depends on the data)"),
+        (lambda t: t.masked_select(t > 0), "masked_select (output size depends on the data)"),
+    ],
+)
+def test_each_kind_of_host_read_of_a_device_value_is_counted(read, what):
+    w = torch.nn.Parameter(torch.randn(6))
+    with count_host_reads(w) as reads:
+        read(w.detach() * 2)  # a value computed from a parameter lives on the device
+    assert _whats(reads) == [what]
+    assert reads.total == 1 and reads.windows == 1
+
+
+def test_a_masked_assignment_reads_the_mask():
+    w = torch.nn.Parameter(torch.randn(6))
+    with count_host_reads(w) as reads:
+        x = w.detach().clone()
+        x[x > 0] = 0.0
+    assert _whats(reads) == ["boolean-mask indexing (output size depends on the data)"]
+
+
+def test_host_values_are_not_device_values():
+    w = torch.nn.Parameter(torch.randn(3))
+    with count_host_reads(w) as reads:
+        step = torch.tensor(4.0)  # made without a device (Adam's step counter): on the host on a GPU run too
+        _ = step.item()
+        host = (w.detach() * 2).cpu()  # one read: the copy; the host copy is then free to read
+        _ = host.tolist(), host.numpy(), float(host.sum())
+        _ = torch.arange(5)[torch.arange(5) > 2]
+    assert _whats(reads) == [".cpu()"]
+
+
+def test_device_values_spread_through_grads_factories_and_moves():
+    model = torch.nn.Linear(3, 1)
+    with count_host_reads(model) as reads:
+        model(torch.ones(2, 3)).sum().backward()
+        _ = model.weight.grad.norm().item()  # p.grad of a device parameter
+        _ = torch.zeros(2, device=model.weight.device).sum().item()  # made on the device
+        _ = torch.ones(2).to(model.weight.device).sum().item()  # moved there
+        _ = torch.zeros_like(model.bias).sum().item()  # like a device value
+    assert reads.total == 4
+    assert reads.steps_of and all(s == {0} for s in reads.steps_of.values())
+
+
+def test_a_paused_counter_records_nothing_but_keeps_tracking():
+    w = torch.nn.Parameter(torch.randn(3))
+    counter = HostReadCounter()
+    counter.mark_all([w])
+    with counter.window():
+        with counter.paused():
+            y = w * 2
+            _ = y.sum().item()  # a monitor's own read
+        _ = (y + 1).sum().item()  # y was tracked while paused
+    assert counter.total == 1
+
+
+def test_the_window_is_closed_and_restored():
+    counter = HostReadCounter()
+    with counter.window():
+        assert counter.active
+    assert not counter.active
+    w = torch.nn.Parameter(torch.randn(3))
+    counter.mark_all([w])
+    _ = (w * 2).sum().item()  # outside any window
+    assert counter.total == 0 and counter.windows == 1
+
+
+HELPER = """
+def class_counts(preds):
+    return preds.argmax(1).bincount(minlength=3).tolist()
+"""
+
+MODULE = """
+import torch
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader, TensorDataset
+
+from {helper} import class_counts
+
+
+class FourReads(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 3)
+        self.seen = 0.0
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        out = self.net(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        self.seen += loss.item()
+        if loss > 100:
+            print("diverged")
+        counts = class_counts(out)
+        self.every_fifty(loss, batch_idx)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def every_fifty(self, loss, batch_idx):
+        if batch_idx % 50 != 0:
+            return
+        self.last = loss.item()
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.val_seen = torch.nn.functional.cross_entropy(self.net(x), y).item()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        g = torch.Generator().manual_seed(0)
+        return DataLoader(TensorDataset(torch.randn(64, 8, generator=g), torch.randint(0, 3, (64,), generator=g)),
+                          batch_size=8)
+
+    def val_dataloader(self):
+        return self.train_dataloader()
+"""
+
+
+@pytest.fixture
+def four_reads(tmp_path, monkeypatch):
+    name = f"reads_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}_helper.py").write_text(textwrap.dedent(HELPER))
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(MODULE.format(helper=f"{name}_helper")))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module(name)
+    yield mod, tmp_path / f"{name}.py", tmp_path / f"{name}_helper.py"
+    sys.modules.pop(name, None)
+    sys.modules.pop(f"{name}_helper", None)
+
+
+def _line(path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_the_advisor_counts_the_runs_host_reads_on_cpu(four_reads):
+    from helpers import quiet_trainer
+
+    mod, model_file, helper_file = four_reads
+    advisor = SpeedAdvisor(check_steps=6, print_report=False)
+    quiet_trainer(max_steps=6, callbacks=[advisor], limit_val_batches=1, num_sanity_val_steps=0).fit(mod.FourReads())
+    reads = advisor.facts.host_reads
+    assert reads is not None and reads.windows == 6
+    by_place = {(r.site.location.split(" in ")[0], r.what): (n, s, r) for r, n, s in reads.rows()}
+    item = f"{model_file.name}:{_line(model_file, 'self.seen += loss.item()')}"
+    cond = f"{model_file.name}:{_line(model_file, 'if loss > 100')}"
+    fifty = f"{model_file.name}:{_line(model_file, 'self.last = loss.item()')}"
+    helper = f"{helper_file.name}:{_line(helper_file, '.tolist()')}"
+    found = {(loc.rsplit("/", 1)[-1], what): v for (loc, what), v in by_place.items()}
+    assert found[(item, ".item()")][:2] == (6, 6)
+    assert found[(cond, "a tensor as a condition (bool(t), if/while/and/or)")][:2] == (6, 6)
+    n, steps, read = found[(helper, ".tolist()")]
+    assert (n, steps) == (6, 6) and model_file.name in read.via and "training_step" in read.via
+    assert found[(fifty, ".item()")][:2] == (1, 1)  # behind an early return: batch 0 of every 50
+    # Lightning's own reads: named by the setting, not blamed on the user
+    pbar = [r for r in reads.reads if r.site.owner == "lightning"]
+    assert pbar and all("'train_loss'" in r.site.kind and "prog_bar=True" in r.site.kind for r in pbar)
+    # the validation step's read is not a training step's
+    assert not any("val_seen" in r.site.code for r in reads.reads)
+    t08 = next(f for f in advisor.findings if f.tip == "T08")
+    assert t08.status == "finding" and "counted on cpu" in " ".join(t08.notes)
+    runtime = [i for i in t08.items if i.source == "runtime"]
+    assert any("1 host read in 1 of 6 training steps" in i.evidence and i.severity == "low" for i in runtime)
+    assert any(helper_file.name in i.evidence and i.severity == "medium" for i in runtime)
+    # the lint findings of the same lines say what the run saw
+    lint = {i.evidence.split(": ")[0].rsplit("/", 1)[-1]: i for i in t08.items if i.source == "lint"}
+    assert "confirmed at run time: 6 reads in 6 of 6 steps, every step" in lint[item].evidence
+    if fifty in lint:  # lint may not report it at all; if it does, the run says how often
+        assert "1 of 6 steps, not every step" in lint[fifty].evidence and lint[fifty].severity == "low"
+
+
+def test_the_advisors_own_monitors_are_not_counted(four_reads):
+    from helpers import quiet_trainer
+
+    mod, _, _ = four_reads
+    advisor = SpeedAdvisor(check_steps=2, print_report=False)
+    quiet_trainer(max_steps=2, callbacks=[advisor], limit_val_batches=0).fit(mod.FourReads())
+    owners = {r.site.owner for r in advisor.facts.host_reads.reads}
+    assert owners == {"user", "lightning"}
+    assert not any("lightning_speedups" in r.site.location for r in advisor.facts.host_reads.reads)
