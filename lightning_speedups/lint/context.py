@@ -35,7 +35,7 @@ from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for th
 )
 from lightning_speedups.lint.classify import Classifiers
 from lightning_speedups.lint.graph import Project
-from lightning_speedups.lint.where import Where, nodes_within
+from lightning_speedups.lint.where import Runs, Where, nodes_within
 
 _AST = ast.AST
 #: Fields that hold statements (or the with-items, except handlers and match cases holding them):
@@ -129,7 +129,7 @@ class FileContext(Classifiers, Where):
         self._bindings: dict[ast.AST, dict[str, list[Binding]]] = {}
         self._self_attrs: dict[ast.ClassDef, tuple[dict[str, list[ast.AST]], set[str]]] = {}
         self._training_loop: dict[ast.AST, bool] = {}
-        self._runs: dict[ast.AST, object] = {}
+        self._runs: dict[ast.AST, Runs] = {}
         #: the :class:`~lightning_speedups.lint.graph.Project` of the run (callers in other files).
         self.project: Optional[Project] = None
 

@@ -388,7 +388,7 @@ class Project:
             for defs in ctx.functions.values():
                 for fn in defs:
                     method = isinstance(ctx.parents.get(fn), ast.ClassDef)
-                    if (method and fn.name in roots) or ctx.is_step_function(fn):  # type: ignore[attr-defined]
+                    if (method and fn.name in roots) or ctx.is_step_function(fn):
                         if fn not in hot:
                             hot.add(fn)
                             work.append((ctx, fn))

@@ -32,10 +32,12 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional, Union
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
-from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, child_nodes, mentions_step, terminal_name
+from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, Binding, child_nodes, mentions_step, terminal_name
 
 PER_BATCH = "per batch"
 PER_SAMPLE = "per sample"
@@ -79,6 +81,10 @@ def _words(text: str) -> list[str]:
     """The parts of the names in ``text``: ``self.train_loader`` -> self, train, loader."""
     return [w for w in re.split(r"[^a-z0-9]+", text) if w]
 
+
+#: A function or method (what :attr:`Where.functions` lists) and a loop (what :data:`LOOP_TYPES` matches).
+FuncDef = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+Loop = Union[ast.For, ast.AsyncFor, ast.While]
 
 #: How many calls deep a line's frequency is followed (memoised per function, so this is cheap).
 _MAX_DEPTH = 24
@@ -274,22 +280,50 @@ def nodes_within(owner: Any, key: str, nodes: Any, node: ast.AST) -> list[Any]:
     lines, ordered = index
     if not hasattr(node, "lineno"):  # the module: all of them
         return list(ordered)
-    lo = bisect.bisect_left(lines, node.lineno)  # type: ignore[attr-defined]
-    hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)  # type: ignore[attr-defined]
+    lo = bisect.bisect_left(lines, node.lineno)
+    hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)
     return ordered[lo:hi]
 
 
-class Where:
+class WhereHost(Protocol):
+    """What :class:`Where` needs from the class it is mixed into (:class:`FileContext` provides it)."""
+
+    tree: ast.Module
+    path: PurePath
+    source: str
+    parents: dict[ast.AST, ast.AST]
+    calls: list[ast.Call]
+    classes: list[ast.ClassDef]
+    #: memo of :meth:`Where.is_training_loop`
+    _training_loop: dict[ast.AST, bool]
+    #: memo of :meth:`Where.function_runs`
+    _runs: dict[ast.AST, Runs]
+
+    @property
+    def cpu_only(self) -> bool: ...
+
+    def ancestors(self, node: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]: ...
+
+    def bindings_before(self, name: ast.Name) -> Optional[list[Binding]]: ...
+
+
+if TYPE_CHECKING:  # the type checker sees the host's members on Where; at run time Where is a plain mixin
+    _Hosted = WhereHost
+else:
+    _Hosted = object
+
+
+class Where(_Hosted):
     """The "where does it run" methods of :class:`FileContext`."""
 
     # ------------------------------------------------------------------ functions of this file
     @property
-    def functions(self) -> dict[str, list[ast.AST]]:
+    def functions(self) -> dict[str, list[FuncDef]]:
         """Functions and methods defined in the file, by name (module level and class bodies)."""
         cached = getattr(self, "_functions", None)
         if cached is None:
             cached = {}
-            for node in [*self.tree.body, *(n for c in self.classes for n in c.body)]:  # type: ignore[attr-defined]
+            for node in [*self.tree.body, *(n for c in self.classes for n in c.body)]:
                 if isinstance(node, DEF_TYPES):
                     cached.setdefault(node.name, []).append(node)
             self._functions = cached
@@ -302,7 +336,7 @@ class Where:
         if cached is None:
             cached = {}
             functions = self.functions
-            for call in self.calls:  # type: ignore[attr-defined]
+            for call in self.calls:
                 func = call.func
                 if isinstance(func, ast.Name):
                     name = func.id
@@ -319,7 +353,7 @@ class Where:
             self._call_sites = cached
         return cached
 
-    def _helper(self, call: ast.Call) -> Optional[ast.AST]:
+    def _helper(self, call: ast.Call) -> Optional[FuncDef]:
         """The function of this file that ``call`` calls (by name / ``self.name``), if only one is."""
         func = call.func
         if isinstance(func, ast.Name):
@@ -335,7 +369,7 @@ class Where:
     def calls_within(self, node: ast.AST) -> list[ast.Call]:
         """The calls on the lines of ``node`` (from its first line to its last), by a bisection of the
         file's calls sorted by line: what ``ast.walk(node)`` would find, without walking."""
-        return nodes_within(self, "_calls_by_line", self.calls, node)  # type: ignore[attr-defined]
+        return nodes_within(self, "_calls_by_line", self.calls, node)
 
     def _calls_step(self, stmts: list, depth: int) -> bool:
         """``stmts`` call backward / an optimizer step, not counting nested loops (closures and step
@@ -355,29 +389,29 @@ class Where:
             stack.extend(child_nodes(node))
         return False
 
-    def _step_candidates(self) -> tuple[set[ast.AST], set[ast.AST]]:
+    def _step_candidates(self) -> tuple[set[FuncDef], set[FuncDef]]:
         """``(candidates, listed)``: of the file's module-level functions and methods (``listed``), those
         that can be step functions: their lines hold a backward / optimizer or scaler step call, or they
         call such a function of this file by name (as deep as :meth:`_calls_step` follows helpers). A
         superset, found from the call list without walking any body."""
-        cached = self.__dict__.get("_step_cands")
+        cached: Optional[tuple[set[FuncDef], set[FuncDef]]] = self.__dict__.get("_step_cands")
         if cached is not None:
-            return cached  # type: ignore[no-any-return]
+            return cached
         listed = {fn for defs in self.functions.values() for fn in defs}
-        lines = sorted(call.lineno for call in self.calls if _is_step_call(call))  # type: ignore[attr-defined]
-        cands: set[ast.AST] = set()
+        lines = sorted(call.lineno for call in self.calls if _is_step_call(call))
+        cands: set[FuncDef] = set()
         if lines:
             for fn in listed:
-                i = bisect.bisect_left(lines, fn.lineno)  # type: ignore[attr-defined]
-                if i < len(lines) and lines[i] <= (fn.end_lineno or fn.lineno):  # type: ignore[attr-defined]
+                i = bisect.bisect_left(lines, fn.lineno)
+                if i < len(lines) and lines[i] <= (fn.end_lineno or fn.lineno):
                     cands.add(fn)
             sites = self.call_sites
             for _ in range(3):
                 added = set()
-                for name in {fn.name for fn in cands}:  # type: ignore[attr-defined]
+                for name in {fn.name for fn in cands}:
                     for call in sites.get(name, ()):
                         for fn in listed:
-                            if fn not in cands and fn.lineno <= call.lineno <= (fn.end_lineno or fn.lineno):  # type: ignore[attr-defined]
+                            if fn not in cands and fn.lineno <= call.lineno <= (fn.end_lineno or fn.lineno):
                                 added.add(fn)
                 if not added:
                     break
@@ -385,7 +419,7 @@ class Where:
         cached = self.__dict__["_step_cands"] = (cands, listed)
         return cached
 
-    def is_step_function(self, fn: ast.AST, depth: int = 0) -> bool:
+    def is_step_function(self, fn: FuncDef, depth: int = 0) -> bool:
         """``fn`` performs one training step: it calls backward / ``optimizer.step()`` outside loops."""
         memo = self.__dict__.setdefault("_step_fn", {})
         if fn in memo:
@@ -395,10 +429,10 @@ class Where:
             memo[fn] = False
             return False
         memo[fn] = False  # a recursive call is not a step
-        memo[fn] = self._calls_step(fn.body, depth)  # type: ignore[attr-defined]
+        memo[fn] = self._calls_step(fn.body, depth)
         return memo[fn]
 
-    def _nested_loops(self, loop: ast.AST) -> list[ast.AST]:
+    def _nested_loops(self, loop: Loop) -> list[Loop]:
         """The loops directly nested in ``loop`` (not in a nested function, nor inside those loops)."""
         memo = self.__dict__.setdefault("_nested", {})
         cached = memo.get(loop)
@@ -406,9 +440,9 @@ class Where:
             cached = memo[loop] = self._find_nested_loops(loop)
         return cached
 
-    def _find_nested_loops(self, loop: ast.AST) -> list[ast.AST]:
-        out: list[ast.AST] = []
-        stack = list(loop.body)  # type: ignore[attr-defined]
+    def _find_nested_loops(self, loop: Loop) -> list[Loop]:
+        out: list[Loop] = []
+        stack: list[ast.AST] = list(loop.body)
         while stack:
             node = stack.pop()
             if isinstance(node, (ast.ClassDef, ast.Lambda, *DEF_TYPES)):
@@ -420,49 +454,47 @@ class Where:
         return out
 
     @staticmethod
-    def is_epoch_loop(loop: ast.AST) -> bool:
+    def is_epoch_loop(loop: Loop) -> bool:
         if isinstance(loop, ast.While):
             # `while step < max_steps and it.epoch < epochs:` counts steps: a step loop with an epoch cap
             test = _text(loop.test)
             return "epoch" in test and "step" not in test and "iter" not in test
-        if "epoch" in _text(loop.target):  # type: ignore[attr-defined]
+        if "epoch" in _text(loop.target):
             return True
         # `range(epochs)` counts epochs; `range(cfg.epoch_iters)` / `range(steps_per_epoch)` counts steps in one
-        words = _words(_text(loop.iter))  # type: ignore[attr-defined]
+        words = _words(_text(loop.iter))
         return any("epoch" in w for w in words) and not any(w in _STEP_COUNT_WORDS for w in words)
 
     @staticmethod
-    def is_batch_loop(loop: ast.AST) -> bool:
+    def is_batch_loop(loop: Loop) -> bool:
         if isinstance(loop, ast.While):
             return False
-        words = _words(_text(_unwrap(loop.iter)))  # type: ignore[attr-defined]
+        words = _words(_text(_unwrap(loop.iter)))
         # whole name parts (train_loader, val_dl, batches), not substrings (batch2model_input: input keys)
-        return any(w in _LOADER_PARTS or w.endswith("loader") for w in words) or "batch" in _words(
-            _text(loop.target)  # type: ignore[attr-defined]
-        )
+        return any(w in _LOADER_PARTS or w.endswith("loader") for w in words) or "batch" in _words(_text(loop.target))
 
-    def is_training_loop(self, loop: ast.AST) -> bool:
+    def is_training_loop(self, loop: Loop) -> bool:
         """``loop`` runs once per optimizer step (see the module docstring)."""
-        cached = self._training_loop.get(loop)  # type: ignore[attr-defined]
+        cached = self._training_loop.get(loop)
         if cached is not None:
             return cached
-        self._training_loop[loop] = False  # type: ignore[attr-defined]
+        self._training_loop[loop] = False
         if self.is_epoch_loop(loop):
             return False  # one pass per epoch (in full-batch training a step is an epoch)
-        found = self._calls_step(loop.body, 0)  # type: ignore[attr-defined]
+        found = self._calls_step(loop.body, 0)
         if not found:
             found = any(self.is_training_loop(n) and not self.is_batch_loop(n) for n in self._nested_loops(loop))
-        self._training_loop[loop] = found  # type: ignore[attr-defined]
+        self._training_loop[loop] = found
         return found
 
-    def is_rollout_loop(self, loop: ast.AST) -> bool:
+    def is_rollout_loop(self, loop: Loop) -> bool:
         """``loop`` steps an environment once per iteration (``envs.step(action)`` in its own body, not in
         a nested loop or function): RL rollouts run as often as training steps, or more."""
         memo = self.__dict__.setdefault("_rollout", {})
         cached = memo.get(loop)
         if cached is None:
             cached = False
-            stack = list(loop.body)  # type: ignore[attr-defined]
+            stack: list[ast.AST] = list(loop.body)
             while stack:
                 node = stack.pop()
                 if isinstance(node, (ast.ClassDef, ast.Lambda, *DEF_TYPES, *LOOP_TYPES)):
@@ -479,12 +511,12 @@ class Where:
             memo[loop] = cached
         return cached
 
-    def _runs_training_loop(self, fn: ast.AST) -> str:
+    def _runs_training_loop(self, fn: FuncDef) -> str:
         """``"epoch"``: ``fn`` runs a training loop per call (a train_one_epoch: its own body runs about
         once per epoch); ``"whole"``: it runs the loop over epochs around the training loop (a main /
         train function: its own body is the run's setup); ``""``: neither."""
         found = ""
-        stack = list(fn.body)  # type: ignore[attr-defined]
+        stack: list[ast.AST] = list(fn.body)
         while stack:
             node = stack.pop()
             if isinstance(node, (ast.ClassDef, ast.Lambda, *DEF_TYPES)):
@@ -498,7 +530,7 @@ class Where:
             stack.extend(child_nodes(node))
         return found
 
-    def _contains_training_loop(self, loop: ast.AST) -> bool:
+    def _contains_training_loop(self, loop: Loop) -> bool:
         memo = self.__dict__.setdefault("_contains", {})
         cached = memo.get(loop)
         if cached is None:
@@ -519,15 +551,17 @@ class Where:
             return all(_every_n_test(v) or self._every_n_flag(v) for v in test.values)
         if not isinstance(test, ast.Name):
             return False
-        prior = self.bindings_before(test)  # type: ignore[attr-defined]
-        return bool(prior) and all(b.kind == "value" and b.value is not None and _every_n_test(b.value) for b in prior)
+        prior = self.bindings_before(test)
+        if not prior:
+            return False
+        return all(b.kind == "value" and b.value is not None and _every_n_test(b.value) for b in prior)
 
     def runs(self, node: ast.AST, depth: int = 0) -> Runs:
         """How often ``node`` runs, as far as the file shows."""
         every_n = False
         leaves: Optional[ast.If] = None  # a branch ending in `break`: it ends the loop it is in
         first: Optional[tuple[str, int]] = None  # under `if batch_idx == 0:`: the counter and the line
-        for anc, child in self.ancestors(node):  # type: ignore[attr-defined]
+        for anc, child in self.ancestors(node):
             if isinstance(anc, ast.Raise) or (isinstance(anc, ast.Assert) and child is anc.msg):
                 return Runs(ON_ERROR, "an error message")
             if isinstance(anc, ast.ExceptHandler):
@@ -544,7 +578,7 @@ class Where:
                 counter = _first_batch_test(anc.test) if first is None else None
                 if counter is not None:
                     first = (counter, anc.lineno)
-            if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):  # type: ignore[attr-defined]
+            if isinstance(anc, LOOP_TYPES) and any(child is s for s in anc.body):
                 if first is not None and _binds(anc, first[0]) and self._inner_step_loop(anc):
                     first = None  # `for i, opt in enumerate(optimizers): if i == 0:` inside the batch loop
                 if leaves is not None and (
@@ -553,7 +587,7 @@ class Where:
                     # `if epoch_done: generate_example(); break`: at most once per run of the loop
                     return Runs(PER_EPOCH, f"a branch that leaves the loop of line {anc.lineno} (line {leaves.lineno})")
                 if self.is_training_loop(anc):
-                    base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True, root_cpu=self.root_cpu_only)  # type: ignore[attr-defined]
+                    base = Runs(PER_BATCH, f"a training loop (line {anc.lineno})", True, root_cpu=self.root_cpu_only)
                 elif self.is_rollout_loop(anc):
                     base = Runs(PER_BATCH, f"a rollout loop (line {anc.lineno}): one environment step per iteration")
                 elif self.is_epoch_loop(anc) or self._contains_training_loop(anc):
@@ -567,7 +601,7 @@ class Where:
                     continue  # a plain loop: as often as the code around it (times its length)
                 return self._narrowed(base, every_n, first)
             if isinstance(anc, DEF_TYPES):
-                if not isinstance(self.parents.get(anc), (ast.Module, ast.ClassDef)):  # type: ignore[attr-defined]
+                if not isinstance(self.parents.get(anc), (ast.Module, ast.ClassDef)):
                     continue  # a closure: runs where it is defined (optimizer.step(closure))
                 return self._narrowed(self.function_runs(anc, depth), every_n, first)
             if isinstance(anc, ast.ClassDef):
@@ -576,12 +610,12 @@ class Where:
                 return Runs(ONCE, "the script's main block")
         return Runs(ONCE, "module level")
 
-    def _inner_step_loop(self, loop: ast.AST) -> bool:
+    def _inner_step_loop(self, loop: Loop) -> bool:
         """``loop`` is not over batches and sits inside a loop that is (a loop over optimizers or
         micro-batches in the batch loop): its index counts within one step."""
         if self.is_batch_loop(loop):
             return False
-        for anc, _ in self.ancestors(loop):  # type: ignore[attr-defined]
+        for anc, _ in self.ancestors(loop):
             if isinstance(anc, DEF_TYPES):
                 return False
             if isinstance(anc, LOOP_TYPES) and (self.is_training_loop(anc) or self.is_batch_loop(anc)):
@@ -595,19 +629,19 @@ class Where:
             return Runs(PER_EPOCH, f"one batch a pass (the `{first[0]}` test of line {first[1]}) of {base.where}")
         return base.every_n() if every_n else base
 
-    def function_runs(self, fn: Union[ast.FunctionDef, ast.AsyncFunctionDef], depth: int = 0) -> Runs:
+    def function_runs(self, fn: FuncDef, depth: int = 0) -> Runs:
         """How often the body of the function or method ``fn`` runs."""
-        memo: dict = self._runs  # type: ignore[attr-defined]
+        memo = self._runs
         if fn in memo:
-            return memo[fn]  # type: ignore[return-value]
+            return memo[fn]
         memo[fn] = Runs(UNKNOWN, f"{fn.name}()")  # recursion guard
         result = self._function_runs(fn, depth)
         memo[fn] = result
         return result
 
-    def _function_runs(self, fn: Union[ast.FunctionDef, ast.AsyncFunctionDef], depth: int) -> Runs:
+    def _function_runs(self, fn: FuncDef, depth: int) -> Runs:
         name = fn.name
-        method = isinstance(self.parents.get(fn), ast.ClassDef)  # type: ignore[attr-defined]
+        method = isinstance(self.parents.get(fn), ast.ClassDef)
         if method and name in STEP_METHODS:
             return Runs(PER_BATCH, name, True)
         if method and name in TRAIN_BATCH_HOOKS:
@@ -645,7 +679,7 @@ class Where:
             if best is not None and best.how == PER_EPOCH:
                 # called once per epoch: full-batch training, where a step is an epoch
                 return Runs(PER_EPOCH, f"{name}() (one optimizer step per epoch)")
-            return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True, root_cpu=self.root_cpu_only)  # type: ignore[attr-defined]
+            return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True, root_cpu=self.root_cpu_only)
         if best is None:
             around = self._runs_training_loop(fn)
             if "epoch" in name or around == "epoch":
@@ -674,7 +708,7 @@ class Where:
         """The file never leaves the CPU (:attr:`cpu_only`), nor do the project modules it imports (a
         device from ``dist_util.dev()`` lives in another file) or those that import it (an RL algorithm's
         ``update()`` trains on rollouts that ``main.py`` moved to the device)."""
-        if not self.cpu_only:  # type: ignore[attr-defined]
+        if not self.cpu_only:
             return False
         project = getattr(self, "project", None)
         return project is None or not (project.imports_gpu_module(self) or project.imported_by_gpu_module(self))
@@ -684,7 +718,7 @@ class Where:
         run per step (cheap: the project's reachable set is computed once)."""
         project = getattr(self, "project", None)
         hot = project.hot_functions() if project is not None else None
-        for anc, _ in self.ancestors(node):  # type: ignore[attr-defined]
+        for anc, _ in self.ancestors(node):
             if isinstance(anc, DEF_TYPES):
                 if hot is None or anc in hot:
                     return True
@@ -707,7 +741,7 @@ class Where:
     @property
     def is_test_file(self) -> bool:
         """``test_*.py``, ``*_test.py``, ``conftest.py``, or under a ``tests`` / ``test`` directory."""
-        parts = [p.lower() for p in self.path.parts]  # type: ignore[attr-defined]
+        parts = [p.lower() for p in self.path.parts]
         if not parts:
             return False
         name = parts[-1]
@@ -719,15 +753,15 @@ class Where:
         """``node`` is in the body of ``if __name__ == "__main__":``."""
         return any(
             isinstance(anc, ast.If) and any(child is s for s in anc.body) and _is_main_test(anc.test)
-            for anc, child in self.ancestors(node)  # type: ignore[attr-defined]
+            for anc, child in self.ancestors(node)
         )
 
     def for_inference(self, node: ast.AST) -> bool:
         """``node`` is in an evaluation / prediction / visualisation script (by the file's name) that shows
         no training step, nor does a project file it imports or that imports it: DataParallel there serves
         inference, not the training run that DDP would replace it in."""
-        name = self.path.name.lower()  # type: ignore[attr-defined]
-        if mentions_step(self.source) or not any(w in name for w in _INFERENCE_WORDS):  # type: ignore[attr-defined]
+        name = self.path.name.lower()
+        if mentions_step(self.source) or not any(w in name for w in _INFERENCE_WORDS):
             return False
         project = getattr(self, "project", None)
         return project is None or not project.related_file_mentions(
@@ -745,10 +779,10 @@ class Where:
         cond_words = words + flag_words
         if self.is_test_file:
             return True
-        parts = [p.lower() for p in self.path.parts]  # type: ignore[attr-defined]
+        parts = [p.lower() for p in self.path.parts]
         if any(w in p for p in parts for w in words):
             return True
-        for anc, child in self.ancestors(node):  # type: ignore[attr-defined]
+        for anc, child in self.ancestors(node):
             if isinstance(anc, (*DEF_TYPES, ast.ClassDef)):
                 lowered = anc.name.lower()
                 if any(w in lowered for w in words) or (isinstance(anc, DEF_TYPES) and lowered.startswith("test")):
