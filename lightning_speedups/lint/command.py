@@ -10,7 +10,7 @@ from typing import Optional
 
 from lightning_speedups.lint.report import format_text, rule_table, summary, to_json
 from lightning_speedups.lint.rules import RULES
-from lightning_speedups.lint.runner import lint_paths, select_rules
+from lightning_speedups.lint.runner import DEFAULT_RULES, lint_paths, select_rules
 
 _EPILOG = """\
 exit codes: 0 no findings, 1 findings, 2 errors (a path that does not exist, a file that does not
@@ -36,7 +36,18 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         type=_codes,
         default=None,
         metavar="CODES",
-        help="comma-separated codes, code prefixes (LS2) or tip ids (T08) to check (default: all)",
+        help="comma-separated codes, code prefixes (LS2), tip ids (T08), DEFAULT or ALL to check instead of the"
+        f" default set (DEFAULT: {', '.join(DEFAULT_RULES)}, only lines sure to run every step)",
+    )
+    parser.add_argument(
+        "--extend-select",
+        type=_codes,
+        default=None,
+        metavar="CODES",
+        help="codes to check on top of the selection (same forms), e.g. LS102,LS103 for the loader habits",
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="every rule, every finding (same as --select ALL); off-by-default rules"
     )
     parser.add_argument("--ignore", type=_codes, default=None, metavar="CODES", help="codes to skip (same forms)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
@@ -61,15 +72,17 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help or a usage error (argparse already printed it)
         return exc.code if isinstance(exc.code, int) else 2
+    select = ["ALL"] if args.all else (args.select or ["DEFAULT"])
+    select = [*select, *(args.extend_select or [])]
     try:
-        rules = select_rules(args.select, args.ignore)
+        rules = select_rules(select, args.ignore)
     except ValueError as exc:
         print(f"lint: error: {exc}", file=sys.stderr)
         return 2
-    if args.list_rules:
-        print(rule_table(rules))
+    if args.list_rules:  # every rule unless some were selected, with whether it is on by default
+        print(rule_table(rules if (args.select or args.all or args.extend_select) else select_rules(None, args.ignore)))
         return 0
-    result = lint_paths(args.paths, select=args.select, ignore=args.ignore, cache=not args.no_cache)
+    result = lint_paths(args.paths, select=select, ignore=args.ignore, cache=not args.no_cache)
     for error in result.errors:
         print(f"lint: error: {error}", file=sys.stderr)
     try:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from lightning_speedups.lint.rules.base import Rule
-from lightning_speedups.lint.runner import LintResult
+from lightning_speedups.lint.runner import DEFAULT_RULES, LintResult
 
 
 def format_text(result: LintResult) -> list[str]:
@@ -36,8 +36,9 @@ def to_json(result: LintResult) -> str:
 
 
 def rule_table(rules: Sequence[Rule]) -> str:
-    """A Markdown table of ``rules`` (code, tip, name, what it finds, fix)."""
-    lines = ["| code | tip | name | finds | fix |", "|---|---|---|---|---|"]
+    """A Markdown table of ``rules`` (code, tip, name, on by default, what it finds, fix)."""
+    lines = ["| code | tip | name | default | finds | fix |", "|---|---|---|---|---|---|"]
     for r in rules:
-        lines.append(f"| {r.code} | {r.tip} | `{r.name}` | {r.summary} | {r.fix} |")
+        on = "on" if r.code in DEFAULT_RULES else "off"
+        lines.append(f"| {r.code} | {r.tip} | `{r.name}` | {on} | {r.summary} | {r.fix} |")
     return "\n".join(lines)

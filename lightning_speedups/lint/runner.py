@@ -79,13 +79,27 @@ class LintResult:
         return 1 if any(f.severity == WARNING for f in self.findings) else 0
 
 
+#: The default rule set (ruff's convention: a conservative default, the rest opt-in with ``--select`` /
+#: ``--extend-select`` / ``--all``): host reads and syncs in the training step, whose cost is certain
+#: when the line runs every step and whose fix is safe as written. Through the ``DEFAULT`` selector
+#: they report only what the analysis is sure runs every step (``warning``: per batch / per sample);
+#: named explicitly, their ``info`` findings (per epoch, every N batches, unknown) are reported too.
+#: Off by default: loader habits (LS102-LS104: a real cost only when batches are large beside the
+#: step), creation habits (LS101, LS105, LS203: often one-off setup), DataParallel (LS301: a fallback
+#: some projects need), gradient zeroing (LS302, LS303: the fix has caveats) and settings (LS304-LS306).
+DEFAULT_RULES = ("LS201", "LS202", "LS204", "LS205", "LS206", "LS207", "LS208")
+
+
 def _matches(rule: Rule, selector: str) -> bool:
     s = selector.strip().upper()
+    if s == "DEFAULT":
+        return rule.code in DEFAULT_RULES
     return s == "ALL" or rule.code.startswith(s) or rule.tip == s
 
 
 def select_rules(select: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None) -> list[Rule]:
-    """The rules chosen by ``select`` / ``ignore`` (code prefixes like ``"LS2"``, codes, tip ids, ``"ALL"``).
+    """The rules chosen by ``select`` / ``ignore`` (code prefixes like ``"LS2"``, codes, tip ids, ``"ALL"``,
+    ``"DEFAULT"``); no ``select`` is every rule (the library's own default; the command line's is ``DEFAULT``).
 
     Raises:
         ValueError: a selector matches no rule (a typo would otherwise silently select nothing).
@@ -95,10 +109,35 @@ def select_rules(select: Optional[Iterable[str]] = None, ignore: Optional[Iterab
     for s in [*select, *ignore]:
         if not any(_matches(r, s) for r in RULES):
             raise ValueError(
-                f"unknown rule selector {s.strip()!r}: use a code or prefix (LS, LS2, LS201), a tip id (T08) or ALL"
+                f"unknown rule selector {s.strip()!r}: use a code or prefix (LS, LS2, LS201), a tip id (T08),"
+                " DEFAULT or ALL"
             )
     chosen = [r for r in RULES if not select or any(_matches(r, s) for s in select)]
     return [r for r in chosen if not any(_matches(r, s) for s in ignore)]
+
+
+def sure_only_codes(select: Optional[Iterable[str]]) -> frozenset[str]:
+    """Codes chosen only through ``DEFAULT``: their findings are kept only where the line surely runs
+    every step (``warning``)."""
+    select = [s for s in (select or ()) if s.strip()]
+    if not any(s.strip().upper() == "DEFAULT" for s in select):
+        return frozenset()
+    others = [s for s in select if s.strip().upper() != "DEFAULT"]
+    return frozenset(r.code for r in RULES if r.code in DEFAULT_RULES and not any(_matches(r, s) for s in others))
+
+
+#: A step of evaluation, not of training: per batch of a loop that does not dominate the run.
+_EVALUATION = re.compile(r"\b(validation_step|test_step|predict_step|on_(validation|test|predict)_batch_\w+)\b")
+
+
+def is_sure(finding: Finding) -> bool:
+    """The line surely runs every training step: a ``warning`` outside evaluation steps."""
+    return finding.severity == WARNING and not _EVALUATION.search(finding.message)
+
+
+def _sure(findings: list[Finding], select: Optional[Iterable[str]]) -> list[Finding]:
+    unsure = sure_only_codes(select)
+    return [f for f in findings if f.code not in unsure or is_sure(f)] if unsure else findings
 
 
 def _noqa_lines(source: str) -> dict[int, Optional[tuple[str, ...]]]:
@@ -216,7 +255,7 @@ def lint_source(
     else:
         tree = ast.parse(source, filename=str(path))
         text = source
-    return lint_tree(tree, text, path, select_rules(select, ignore), noqa=noqa)
+    return _sure(lint_tree(tree, text, path, select_rules(select, ignore), noqa=noqa), select)
 
 
 def lint_sources(
@@ -247,7 +286,7 @@ def lint_sources(
         assert tree is not None
         out.extend(lint_tree(tree, text, path, triggered_rules(text, rules), noqa=noqa, project=project))
     project.close()
-    return out
+    return _sure(out, select)
 
 
 def iter_python_files(paths: Iterable[Union[str, os.PathLike]]) -> tuple[list[Path], list[str]]:
@@ -365,4 +404,4 @@ def lint_paths(
         if gc_was_enabled:
             gc.enable()
         syntax.save()
-    return LintResult(findings=findings, files=parsed_count, errors=errors)
+    return LintResult(findings=_sure(findings, select), files=parsed_count, errors=errors)

@@ -238,6 +238,50 @@ def _first_batch_test(test: ast.AST) -> Optional[str]:
     return name if _COUNTER_PARTS.intersection(_words(name.lower())) else None
 
 
+def _skips_unless_every_n(test: ast.AST) -> bool:
+    """The test of an early exit (``if step % N != 0: return``, ``if batch_idx % N: continue``,
+    ``if not should_log(step): return``, ``if step % N or not is_main: return``): what follows runs
+    only every N steps."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(_skips_unless_every_n(v) for v in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _every_n_test(test.operand)
+    if isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod):
+        return True  # `if step % N:` (truthy: not a multiple)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.Gt)):
+        sides = (test.left, test.comparators[0])
+        return any(isinstance(x, ast.BinOp) and isinstance(x.op, ast.Mod) for x in sides)
+    return False
+
+
+def _skips_unless_first(test: ast.AST) -> Optional[str]:
+    """``if batch_idx != 0: return`` / ``if batch_idx > 0: continue``: what follows runs for the first batch only."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    op, right = test.ops[0], test.comparators[0]
+    if not (isinstance(op, (ast.NotEq, ast.Gt)) and isinstance(right, ast.Constant) and right.value == 0):
+        return None
+    return _first_batch_test(ast.Compare(left=test.left, ops=[ast.Eq()], comparators=[right]))
+
+
+def _exits(stmt: ast.stmt) -> bool:
+    """``if <test>: ... return`` / ``continue`` with no ``else``: an early exit of the block that holds it."""
+    return (
+        isinstance(stmt, ast.If)
+        and not stmt.orelse
+        and bool(stmt.body)
+        and isinstance(stmt.body[-1], (ast.Return, ast.Continue))
+    )
+
+
+def _block_of(anc: ast.AST, child: ast.AST) -> list[ast.stmt]:
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(anc, name, None)
+        if isinstance(block, list) and any(child is x for x in block):
+            return block
+    return []
+
+
 def _last_index(node: ast.AST) -> bool:
     """``len(loader) - 1``, ``len(loader)``, ``num_batches - 1``: the index (or count) of the last batch."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and isinstance(node.right, ast.Constant):
@@ -562,6 +606,19 @@ class Where(_Hosted):
         leaves: Optional[ast.If] = None  # a branch ending in `break`: it ends the loop it is in
         first: Optional[tuple[str, int]] = None  # under `if batch_idx == 0:`: the counter and the line
         for anc, child in self.ancestors(node):
+            for prior in _block_of(anc, child):  # early exits before the line, in this block
+                if prior is child:
+                    break
+                if not _exits(prior):
+                    continue
+                assert isinstance(prior, ast.If)
+                if _skips_unless_every_n(prior.test) or (
+                    isinstance(prior.test, ast.UnaryOp) and self._every_n_flag(prior.test.operand)
+                ):
+                    every_n = True
+                counter = _skips_unless_first(prior.test) if first is None else None
+                if counter is not None:
+                    first = (counter, prior.lineno)
             if isinstance(anc, ast.Raise) or (isinstance(anc, ast.Assert) and child is anc.msg):
                 return Runs(ON_ERROR, "an error message")
             if isinstance(anc, ast.ExceptHandler):

@@ -46,7 +46,7 @@ def test_clean_file_exits_0(tmp_path, capsys):
 
 
 def test_findings_exit_1_one_line_each(tree, capsys):
-    assert main([str(tree)]) == 1
+    assert main([str(tree), "--all"]) == 1
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert len(lines) == 2  # only pkg/bad.py: hidden dirs, venvs, build and *.txt are skipped
@@ -79,7 +79,7 @@ def test_unknown_selector_exits_2(tree, capsys):
 
 
 def test_json_output(tree, capsys):
-    assert main([str(tree / "pkg"), "--json"]) == 1
+    assert main([str(tree / "pkg"), "--json", "--all"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["files"] == 2
     assert data["errors"] == []
@@ -104,7 +104,7 @@ def test_missing_path_and_unparsable_file_exit_2_others_still_linted(tree, capsy
     broken = tree / "pkg" / "broken.py"
     # a file is parsed when some rule could fire on its text (here: .item() and backward)
     broken.write_text("def f(:\n    loss.backward(); loss.item()\n")
-    code = main([str(tree / "pkg"), str(tree / "nope.py"), "--json"])
+    code = main([str(tree / "pkg"), str(tree / "nope.py"), "--json", "--all"])
     assert code == 2
     captured = capsys.readouterr()
     data = json.loads(captured.out)
@@ -188,7 +188,7 @@ def test_info_findings_alone_exit_0(tmp_path, capsys):
     f.write_text(
         "import torch\n\ndef sample(model, epochs):\n    for epoch in range(epochs):\n        model(torch.zeros(3).cuda())\n"
     )
-    assert main([str(f)]) == 0
+    assert main([str(f), "--select", "LS203"]) == 0
     out = capsys.readouterr().out
     assert ":5:15: LS203 [T20] info (per epoch): " in out
 
@@ -220,7 +220,79 @@ def test_an_internal_error_on_one_file_is_reported_and_the_others_still_linted(t
         return real(tree, source, path, *args, **kwargs)
 
     monkeypatch.setattr(runner, "lint_tree", failing)
-    assert main([str(tmp_path)]) == 2
+    assert main([str(tmp_path), "--all"]) == 2
     out, err = capsys.readouterr()
     assert f"{tmp_path / 'a.py'}: internal error of the linter: RecursionError" in err
     assert "b.py" in out and "a.py" not in out
+
+
+STEP = """import torch
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader
+
+
+class Net(pl.LightningModule):
+    def training_step(self, batch, batch_idx):
+        loss = self.model(batch).mean()
+        self.seen = loss.item()
+        return loss
+
+    def on_train_epoch_end(self):
+        self.model(torch.zeros(3).cuda())
+
+
+def helper(t):
+    return t.item()
+
+
+loader = DataLoader(range(10))
+m = torch.nn.DataParallel(net)
+"""
+
+
+def test_the_default_set_reports_only_sure_per_step_host_reads(tmp_path, capsys):
+    f = tmp_path / "step.py"
+    f.write_text(STEP)
+    assert main([str(f), "--json"]) == 1
+    default = [(x["code"], x["line"], x["severity"]) for x in json.loads(capsys.readouterr().out)["findings"]]
+    assert default == [("LS201", 9, "warning")]  # not the loader, DataParallel, per-epoch creation, unsure helper
+    assert main([str(f), "--json", "--all"]) == 1
+    every = {(x["code"], x["line"], x["severity"]) for x in json.loads(capsys.readouterr().out)["findings"]}
+    assert {("LS201", 9, "warning"), ("LS301", 21, "warning")} <= every
+    assert {c for c, _, _ in every} > {"LS201", "LS301"}
+    # extend the default set by the rules the user wants, as ruff does
+    assert main([str(f), "--json", "--extend-select", "LS301"]) == 1
+    codes = [x["code"] for x in json.loads(capsys.readouterr().out)["findings"]]
+    assert codes == ["LS201", "LS301"]
+
+
+EVERY_50 = """import lightning.pytorch as pl
+
+
+class Net(pl.LightningModule):
+    def training_step(self, batch, batch_idx):
+        loss = self.model(batch).mean()
+        self.maybe(loss, batch_idx)
+        return loss
+
+    def maybe(self, loss, batch_idx):
+        if batch_idx % 50 != 0:
+            return
+        self.last = loss.item()
+
+    def validation_step(self, batch, batch_idx):
+        self.val = self.model(batch).mean().item()
+"""
+
+
+def test_a_default_rules_unsure_findings_come_back_when_the_rule_is_named(tmp_path):
+    f = tmp_path / "every50.py"
+    f.write_text(EVERY_50)
+    # behind an early return taken on all but every 50th batch: not every step, in no output
+    assert all(x.line != 13 for x in lint_paths([f], select=["ALL"]).findings)
+    # a validation step's read: not the training step's, so not in the default output
+    assert lint_paths([f], select=["DEFAULT"]).findings == []
+    (named,) = lint_paths([f], select=["LS201"]).findings
+    assert (named.line, named.severity) == (16, "warning") and "validation_step" in named.message
+    (extended,) = lint_paths([f], select=["DEFAULT", "LS201"]).findings  # --extend-select LS201
+    assert extended.line == 16
