@@ -733,9 +733,13 @@ class Where(_Hosted):
                     if best is None or _ORDER.index(r.how) < _ORDER.index(best.how):
                         best, cross = r, other is not self
         if self.is_step_function(fn):
+            # a backward and an optimizer step make a training step only where the callers run it every
+            # step: a check called once (from on_train_start, setup, main) is not one
             if best is not None and best.how == PER_EPOCH:
                 # called once per epoch: full-batch training, where a step is an epoch
                 return Runs(PER_EPOCH, f"{name}() (one optimizer step per epoch)")
+            if best is not None and best.how == ONCE:
+                return Runs(ONCE, f"{name}() (one optimizer step per call, called once: {best.where})")
             return Runs(PER_BATCH, f"{name}() (one optimizer step per call)", True, root_cpu=self.root_cpu_only)
         if best is None:
             around = self._runs_training_loop(fn)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
+from typing import Optional
 
 from lightning_speedups.lint.context import FileContext, snippet
 from lightning_speedups.lint.rules.base import Hit, Rule
-from lightning_speedups.lint.rules.device_common import (
-    is_synchronize,
-)
+from lightning_speedups.lint.rules.device_common import SYNC_METHODS, is_synchronize
 
 
 def _per_step_calls(ctx: FileContext, matches: Callable[[ast.Call], bool], says: str) -> Iterator[Hit]:
@@ -26,11 +25,37 @@ def _per_step_calls(ctx: FileContext, matches: Callable[[ast.Call], bool], says:
 
 
 def _synchronize_in_step(ctx: FileContext) -> Iterator[Hit]:
-    yield from _per_step_calls(
+    for hit in _per_step_calls(
         ctx,
         lambda call: is_synchronize(ctx, call),
         "waits for every queued kernel on every batch (the host can no longer run ahead of the GPU)",
-    )
+    ):
+        read = _host_read_after(ctx, hit.node)
+        if read is None:
+            yield hit
+            continue
+        yield hit._replace(
+            fix=f"remove it together with the host read after it: `{snippet(read, 40)}` (line {read.lineno}) waits"
+            " for the same kernels, so removing the synchronize alone gains nothing; keep that value on the device"
+            " (log the tensor, accumulate with .detach()) or read it every N steps"
+        )
+
+
+def _host_read_after(ctx: FileContext, sync: ast.AST) -> Optional[ast.Call]:
+    """The first host read (``x.item()``, ``float(x)``, ...) in the few lines after ``sync``, in its function."""
+    fn = ctx.enclosing_function(sync)
+    line = getattr(sync, "lineno", 0)
+    reads = [
+        c
+        for c in ctx.calls
+        if line < c.lineno <= line + 6
+        and ctx.enclosing_function(c) is fn
+        and (
+            (isinstance(c.func, ast.Attribute) and c.func.attr in SYNC_METHODS and not c.args)
+            or (isinstance(c.func, ast.Name) and c.func.id in ("float", "int", "bool") and len(c.args) == 1)
+        )
+    ]
+    return min(reads, key=lambda c: (c.lineno, c.col_offset), default=None)
 
 
 _TIMING_WORDS = ("bench", "profil", "debug")

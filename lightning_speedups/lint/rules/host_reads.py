@@ -259,14 +259,77 @@ def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
             else:
                 cur = cur.value
     out = [(node, message, r) for node, (message, r) in found.items() if node not in inner]
+    out = _merge_runs_of_reads(ctx, out)
     ctx.__dict__["_syncs"] = out
     return out
+
+
+def _merge_runs_of_reads(ctx: FileContext, reads: list[tuple[ast.AST, str, Runs]]) -> list[tuple[ast.AST, str, Runs]]:
+    """Host reads in a row (``m["q1"] = q1.mean().item()`` then ``m["q2"] = q2.mean().item()``) with no
+    step or tensor work queued between them wait for the same work: removing one alone gains nothing,
+    so they are one finding, on the first, naming the others to fix with it."""
+    groups: dict[tuple[Optional[ast.AST], str, str], list[tuple[ast.AST, str, Runs]]] = {}
+    for item in reads:
+        groups.setdefault((ctx.enclosing_function(item[0]), item[2].how, item[2].where), []).append(item)
+    out: list[tuple[ast.AST, str, Runs]] = []
+    for items in groups.values():
+        items.sort(key=lambda x: (getattr(x[0], "lineno", 0), getattr(x[0], "col_offset", 0)))
+        own = {id(n) for node, _, _ in items for n in ast.walk(node)}
+        runs: list[list[tuple[ast.AST, str, Runs]]] = []
+        for item in items:
+            if runs and _same_work(ctx, runs[-1][0][0], runs[-1][-1][0], item[0], own):
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        for run in runs:
+            node, message, r = run[0]
+            out.append((node, message, r))
+            if len(run) > 1:
+                ctx.__dict__.setdefault("_read_runs", {})[node] = [x[0] for x in run[1:]]
+    return out
+
+
+def _with_run(ctx: FileContext, node: ast.AST, message: str) -> str:
+    """``message``, naming the host reads right after ``node`` that wait for the same work."""
+    rest = ctx.__dict__.get("_read_runs", {}).get(node)
+    if not rest:
+        return message
+    lines = sorted({getattr(x, "lineno", 0) for x in rest})
+    where = f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]}-{lines[-1]}"
+    n = len(rest)
+    return (
+        f"{message}; {n} more host read{'s' if n > 1 else ''} right after it ({where}) wait{'' if n > 1 else 's'}"
+        " for the same work: keep all of them on the device (removing one alone gains nothing)"
+    )
+
+
+def _same_work(ctx: FileContext, head: ast.AST, prev: ast.AST, node: ast.AST, own: set[int]) -> bool:
+    """``node`` reads right after ``prev`` (same guards as the run's ``head``, nothing queued between)."""
+    if not _guards(ctx, head) <= _guards(ctx, node):
+        return False
+    lo, hi = getattr(prev, "lineno", 0), getattr(node, "lineno", 0)
+    if hi - lo > 8:
+        return False
+    inside = [c for c in ast.walk(node) if isinstance(c, ast.Call) and c is not node]
+    if any(_is_step_call(c) or _runs_a_model(c) for c in inside):
+        return False  # `int(self(x).argmax())`: the read waits for work of its own
+    between = [c for c in _calls_between(ctx, lo, hi) if id(c) not in own]
+    return not any(_is_step_call(c) or ctx.is_tensor(c) or _runs_a_model(c) for c in between)
+
+
+#: Words of a call that runs a model or a loss: device work queued between two reads.
+_MODEL_WORDS = ("model", "net", "head", "encoder", "decoder", "forward", "backward", "criterion", "module")
+
+
+def _runs_a_model(call: ast.Call) -> bool:
+    text = snippet(call.func, 80).lower()
+    return text == "self" or any(w in text for w in _MODEL_WORDS)
 
 
 def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
     for node, message, r in _syncs(ctx):
         if not r.via:
-            yield Hit(node, message + " on every batch")
+            yield Hit(node, _with_run(ctx, node, message + " on every batch"))
 
 
 def _HOST_READ_TRIGGER(source: str) -> bool:
@@ -330,7 +393,7 @@ def _sync_in_helper(ctx: FileContext) -> Iterator[Hit]:
         if r.via and not _read_of_visible_tensor(ctx, node):
             continue
         if r.via:
-            yield Hit(node, f"{message} on every batch: the step that calls it is at {r.via}")
+            yield Hit(node, _with_run(ctx, node, f"{message} on every batch: the step that calls it is at {r.via}"))
 
 
 RULES = [

@@ -1,0 +1,116 @@
+"""How often a line runs, as the rubric reads it (../shared/LINT_RUBRIC.md): early exits in the function or
+a caller, a backward-and-step function run once, and host reads in a row that wait for the same work."""
+
+from __future__ import annotations
+
+import textwrap
+
+from lightning_speedups.lint import lint_source, lint_sources
+
+
+def _found(src: str, select: str = "LS201") -> list[tuple[int, str]]:
+    return [(f.line, f.runs) for f in lint_source(textwrap.dedent(src), "train.py", select=[select])]
+
+
+def test_an_early_continue_or_return_narrows_the_rest_of_the_loop():
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        for i, (x, y) in enumerate(loader):
+            loss = model(x.cuda()).mean()
+            loss.backward()
+            opt.step()
+            if i % 20 != 0:
+                continue
+            print(loss.item())
+    """
+    assert _found(src) == []
+    every = src.replace("            if i % 20 != 0:\n                continue\n", "")
+    assert _found(every) == [(11 - 2, "per batch")]
+
+
+def test_an_early_return_in_a_caller_counts():
+    model = """
+    import lightning.pytorch as pl
+
+    class Net(pl.LightningModule):
+        def training_step(self, batch, batch_idx):
+            loss = self.model(batch).mean()
+            self.report(loss, batch_idx)
+            return loss
+
+        def report(self, loss, batch_idx):
+            if batch_idx % 50:
+                return
+            self.plot(loss)
+
+        def plot(self, loss):
+            self.last = loss.item()
+    """
+    assert _found(model) == []
+    assert _found(model.replace("            if batch_idx % 50:\n                return\n", "")) == [
+        (16 - 2, "per batch")
+    ]
+
+
+def test_a_backward_and_step_run_once_from_a_start_hook_is_not_a_training_step():
+    src = """
+    import lightning.pytorch as pl
+
+    class Check(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            self.probe(pl_module, trainer.optimizers[0])
+
+        def probe(self, model, opt):
+            loss = model(model.example_input_array).mean()
+            loss.backward()
+            opt.step()
+            self.first = loss.item()
+    """
+    assert _found(src) == []
+
+
+def test_host_reads_in_a_row_are_one_finding_naming_the_others():
+    src = """
+    import torch
+
+    def train(model, loader, opt, log):
+        for x, y in loader:
+            q1, q2, loss = model(x.cuda())
+            loss.backward()
+            opt.step()
+            log["q1"] = q1.mean().item()
+            log["q2"] = q2.mean().item()
+            log["loss"] = loss.item()
+    """
+    (f,) = lint_source(textwrap.dedent(src), "train.py", select=["LS201"])
+    assert f.line == 9 and "2 more host reads right after it (lines 10-11) wait for the same work" in f.message
+    # a model call between two reads queues new work: the second waits for it, two findings
+    split = src.replace('            log["q2"]', '            q2 = model.head(q2)\n            log["q2"]')
+    assert [x.line for x in lint_source(textwrap.dedent(split), "train.py", select=["LS201"])] == [9, 11]
+
+
+def test_reads_in_a_helper_of_another_file_merge_too():
+    train = "from meter import log_all\n\ndef fit(loader, net, opt):\n    for x in loader:\n        loss = net(x.cuda()).sum()\n        loss.backward()\n        opt.step()\n        log_all(loss, loss * 2)\n"
+    meter = "def log_all(a, b):\n    print(a.item())\n    print(b.item())\n"
+    found = lint_sources({"train.py": train, "meter.py": meter}, select=["LS206"])
+    assert [(f.path, f.line) for f in found] == [("meter.py", 2)] and "1 more host read" in found[0].message
+
+
+def test_a_synchronize_before_a_host_read_names_the_read_in_its_fix():
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        for x in loader:
+            loss = model(x.cuda()).mean()
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            print(loss.item())
+    """
+    (f,) = lint_source(textwrap.dedent(src), "train.py", select=["LS205"])
+    assert f.line == 9 and "`loss.item()` (line 10)" in f.fix and "alone gains nothing" in f.fix
+    alone = lint_source(textwrap.dedent(src.replace("            print(loss.item())\n", "")), "t.py", select=["LS205"])
+    assert "remove it" in alone[0].fix and "line 10" not in alone[0].fix
