@@ -6,8 +6,8 @@ Card:
     the training step, each with the line of user code that caused it; lint rules find .item(),
     .cpu() and print(tensor) in the step.
     Expected gain: keeps the GPU queue full: each sync drains it.
-    When it hurts: counting needs torch.cuda.set_sync_debug_mode: CUDA only, and a small cost while
-    it watches.
+    When it hurts: SyncGuard needs CUDA (torch.cuda.set_sync_debug_mode); elsewhere the doctor
+    counts the host reads a GPU run would sync on; a small cost while it watches.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ TIP = Tip(
     claim="-",
     does="SyncGuard counts (or warns about, or fails on) the device synchronisations inside the training step, each with the line of user code that caused it; lint rules find .item(), .cpu() and print(tensor) in the step.",
     gain="keeps the GPU queue full: each sync drains it",
-    hurts="counting needs torch.cuda.set_sync_debug_mode: CUDA only, and a small cost while it watches",
+    hurts="SyncGuard needs CUDA (torch.cuda.set_sync_debug_mode); elsewhere the doctor counts the host reads a GPU run would sync on; a small cost while it watches",
     check=check,
     settings=(
         Setting(
