@@ -20,6 +20,7 @@ from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.rules import RULES, Rule
 from lightning_speedups.lint.rules.base import WARNING
+from lightning_speedups.lint.where import UNDER_FLAG
 
 #: Directory names never descended into when a directory is given.
 EXCLUDED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "build", "dist", "site-packages", "__pypackages__"})
@@ -131,8 +132,13 @@ _EVALUATION = re.compile(r"\b(validation_step|test_step|predict_step|on_(validat
 
 
 def is_sure(finding: Finding) -> bool:
-    """The line surely runs every training step: a ``warning`` outside evaluation steps."""
-    return finding.severity == WARNING and not _EVALUATION.search(finding.message)
+    """The line surely runs every training step: a ``warning`` outside evaluation steps, not under a switch of
+    the user's configuration whose default the code does not show (``if self.args.nan_detection:``)."""
+    return (
+        finding.severity == WARNING
+        and not _EVALUATION.search(finding.message)
+        and f"{UNDER_FLAG}`if " not in finding.message
+    )
 
 
 def _sure(findings: list[Finding], select: Optional[Iterable[str]]) -> list[Finding]:

@@ -104,6 +104,9 @@ class Runs:
     via: str = ""
     #: the training loop that makes it per step lives in a file that never leaves the CPU.
     root_cpu: bool = False
+    #: the user's switch the line runs under (`` `if self.args.nan_detection:` (line 62)``): how often is then
+    #: unsure, since the code does not show the switch's default.
+    flag: str = ""
     #: the call in another file named by ``via``, and that file's context (what it passes).
     via_call: Optional[ast.AST] = field(default=None, compare=False)
     via_ctx: Optional[object] = field(default=None, compare=False)
@@ -252,6 +255,82 @@ def _skips_unless_every_n(test: ast.AST) -> bool:
         sides = (test.left, test.comparators[0])
         return any(isinstance(x, ast.BinOp) and isinstance(x.op, ast.Mod) for x in sides)
     return False
+
+
+def _periodic_skip(test: ast.AST) -> bool:
+    """The test of an early exit that waits for a threshold that moves (``if cur_nimg < tick_start + kimg * 1000:
+    continue``, ``if time.time() - last < interval: return``): what follows runs once per period."""
+    if isinstance(test, ast.BoolOp):
+        return any(_periodic_skip(v) for v in test.values)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE))):
+        return False
+    left, right = test.left, test.comparators[0]
+
+    def moving(x: ast.AST, op: type) -> bool:
+        return (
+            isinstance(x, ast.BinOp)
+            and isinstance(x.op, op)
+            and not all(isinstance(v, ast.Constant) for v in (x.left, x.right))
+            and not any(isinstance(v, ast.Constant) for v in (x.left, x.right) if v is x.left)
+        )
+
+    return moving(right, ast.Add) or moving(left, ast.Sub)
+
+
+#: Roots of a configuration value (``args.use_amp``, ``self.hparams.debug``, ``cfg.log_images``).
+_FLAG_ROOTS = frozenset(
+    {"args", "opt", "opts", "cfg", "config", "conf", "hparams", "flags", "FLAGS", "params", "hp", "hps", "options"}
+)
+#: Attributes that are not a user's switch: run state, ranks, Lightning's own flags.
+_NOT_FLAGS = (
+    "training",
+    "global_zero",
+    "automatic_optimization",
+    "rank",
+    "main_process",
+    "master",
+    "device",
+    "trainer",
+)
+
+
+def _flag_ref(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Attribute):
+        return False
+    parts: list[str] = []
+    cur: ast.AST = node
+    while isinstance(cur, ast.Attribute):
+        parts.append(cur.attr)
+        cur = cur.value
+    if not isinstance(cur, ast.Name) or any(w in p for p in parts for w in _NOT_FLAGS):
+        return False
+    parts.append(cur.id)
+    parts.reverse()  # root first: ["self", "args", "nan_detection"]
+    if parts[0] in _FLAG_ROOTS:
+        return True
+    return parts[0] == "self" and (len(parts) == 2 or parts[1] in _FLAG_ROOTS)
+
+
+#: How a message says that a line runs only under a switch (the default lint set leaves such lines out).
+UNDER_FLAG = " (under "
+
+
+def _flagged(r: Runs, flag: str) -> Runs:
+    if not flag or r.flag or r.how not in (PER_BATCH, PER_SAMPLE):
+        return r
+    return replace(r, flag=flag, where=f"{r.where}{UNDER_FLAG}{flag})")
+
+
+def _flag_test(test: ast.AST) -> bool:
+    """``if self.args.nan_detection:``, ``if not cfg.fast:``, ``if self.momentum_classifier is not None:``: a
+    switch of the user's configuration, whose default the code does not show."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _flag_test(test.operand)
+    if isinstance(test, ast.BoolOp):
+        return all(_flag_test(v) for v in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
+        return is_none(test.comparators[0]) and _flag_ref(test.left)
+    return _flag_ref(test)
 
 
 def _skips_unless_first(test: ast.AST) -> Optional[str]:
@@ -603,6 +682,7 @@ class Where(_Hosted):
     def runs(self, node: ast.AST, depth: int = 0) -> Runs:
         """How often ``node`` runs, as far as the file shows."""
         every_n = False
+        flag = ""  # under a switch of the user's configuration
         leaves: Optional[ast.If] = None  # a branch ending in `break`: it ends the loop it is in
         first: Optional[tuple[str, int]] = None  # under `if batch_idx == 0:`: the counter and the line
         for anc, child in self.ancestors(node):
@@ -612,8 +692,10 @@ class Where(_Hosted):
                 if not _exits(prior):
                     continue
                 assert isinstance(prior, ast.If)
-                if _skips_unless_every_n(prior.test) or (
-                    isinstance(prior.test, ast.UnaryOp) and self._every_n_flag(prior.test.operand)
+                if (
+                    _skips_unless_every_n(prior.test)
+                    or _periodic_skip(prior.test)
+                    or (isinstance(prior.test, ast.UnaryOp) and self._every_n_flag(prior.test.operand))
                 ):
                     every_n = True
                 counter = _skips_unless_first(prior.test) if first is None else None
@@ -630,6 +712,8 @@ class Where(_Hosted):
                     return Runs(ONCE, f"a first-call initialisation (line {anc.lineno})")
                 if _every_n_test(anc.test) or self._every_n_flag(anc.test):
                     every_n = True
+                if not flag and _flag_test(anc.test):
+                    flag = f"`if {_text(anc.test)[:60]}:` (line {anc.lineno})"
                 if leaves is None and isinstance(anc.body[-1], ast.Break):
                     leaves = anc
                 counter = _first_batch_test(anc.test) if first is None else None
@@ -656,11 +740,11 @@ class Where(_Hosted):
                     if first is not None and _binds(anc, first[0]):
                         first = None  # `for i, opt in enumerate(opts): if i == 0:` the first of a plain loop
                     continue  # a plain loop: as often as the code around it (times its length)
-                return self._narrowed(base, every_n, first)
+                return _flagged(self._narrowed(base, every_n, first), flag)
             if isinstance(anc, DEF_TYPES):
                 if not isinstance(self.parents.get(anc), (ast.Module, ast.ClassDef)):
                     continue  # a closure: runs where it is defined (optimizer.step(closure))
-                return self._narrowed(self.function_runs(anc, depth), every_n, first)
+                return _flagged(self._narrowed(self.function_runs(anc, depth), every_n, first), flag)
             if isinstance(anc, ast.ClassDef):
                 return Runs(ONCE, "a class body")
             if isinstance(anc, ast.If) and _is_main_test(anc.test):

@@ -114,3 +114,46 @@ def test_a_synchronize_before_a_host_read_names_the_read_in_its_fix():
     assert f.line == 9 and "`loss.item()` (line 10)" in f.fix and "alone gains nothing" in f.fix
     alone = lint_source(textwrap.dedent(src.replace("            print(loss.item())\n", "")), "t.py", select=["LS205"])
     assert "remove it" in alone[0].fix and "line 10" not in alone[0].fix
+
+
+def test_a_read_under_a_configuration_switch_is_not_sure_to_run_every_step():
+    src = """
+    import lightning.pytorch as pl
+
+    class Net(pl.LightningModule):
+        def training_step(self, batch, batch_idx):
+            loss = self.model(batch).mean()
+            if self.hparams.nan_check:
+                self.finite = loss.isfinite().item()
+            if self.training:
+                self.seen = loss.item()
+            return loss
+    """
+    src = textwrap.dedent(src)
+    every = {f.line: f for f in lint_source(src, "net.py", select=["LS201"])}
+    assert set(every) == {8, 10}
+    assert "(under `if self.hparams.nan_check:` (line 7))" in every[8].message
+    assert "(under" not in every[10].message  # self.training is run state, not a switch
+    assert [f.line for f in lint_source(src, "net.py", select=["DEFAULT"])] == [10]
+
+
+def test_an_early_continue_until_a_moving_threshold_runs_once_per_period():
+    src = """
+    import torch
+
+    def training_loop(model, loader, opt, kimg_per_tick=4):
+        tick_start_nimg = cur_nimg = 0
+        for x in loader:
+            loss = model(x.cuda()).mean()
+            loss.backward()
+            opt.step()
+            cur_nimg += x.shape[0]
+            if cur_nimg < tick_start_nimg + kimg_per_tick * 1000:
+                continue
+            tick_start_nimg = cur_nimg
+            print(f"loss {loss.item():.3f}")
+    """
+    assert _found(src) == []
+    assert _found(
+        src.replace("            if cur_nimg < tick_start_nimg + kimg_per_tick * 1000:\n                continue\n", "")
+    ) == [(14 - 2, "per batch")]
