@@ -217,6 +217,7 @@ class SpeedAdvisor(SpeedupCallback):
         self._sources: dict[str, Any] = {}  # key -> monitor whose results are read (owned or the user's)
         self._watcher: Any = None
         self._reads: HostReadCounter | None = None  # off CUDA: the host reads a GPU run would sync on
+        self._log_watch = contextlib.ExitStack()  # the module's `log` watched for sync_dist during a window
         self._tracker: Any = None
         self._batches = 0
         self._in_window = False
@@ -259,6 +260,7 @@ class SpeedAdvisor(SpeedupCallback):
     def _close_reads(self) -> None:
         if self._reads is not None:
             self._reads.stop()
+        self._log_watch.close()
 
     @property
     def _window_open(self) -> bool:
@@ -325,6 +327,7 @@ class SpeedAdvisor(SpeedupCallback):
             self._reads.mark_module(pl_module)
             self._reads.mark_all([batch])
             self._reads.start()
+            self._log_watch.enter_context(self._reads.watching_log(pl_module))
 
     @override
     def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:

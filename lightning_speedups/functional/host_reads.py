@@ -76,6 +76,8 @@ _DATA_SHAPES = {
     "bincount": "bincount (output size depends on the largest value)",
 }
 _MASK_DTYPES = (torch.bool, torch.uint8)
+#: Not a host read: ``self.log(..., sync_dist=True)`` of a per-step value (a collective under DDP).
+_SYNC_DIST = "sync_dist=True on a per-step value (an all-reduce per step under DDP)"
 
 
 class HostRead(NamedTuple):
@@ -271,23 +273,44 @@ class HostReadCounter:
         finally:
             self._paused -= 1
 
-    def _record(self, what: str, frame: Any) -> None:
+    def _record(self, what: str, frame: Any, name: str = "") -> None:
         if self._paused:
             return
         site = classify_sync_frame(frame)
+        if name:
+            site = site._replace(kind=f"self.log({name!r}, ..., sync_dist=True)")
         if site.owner == "lightning":
             site = _lightning_setting(frame) or site
         read = HostRead(site, what, _via(frame) if site.owner == "user" else "")
         self.reads[read] += 1
         self.steps_of.setdefault(read, set()).add(self._step)
 
+    # -- Lightning's per-step collectives ---------------------------------------------------------
+    @contextmanager
+    def watching_log(self, module: Any) -> Iterator[None]:
+        """While open, each ``module.log(..., sync_dist=True)`` of a per-step value is counted at the user's
+        line: an all-reduce (and a barrier) per step under DDP / FSDP, which one device never runs."""
+        real = module.log
+
+        def log(name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("sync_dist") and kwargs.get("on_step") in (None, True) and self._mode is not None:
+                self._record(_SYNC_DIST, sys._getframe(1), name)
+            return real(name, value, *args, **kwargs)
+
+        module.__dict__["log"] = log
+        try:
+            yield
+        finally:
+            if module.__dict__.get("log") is log:
+                del module.__dict__["log"]
+
     # -- results ------------------------------------------------------------------------------------
     @property
     def total(self) -> int:
-        return sum(self.reads.values())
+        return sum(n for r, n in self.reads.items() if r.what != _SYNC_DIST)
 
     def count(self, owner: str) -> int:
-        return sum(n for r, n in self.reads.items() if r.site.owner == owner)
+        return sum(n for r, n in self.reads.items() if r.site.owner == owner and r.what != _SYNC_DIST)
 
     @property
     def user_reads(self) -> int:
@@ -342,6 +365,22 @@ class HostReadCounter:
             if r.site.owner in ("lightning", "debug"):
                 continue
             every = s >= self.windows
+            if r.what == _SYNC_DIST:
+                out.append(
+                    {
+                        "tip": "T08",
+                        "slug": "no-sync",
+                        "severity": "low",
+                        "evidence": f"{r.site.kind} every step at {r.site.location} (ran in {s} of {self.windows}"
+                        " training steps): an all-reduce and a barrier per step under DDP / FSDP (one device"
+                        " skips it)",
+                        "fix": "log the per-step value without sync_dist (each rank's own), or with on_step=False,"
+                        " on_epoch=True so it is reduced once per epoch",
+                        "owner": r.site.owner,
+                        "location": r.site.location,
+                    }
+                )
+                continue
             out.append(
                 {
                     "tip": "T08",

@@ -130,6 +130,7 @@ class FourReads(pl.LightningModule):
         counts = class_counts(out)
         self.every_fifty(loss, batch_idx)
         self.log("train_loss", loss, prog_bar=True)
+        self.log("synced", loss, sync_dist=True)
         return loss
 
     def every_fifty(self, loss, batch_idx):
@@ -199,6 +200,11 @@ def test_the_advisor_counts_the_runs_host_reads_on_cpu(four_reads):
     runtime = [i for i in t08.items if i.source == "runtime"]
     assert any("1 host read in 1 of 6 training steps" in i.evidence and i.severity == "low" for i in runtime)
     assert any(helper_file.name in i.evidence and i.severity == "medium" for i in runtime)
+    # sync_dist=True on a per-step value: nothing on one device, an all-reduce per step under DDP, at the user's line
+    synced = f"{model_file.name}:{_line(model_file, 'sync_dist=True')}"
+    (sd,) = [i for i in runtime if "sync_dist=True" in i.evidence]
+    assert synced in sd.evidence and "'synced'" in sd.evidence and "6 of 6" in sd.evidence and sd.severity == "low"
+    assert reads.total == sum(n for r, n in reads.reads.items() if "sync_dist" not in r.what)
     # the lint findings of the same lines say what the run saw
     lint = {i.evidence.split(": ")[0].rsplit("/", 1)[-1]: i for i in t08.items if i.source == "lint"}
     assert "confirmed at run time: 6 reads in 6 of 6 steps, every step" in lint[item].evidence
