@@ -31,13 +31,63 @@ from __future__ import annotations
 
 import ast
 import bisect
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, Binding, child_nodes, mentions_step, terminal_name
+from lightning_speedups.lint.guards import (
+    INFERENCE_WORDS as _INFERENCE_WORDS,
+)
+from lightning_speedups.lint.guards import (
+    STEP_COUNT_WORDS as _STEP_COUNT_WORDS,
+)
+from lightning_speedups.lint.guards import (
+    binds as _binds,
+)
+from lightning_speedups.lint.guards import (
+    block_of as _block_of,
+)
+from lightning_speedups.lint.guards import (
+    every_n_test as _every_n_test,
+)
+from lightning_speedups.lint.guards import (
+    exits as _exits,
+)
+from lightning_speedups.lint.guards import (
+    first_batch_test as _first_batch_test,
+)
+from lightning_speedups.lint.guards import (
+    flag_test as _flag_test,
+)
+from lightning_speedups.lint.guards import (
+    is_error_branch as _is_error_branch,
+)
+from lightning_speedups.lint.guards import (
+    is_lazy_init as _is_lazy_init,
+)
+from lightning_speedups.lint.guards import (
+    is_main_test as _is_main_test,
+)
+from lightning_speedups.lint.guards import (
+    periodic_skip as _periodic_skip,
+)
+from lightning_speedups.lint.guards import (
+    skips_unless_every_n as _skips_unless_every_n,
+)
+from lightning_speedups.lint.guards import (
+    skips_unless_first as _skips_unless_first,
+)
+from lightning_speedups.lint.guards import (
+    text as _text,
+)
+from lightning_speedups.lint.guards import (
+    unwrap as _unwrap,
+)
+from lightning_speedups.lint.guards import (
+    words as _words,
+)
 
 PER_BATCH = "per batch"
 PER_SAMPLE = "per sample"
@@ -72,14 +122,8 @@ _ONCE_NAMES = frozenset(
     "init_weights _init_weights load_state_dict from_pretrained".split()
 )
 _ONCE_PREFIXES = ("build_", "_build_", "setup_", "_setup_", "init_", "_init_", "create_model", "get_model", "load_")
-_EXIT_CALLS = frozenset({"exit", "quit", "_exit", "abort"})
 #: Parts of a name (split at "_", "." and other punctuation) that make a loop a loop over batches.
 _LOADER_PARTS = frozenset({"loader", "loaders", "dataloader", "dataloaders", "batch", "batches", "dl", "dls"})
-
-
-def _words(text: str) -> list[str]:
-    """The parts of the names in ``text``: ``self.train_loader`` -> self, train, loader."""
-    return [w for w in re.split(r"[^a-z0-9]+", text) if w]
 
 
 #: A function or method (what :attr:`Where.functions` lists) and a loop (what :data:`LOOP_TYPES` matches).
@@ -130,187 +174,6 @@ def _is_step_call(call: ast.Call) -> bool:
     return len(call.args) >= 2 and terminal_name(func).lower().endswith("scaler")
 
 
-def _text(node: Optional[ast.AST]) -> str:
-    if node is None:
-        return ""
-    try:
-        return ast.unparse(node).lower()
-    except Exception:  # pragma: no cover
-        return ""
-
-
-def _unwrap(node: ast.AST) -> ast.AST:
-    while isinstance(node, ast.Call) and node.args and terminal_name(node.func) in ("enumerate", "tqdm", "iter", "zip"):
-        node = node.args[0]
-    return node
-
-
-def _is_lazy_init(test: ast.AST) -> bool:
-    """``x is None`` / ``not state`` / ``len(state) == 0`` / ``"k" not in state``: a first-call branch;
-    also ``<conditions> and x is None`` (SwAV's queue, created once when an epoch is reached)."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(
-            isinstance(v, ast.Compare)
-            and len(v.ops) == 1
-            and isinstance(v.ops[0], ast.Is)
-            and is_none(v.comparators[0])
-            for v in test.values
-        )
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        operand = test.operand
-        if isinstance(operand, ast.Call) and terminal_name(operand.func) == "hasattr":
-            return True
-        return isinstance(operand, (ast.Name, ast.Attribute, ast.Subscript))
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        op, right = test.ops[0], test.comparators[0]
-        if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value is None:
-            return True
-        if isinstance(op, ast.NotIn):
-            return True
-        if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0:
-            left = test.left
-            return isinstance(left, ast.Call) and terminal_name(left.func) == "len"
-    return False
-
-
-def is_none(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None
-
-
-def _every_n_test(test: ast.AST) -> bool:
-    """``if step % N == 0:`` / ``if divisible_by(step, N):`` / ``if should_log_every(...)``: every N steps."""
-    for n in ast.walk(test):
-        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
-            return True
-        if isinstance(n, ast.Call):
-            name = terminal_name(n.func).lower()
-            if "divisible" in name or "every" in name or "freq" in name:  # check_frequency(step)
-                return True
-    return False
-
-
-#: Names of scripts, functions and classes that evaluate or show a trained model.
-_INFERENCE_WORDS = (
-    "eval",
-    "predict",
-    "infer",
-    "visual",
-    "fid",
-    "extract",
-    "demo",
-    "valid",
-    "export",
-    "sample",
-    "zeroshot",
-    "zero_shot",
-    "test",
-)
-#: Words that make ``range(<...epoch...>)`` a count of steps within an epoch (``epoch_iters``, ``steps_per_epoch``).
-_STEP_COUNT_WORDS = frozenset({"iter", "iters", "iterations", "step", "steps", "batch", "batches", "per"})
-#: Parts of a counter's name (``batch_idx``, ``batch_nb``, ``i``, ``global_step``, ``n_iter``).
-_COUNTER_PARTS = frozenset(
-    {"batch", "idx", "nb", "step", "steps", "iter", "iters", "iteration", "it", "itr", "niter", "i", "bi", "ni"}
-)
-
-
-def _first_batch_test(test: ast.AST) -> Optional[str]:
-    """``if batch_idx == 0:`` / ``if i < 2 and ...:`` / ``if i == len(loader) - 1:``: the first or the last
-    batches of a loop only; the counter's name (a plain loop binding it between the test and the batch loop makes it that loop's index)."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        for v in test.values:
-            found = _first_batch_test(v)
-            if found is not None:
-                return found
-        return None
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-        return None
-    op, left, right = test.ops[0], test.left, test.comparators[0]
-    if isinstance(op, ast.Eq) and (isinstance(left, ast.Constant) or _last_index(left)):
-        left, right = right, left
-    if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add) and isinstance(left.right, ast.Constant):
-        left = left.left  # `i + 1 == len(loader)`
-    if isinstance(op, ast.Eq) and _last_index(right):
-        pass  # the last batch: `i == len(loader) - 1`, `batch_idx == num_batches - 1`
-    elif not (isinstance(right, ast.Constant) and type(right.value) is int):
-        return None
-    elif not ((isinstance(op, ast.Eq) and right.value == 0) or (isinstance(op, ast.Lt) and 0 < right.value <= 8)):
-        return None
-    name = terminal_name(left)
-    if not isinstance(left, (ast.Name, ast.Attribute)) or not name:
-        return None
-    return name if _COUNTER_PARTS.intersection(_words(name.lower())) else None
-
-
-def _skips_unless_every_n(test: ast.AST) -> bool:
-    """The test of an early exit (``if step % N != 0: return``, ``if batch_idx % N: continue``,
-    ``if not should_log(step): return``, ``if step % N or not is_main: return``): what follows runs
-    only every N steps."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
-        return any(_skips_unless_every_n(v) for v in test.values)
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _every_n_test(test.operand)
-    if isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod):
-        return True  # `if step % N:` (truthy: not a multiple)
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.Gt)):
-        sides = (test.left, test.comparators[0])
-        return any(isinstance(x, ast.BinOp) and isinstance(x.op, ast.Mod) for x in sides)
-    return False
-
-
-def _periodic_skip(test: ast.AST) -> bool:
-    """The test of an early exit that waits for a threshold that moves (``if cur_nimg < tick_start + kimg * 1000:
-    continue``, ``if time.time() - last < interval: return``): what follows runs once per period."""
-    if isinstance(test, ast.BoolOp):
-        return any(_periodic_skip(v) for v in test.values)
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE))):
-        return False
-    left, right = test.left, test.comparators[0]
-
-    def moving(x: ast.AST, op: type) -> bool:
-        return (
-            isinstance(x, ast.BinOp)
-            and isinstance(x.op, op)
-            and not all(isinstance(v, ast.Constant) for v in (x.left, x.right))
-            and not any(isinstance(v, ast.Constant) for v in (x.left, x.right) if v is x.left)
-        )
-
-    return moving(right, ast.Add) or moving(left, ast.Sub)
-
-
-#: Roots of a configuration value (``args.use_amp``, ``self.hparams.debug``, ``cfg.log_images``).
-_FLAG_ROOTS = frozenset(
-    {"args", "opt", "opts", "cfg", "config", "conf", "hparams", "flags", "FLAGS", "params", "hp", "hps", "options"}
-)
-#: Attributes that are not a user's switch: run state, ranks, Lightning's own flags.
-_NOT_FLAGS = (
-    "training",
-    "global_zero",
-    "automatic_optimization",
-    "rank",
-    "main_process",
-    "master",
-    "device",
-    "trainer",
-)
-
-
-def _flag_ref(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Attribute):
-        return False
-    parts: list[str] = []
-    cur: ast.AST = node
-    while isinstance(cur, ast.Attribute):
-        parts.append(cur.attr)
-        cur = cur.value
-    if not isinstance(cur, ast.Name) or any(w in p for p in parts for w in _NOT_FLAGS):
-        return False
-    parts.append(cur.id)
-    parts.reverse()  # root first: ["self", "args", "nan_detection"]
-    if parts[0] in _FLAG_ROOTS:
-        return True
-    return parts[0] == "self" and (len(parts) == 2 or parts[1] in _FLAG_ROOTS)
-
-
 #: How a message says that a line runs only under a switch (the default lint set leaves such lines out).
 UNDER_FLAG = " (under "
 
@@ -319,77 +182,6 @@ def _flagged(r: Runs, flag: str) -> Runs:
     if not flag or r.flag or r.how not in (PER_BATCH, PER_SAMPLE):
         return r
     return replace(r, flag=flag, where=f"{r.where}{UNDER_FLAG}{flag})")
-
-
-def _flag_test(test: ast.AST) -> bool:
-    """``if self.args.nan_detection:``, ``if not cfg.fast:``, ``if self.momentum_classifier is not None:``: a
-    switch of the user's configuration, whose default the code does not show."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _flag_test(test.operand)
-    if isinstance(test, ast.BoolOp):
-        return all(_flag_test(v) for v in test.values)
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
-        return is_none(test.comparators[0]) and _flag_ref(test.left)
-    return _flag_ref(test)
-
-
-def _skips_unless_first(test: ast.AST) -> Optional[str]:
-    """``if batch_idx != 0: return`` / ``if batch_idx > 0: continue``: what follows runs for the first batch only."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-        return None
-    op, right = test.ops[0], test.comparators[0]
-    if not (isinstance(op, (ast.NotEq, ast.Gt)) and isinstance(right, ast.Constant) and right.value == 0):
-        return None
-    return _first_batch_test(ast.Compare(left=test.left, ops=[ast.Eq()], comparators=[right]))
-
-
-def _exits(stmt: ast.stmt) -> bool:
-    """``if <test>: ... return`` / ``continue`` with no ``else``: an early exit of the block that holds it."""
-    return (
-        isinstance(stmt, ast.If)
-        and not stmt.orelse
-        and bool(stmt.body)
-        and isinstance(stmt.body[-1], (ast.Return, ast.Continue))
-    )
-
-
-def _block_of(anc: ast.AST, child: ast.AST) -> list[ast.stmt]:
-    for name in ("body", "orelse", "finalbody"):
-        block = getattr(anc, name, None)
-        if isinstance(block, list) and any(child is x for x in block):
-            return block
-    return []
-
-
-def _last_index(node: ast.AST) -> bool:
-    """``len(loader) - 1``, ``len(loader)``, ``num_batches - 1``: the index (or count) of the last batch."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and isinstance(node.right, ast.Constant):
-        node = node.left
-        if not isinstance(node, ast.Call):
-            return isinstance(node, (ast.Name, ast.Attribute))
-    return isinstance(node, ast.Call) and terminal_name(node.func) == "len"
-
-
-def _is_main_test(test: ast.AST) -> bool:
-    """``__name__ == "__main__"``: the script's main guard."""
-    return _text(test).replace(" ", "") in ('__name__=="__main__"', "__name__=='__main__'")
-
-
-def _binds(loop: ast.AST, name: str) -> bool:
-    """The loop's target binds ``name``."""
-    target = getattr(loop, "target", None)
-    return target is not None and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target))
-
-
-def _is_error_branch(body: list[ast.stmt]) -> bool:
-    """The statements end the run: a ``raise``, ``sys.exit(...)``/``exit()``/``os._exit()``."""
-    for stmt in body:
-        if isinstance(stmt, ast.Raise):
-            return True
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            if terminal_name(stmt.value.func) in _EXIT_CALLS:
-                return True
-    return False
 
 
 def nodes_within(owner: Any, key: str, nodes: Any, node: ast.AST) -> list[Any]:
