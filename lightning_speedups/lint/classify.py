@@ -48,6 +48,8 @@ _MODULE_WRAPPERS = frozenset(
 )
 #: ``accelerator.backward(loss)`` / ``self.manual_backward(loss)`` / ``fabric.backward(loss)``.
 _BACKWARD_CALLS = frozenset({"backward", "manual_backward"})
+#: Objects whose ``.backward(loss)`` takes the loss as its argument (Accelerate, Fabric, DeepSpeed, a trainer).
+_BACKWARD_OWNERS = ("accelerator", "fabric", "engine", "trainer", "self", "model", "scaler", "strategy", "precision")
 
 
 class Classifiers:
@@ -220,7 +222,11 @@ class Classifiers:
                 if isinstance(owner, ast.Call) and terminal_name(owner.func) == "scale" and owner.args:
                     owner = owner.args[0]  # scaler.scale(loss).backward()
                 elif call.args and not (isinstance(owner, ast.Name) and owner.id.endswith("loss")):
-                    owner = call.args[0]  # accelerator.backward(loss)
+                    # accelerator.backward(loss), self.manual_backward(loss); not a CUDA kernel's
+                    # `wkv_cuda.backward(B, T, C, ...)` inside an autograd Function, whose arguments are sizes
+                    if func.attr == "backward" and not terminal_name(owner).lower().endswith(_BACKWARD_OWNERS):
+                        continue
+                    owner = call.args[0]
             if isinstance(owner, ast.Name) and owner.id not in into and self.scope_of(call) is scope:
                 into.add(owner.id)
         for name, bound in self.bindings(scope).items():

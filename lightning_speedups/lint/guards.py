@@ -209,6 +209,8 @@ def flag_test(test: ast.AST) -> bool:
         return all(flag_test(v) for v in test.values)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
         return is_none(test.comparators[0]) and flag_ref(test.left)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant):
+        return flag_ref(test.left)  # `if args.my_qa_mask != 1:`, `if cfg.mode == "train":`
     return flag_ref(test)
 
 

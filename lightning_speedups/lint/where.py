@@ -497,6 +497,8 @@ class Where(_Hosted):
                 return Runs(ON_ERROR, "an error message")
             if isinstance(anc, ast.ExceptHandler):
                 return Runs(ON_ERROR, "an except block")
+            if isinstance(anc, ast.If) and not flag and _flag_test(anc.test) and child is not anc.test:
+                flag = f"`if {_text(anc.test)[:60]}:` (line {anc.lineno})"  # either branch: the switch decides
             if isinstance(anc, ast.If) and any(child is s for s in anc.body):
                 if _is_error_branch(anc.body):
                     return Runs(ON_ERROR, f"an error branch (line {anc.lineno})")
@@ -504,8 +506,7 @@ class Where(_Hosted):
                     return Runs(ONCE, f"a first-call initialisation (line {anc.lineno})")
                 if _every_n_test(anc.test) or self._every_n_flag(anc.test):
                     every_n = True
-                if not flag and _flag_test(anc.test):
-                    flag = f"`if {_text(anc.test)[:60]}:` (line {anc.lineno})"
+
                 if leaves is None and isinstance(anc.body[-1], ast.Break):
                     leaves = anc
                 counter = _first_batch_test(anc.test) if first is None else None

@@ -157,3 +157,45 @@ def test_an_early_continue_until_a_moving_threshold_runs_once_per_period():
     assert _found(
         src.replace("            if cur_nimg < tick_start_nimg + kimg_per_tick * 1000:\n                continue\n", "")
     ) == [(14 - 2, "per batch")]
+
+
+def test_either_branch_of_a_switch_compared_to_a_constant_is_under_the_switch():
+    src = """
+    import lightning.pytorch as pl
+
+    class Net(pl.LightningModule):
+        def training_step(self, batch, batch_idx):
+            args = self.args
+            if args.qa_mask != 1:
+                loss = self.model(batch).mean()
+            else:
+                loss = self.model(batch[0]).mean()
+                self.masked = batch[1].sum().item()
+            return loss
+    """
+    (f,) = lint_source(textwrap.dedent(src), "net.py", select=["LS201"])
+    assert f.line == 11 and "(under `if args.qa_mask != 1:` (line 7))" in f.message
+    assert lint_source(textwrap.dedent(src), "net.py", select=["DEFAULT"]) == []
+
+
+def test_the_sizes_an_autograd_function_hands_its_kernel_are_not_a_loss():
+    src = """
+    import torch
+
+    class WKV(torch.autograd.Function):
+        @staticmethod
+        def backward(ctx, gy):
+            B = ctx.B
+            C = ctx.C
+            assert B * C % min(C, 32) == 0
+            gw = torch.empty((B, C), device=gy.device)
+            wkv_cuda.backward(B, C, gy, gw)
+            return gw
+
+    def train(model, loader, opt):
+        for x in loader:
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            opt.step()
+    """
+    assert lint_source(textwrap.dedent(src), "model.py", select=["LS201"]) == []
