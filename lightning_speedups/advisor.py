@@ -51,6 +51,7 @@ from lightning_speedups.callbacks import (
     NonBlockingCheck,
     SpeedupCallback,
 )
+from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional import HostReadCounter, ShapeTracker, SyncWatcher
 from lightning_speedups.inspection import (
     SEVERITIES,
@@ -197,10 +198,10 @@ class SpeedAdvisor(SpeedupCallback):
     ) -> None:
         super().__init__()
         if isinstance(check_steps, bool) or not isinstance(check_steps, int) or check_steps < 1:
-            raise ValueError(f"`SpeedAdvisor(check_steps=...)` must be an int >= 1 (e.g. 5), got {check_steps!r}.")
+            raise SettingError(f"`SpeedAdvisor(check_steps=...)` must be an int >= 1 (e.g. 5), got {check_steps!r}.")
         for name, value in (("print_report", print_report), ("lint", lint), ("show_ok", show_ok)):
             if not isinstance(value, bool):
-                raise TypeError(f"`SpeedAdvisor({name}=...)` must be True or False, got {value!r}.")
+                raise SettingTypeError(f"`SpeedAdvisor({name}=...)` must be True or False, got {value!r}.")
         self.check_steps = check_steps
         self.print_report = print_report
         self.lint = lint

@@ -75,10 +75,8 @@ The pack's commands:
 """
 
 
-def _user_error(err: BaseException) -> bool:
-    """Whether an exception was raised by the pack's own validation (so it is the user's input)."""
-    if not isinstance(err, (ValueError, TypeError)):
-        return False
+def _raised_by_pack(err: BaseException) -> bool:
+    """Whether the innermost frame of ``err``'s traceback is the pack's own code (not the user's, not a library's)."""
     tb = err.__traceback__
     last = None
     while tb is not None:
@@ -140,11 +138,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as err:
-        text = _instantiation_error(err)
-        if text is None and _user_error(err):
-            text = str(err)
+        from lightning_speedups.errors import bad_input, bug_report
+
+        bad = bad_input(err)
+        text = _instantiation_error(err) or (str(bad) if bad is not None else None)
         if text is None:
-            raise
+            if _raised_by_pack(err):  # not the user's input, not the user's code: ours
+                print(bug_report(err), file=sys.stderr)
+                traceback.print_exc()
+                return 1
+            raise  # the user's own code (a model's training_step) or a library: its traceback as Python shows it
         print(f"error: {text}", file=sys.stderr)
         if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
             traceback.print_exc()

@@ -30,8 +30,9 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.advisor import SpeedAdvisor
 from lightning_speedups.callbacks import AutomaticOptimizationFlags, AutoProbe, SpeedupCallback, SpeedupsSummary
+from lightning_speedups.errors import SettingError
 from lightning_speedups.tips import TIPS
-from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting, SettingError
+from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting
 from lightning_speedups.tips.t01_lr_schedule import ScheduleSettings
 from lightning_speedups.tips.t02_loader_workers import LoaderSettings
 from lightning_speedups.tips.t04_max_batch import LargestBatchSettings

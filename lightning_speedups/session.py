@@ -29,6 +29,7 @@ from lightning_speedups.callbacks.summary import without_theirs
 from lightning_speedups.callbacks.trainer_flags import merge_flags
 from lightning_speedups.config import Speedups
 from lightning_speedups.environment import BUILT_BY_PACK
+from lightning_speedups.errors import BadInput
 from lightning_speedups.presets import PresetError, resolve_config
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +39,7 @@ DEFAULT_DEMO_EPOCHS = 5
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 
 
-class UsageError(Exception):
+class UsageError(BadInput):
     """Bad input from the user: printed as one line, exit code 2."""
 
 

@@ -255,3 +255,35 @@ def test_the_cli_knows_the_trainer_commands_without_importing_the_session():
     code = "import sys, lightning_speedups.cli; print('lightning' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_an_error_of_the_pack_itself_is_a_bug_report_not_bad_input(monkeypatch, capsys):
+    """Issue 30: a ValueError the pack raises by mistake shows its traceback and says it is a bug; exit 1, not 2."""
+    import lightning_speedups.session as session
+
+    # a function whose code is the pack's own (its frames say session.py), failing on an internal invariant
+    scope: dict = {}
+    exec(
+        compile("def broken(argv):\n    raise ValueError('internal invariant broken')\n", session.__file__, "exec"),
+        scope,
+    )
+    monkeypatch.setattr(session, "resolve_config_args", scope["broken"])
+    assert main(["fit", "--trainer.max_steps=1"]) == 1
+    err = capsys.readouterr().err
+    assert "This is a bug in lightning_speedups" in err and "Traceback" in err
+    assert "internal invariant broken" in err and "lightning_speedups " in err and "torch " in err
+
+
+def test_bad_input_raised_deep_in_the_pack_stays_one_line(monkeypatch, capsys):
+    import lightning_speedups.session as session
+    from lightning_speedups.errors import SettingError
+
+    def refuse(argv):
+        raise SettingError("`speedups.precision` must be one of auto, 32-true; got 'fp7'.")
+
+    monkeypatch.setattr(session, "resolve_config_args", refuse)
+    assert main(["fit"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.strip() == "error: `speedups.precision` must be one of auto, 32-true; got 'fp7'." and "Traceback" not in err
+    )

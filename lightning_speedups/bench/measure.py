@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 from lightning.pytorch.callbacks import Callback
 
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.timing import Timeline
 
 SANITY_WINDOW = 5
@@ -158,7 +159,7 @@ class BenchProbe(Callback):
     def __init__(self, warmup: int, steps: int, memory_step: bool = True) -> None:
         super().__init__()
         if warmup < 0 or steps < 1:
-            raise ValueError(f"`warmup` must be >= 0 and `steps` >= 1, got {warmup} and {steps}.")
+            raise SettingError(f"`warmup` must be >= 0 and `steps` >= 1, got {warmup} and {steps}.")
         self.warmup = warmup
         self.steps = steps
         self.memory_step = memory_step

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from lightning_speedups.bench.args import flatten, nest, preset_speedups, speedups_defaults
 from lightning_speedups.bench.results import MEMORY_FIGURE, BenchResult, VariantRecord
+from lightning_speedups.errors import SettingError
 
 MiB = 2**20
 
@@ -351,9 +352,9 @@ def preset_dict(result: BenchResult, record: Optional[VariantRecord] = None) -> 
     user's value): ``fit --config yours.yaml --config picked.yaml`` is the user's config plus the pick."""
     record = record or result.pick
     if record is None:
-        raise ValueError("no variant to write: the bench ran nothing.")
+        raise SettingError("no variant to write: the bench ran nothing.")
     if record.variant.kind not in ("baseline", "yours") and not any(r.get("status") == "ok" for r in record.runs):
-        raise ValueError(f"variant {record.variant.name!r} has no completed run to take its settings from.")
+        raise SettingError(f"variant {record.variant.name!r} has no completed run to take its settings from.")
     defaults = speedups_defaults()
     decided = decided_speedups(record) if record.variant.kind not in ("baseline", "yours") else {}
     keep = {

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.bench.measure import batch_size_of
+from lightning_speedups.errors import SettingError
 
 # ------------------------------------------------------------------------------------- time to target
 
@@ -66,16 +67,16 @@ def parse_target(text: str, mode: Optional[str] = None) -> Target:
             given = m
             break
     else:
-        raise ValueError(f"--target {text!r}: write METRIC=VALUE, e.g. val_acc=0.90 (or val_loss<=0.3).")
+        raise SettingError(f"--target {text!r}: write METRIC=VALUE, e.g. val_acc=0.90 (or val_loss<=0.3).")
     name = name.strip()
     try:
         number = float(value)
     except ValueError:
-        raise ValueError(f"--target {text!r}: {value.strip()!r} is not a number.") from None
+        raise SettingError(f"--target {text!r}: {value.strip()!r} is not a number.") from None
     if not name or not math.isfinite(number):
-        raise ValueError(f"--target {text!r}: write METRIC=VALUE, e.g. val_acc=0.90.")
+        raise SettingError(f"--target {text!r}: write METRIC=VALUE, e.g. val_acc=0.90.")
     if mode is not None and given is not None and mode != given:
-        raise ValueError(f"--target {text!r} says {given} but --target-mode says {mode}.")
+        raise SettingError(f"--target {text!r} says {given} but --target-mode says {mode}.")
     return Target(name, number, given or mode or infer_mode(name))
 
 

@@ -12,6 +12,7 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional.agc import adaptive_clip_grad_, agc_parameters
 
 DEFAULT_EXCLUDE = ("fc", "classifier", "head")
@@ -68,18 +69,18 @@ class AdaptiveGradientClipping(SpeedupCallback):
     ) -> None:
         super().__init__()
         if isinstance(clipping, bool) or not isinstance(clipping, (int, float)) or not clipping > 0:
-            raise ValueError(
+            raise SettingError(
                 f"`clipping` must be a positive number, the largest gradient-to-weight norm ratio "
                 f"(the NFNet paper uses 0.01 at batch 4096); got {clipping!r}."
             )
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
-            raise ValueError(f"`eps` must be a number >= 0 (default 1e-3); got {eps!r}.")
+            raise SettingError(f"`eps` must be a number >= 0 (default 1e-3); got {eps!r}.")
         if isinstance(exclude, str):
             exclude = (exclude,)
         if exclude is not None:
             exclude = tuple(exclude)
             if not all(isinstance(p, str) for p in exclude):
-                raise TypeError(
+                raise SettingTypeError(
                     f"`exclude` must be a list of name patterns such as ['fc', 'head.*'], or None; got {exclude!r}."
                 )
         self.clipping = float(clipping)

@@ -14,6 +14,7 @@ import torch
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.lr_range import TrainingSnapshot
 from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe, unprobed
 from lightning_speedups.functional.timing import Timeline
@@ -83,11 +84,11 @@ class AutoProbe(SpeedupCallback):
     ) -> None:
         super().__init__()
         if rounds < MIN_ROUNDS or steps < 1 or warmup < 0:
-            raise ValueError(
+            raise SettingError(
                 f"AutoProbe: `rounds` must be >= {MIN_ROUNDS}, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}."
             )
         if not (min_gain >= 0 and max_seconds > 0 and (max_fraction is None or 0 < max_fraction <= 1)):
-            raise ValueError(
+            raise SettingError(
                 "AutoProbe: `min_gain` must be >= 0, `max_seconds` > 0 and `max_fraction` in (0, 1];"
                 f" got {min_gain}, {max_seconds}, {max_fraction}."
             )

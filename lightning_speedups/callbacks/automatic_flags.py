@@ -19,6 +19,7 @@ from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.trainer_flags import LIGHTNING_DEFAULTS, apply_flag, flags_set_on, merge_flags
+from lightning_speedups.errors import SettingError
 
 #: The values Lightning accepts under manual optimization (the Trainer's defaults).
 DEFAULTS: dict[str, Any] = {
@@ -47,7 +48,7 @@ class AutomaticOptimizationFlags(SpeedupCallback):
         super().__init__()
         unknown = sorted(set(flags) - set(DEFAULTS))
         if unknown:
-            raise ValueError(f"`flags` may hold {sorted(DEFAULTS)}; got {unknown}.")
+            raise SettingError(f"`flags` may hold {sorted(DEFAULTS)}; got {unknown}.")
         self.part = name.removesuffix(f" ({tip})")  # type: ignore[misc]  # the summary adds the tip
         self.tip = tip  # type: ignore[misc]
         self.flags = dict(flags)

@@ -13,6 +13,7 @@ from typing_extensions import override
 from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
 from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.callbacks.namespace import is_overridden
+from lightning_speedups.errors import SettingTypeError
 from lightning_speedups.functional.channels_last import (
     DEFAULT_EXCLUDE_KEYS,
     batch_to_channels_last,
@@ -71,13 +72,15 @@ class ChannelsLast(SpeedupCallback):
     def __init__(self, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS, auto: bool = False) -> None:
         super().__init__()
         if not isinstance(auto, bool):
-            raise TypeError(f"`auto` must be True or False; got {auto!r}.")
+            raise SettingTypeError(f"`auto` must be True or False; got {auto!r}.")
         self.auto = auto
         self._awaiting = False
         self._undo: Any = None
         self._where: Any = None
         if isinstance(exclude_keys, str) or not all(isinstance(k, str) for k in exclude_keys):
-            raise TypeError(f"`exclude_keys` must be a list of strings (e.g. ['label', 'mask']); got {exclude_keys!r}.")
+            raise SettingTypeError(
+                f"`exclude_keys` must be a list of strings (e.g. ['label', 'mask']); got {exclude_keys!r}."
+            )
         self.exclude_keys = tuple(exclude_keys)
         self._wrapped: list[Any] = []
 

@@ -33,6 +33,7 @@ from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
+from lightning_speedups.errors import SettingTypeError
 from lightning_speedups.functional.conv_bias import apply_conv_bias_plan, remap_optimizer_state_without
 from lightning_speedups.functional.conv_bias_plan import ConvBiasPlan, forward_args, plan_conv_bias_removal
 
@@ -61,7 +62,7 @@ class ConvBiasRemoval(SpeedupCallback):
     def __init__(self, example_input: Any = None, *, fold_on_load: bool = True) -> None:
         super().__init__()
         if not isinstance(fold_on_load, bool):
-            raise TypeError(f"`fold_on_load` must be True or False, got {fold_on_load!r}.")
+            raise SettingTypeError(f"`fold_on_load` must be True or False, got {fold_on_load!r}.")
         if example_input is not None:
             forward_args(example_input)  # raises a TypeError naming `example_input`
         self.example_input = example_input

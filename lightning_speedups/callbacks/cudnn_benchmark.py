@@ -10,6 +10,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, on_cuda
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.shapes import batch_shape_signature
 
 
@@ -41,9 +42,9 @@ class CudnnBenchmark(SpeedupCallback):
     def __init__(self, mode: Literal["auto", "on", "off"] = "auto", max_shapes: int = 4, watch_steps: int = 50) -> None:
         super().__init__()
         if mode not in ("auto", "on", "off"):
-            raise ValueError(f"`mode` must be 'auto', 'on' or 'off'; got {mode!r}.")
+            raise SettingError(f"`mode` must be 'auto', 'on' or 'off'; got {mode!r}.")
         if not isinstance(max_shapes, int) or max_shapes < 1:
-            raise ValueError(f"`max_shapes` must be a positive integer; got {max_shapes!r}.")
+            raise SettingError(f"`max_shapes` must be a positive integer; got {max_shapes!r}.")
         self.mode = mode
         self.max_shapes = max_shapes
         self.watch_steps = watch_steps

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.errors import SettingError, SettingTypeError
 
 
 class DataWaitMonitor(SpeedupCallback):
@@ -75,13 +76,13 @@ class DataWaitMonitor(SpeedupCallback):
     ) -> None:
         super().__init__()
         if timer not in ("auto", "host", "cuda_events"):
-            raise ValueError(f"`timer` must be 'auto', 'host' or 'cuda_events', got {timer!r}.")
+            raise SettingError(f"`timer` must be 'auto', 'host' or 'cuda_events', got {timer!r}.")
         if not isinstance(log, bool):
-            raise TypeError(f"`log` must be True or False, got {log!r}.")
+            raise SettingTypeError(f"`log` must be True or False, got {log!r}.")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"`warmup_steps` must be an int >= 0, got {warmup_steps!r}.")
+            raise SettingError(f"`warmup_steps` must be an int >= 0, got {warmup_steps!r}.")
         if not 0.0 < float(input_bound_threshold) < 1.0:
-            raise ValueError(f"`input_bound_threshold` must be between 0 and 1, got {input_bound_threshold!r}.")
+            raise SettingError(f"`input_bound_threshold` must be between 0 and 1, got {input_bound_threshold!r}.")
         self.log = log
         self.warmup_steps = warmup_steps
         self.input_bound_threshold = float(input_bound_threshold)

@@ -11,6 +11,7 @@ from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.sync_guard import SYNC_MODES, SyncGuard
+from lightning_speedups.errors import SettingError, SettingTypeError
 
 #: the environment variable cuBLAS reads for its workspace, and the values torch accepts as deterministic
 CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
@@ -62,11 +63,11 @@ class DebugMode(SpeedupCallback):
         super().__init__()
         for name, value in (("anomaly", anomaly), ("check_nan", check_nan)):
             if not isinstance(value, bool):
-                raise TypeError(f"`DebugMode({name}=...)` must be a bool, got {value!r}.")
+                raise SettingTypeError(f"`DebugMode({name}=...)` must be a bool, got {value!r}.")
         if sync_guard is not None and sync_guard not in SYNC_MODES:
-            raise ValueError(f"`DebugMode(sync_guard=...)` must be None or one of {SYNC_MODES}, got {sync_guard!r}.")
+            raise SettingError(f"`DebugMode(sync_guard=...)` must be None or one of {SYNC_MODES}, got {sync_guard!r}.")
         if not (isinstance(deterministic, bool) or deterministic == "warn"):
-            raise ValueError(f"`DebugMode(deterministic=...)` must be True, False or 'warn', got {deterministic!r}.")
+            raise SettingError(f"`DebugMode(deterministic=...)` must be True, False or 'warn', got {deterministic!r}.")
         self.anomaly = anomaly
         self.check_nan = check_nan
         self.deterministic = deterministic

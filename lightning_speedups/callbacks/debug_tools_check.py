@@ -13,6 +13,7 @@ from typing_extensions import override
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.debug_mode import DebugMode
 from lightning_speedups.callbacks.sync_guard import SyncGuard
+from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional.debug_tools import (
     DEBUG_TOOL_IDS,
     DebugTool,
@@ -51,11 +52,11 @@ class DebugToolsCheck(SpeedupCallback):
     def __init__(self, ignore: Iterable[str] = ()) -> None:
         super().__init__()
         if isinstance(ignore, str):
-            raise TypeError("`DebugToolsCheck(ignore=...)` must be a list of tool ids, not a single string.")
+            raise SettingTypeError("`DebugToolsCheck(ignore=...)` must be a list of tool ids, not a single string.")
         ignore = tuple(ignore)
         unknown = [i for i in ignore if i not in DEBUG_TOOL_IDS]
         if unknown:
-            raise ValueError(
+            raise SettingError(
                 f"`DebugToolsCheck(ignore=...)` has unknown tool ids {unknown}; known ids: {', '.join(DEBUG_TOOL_IDS)}."
             )
         self.ignore = frozenset(ignore)

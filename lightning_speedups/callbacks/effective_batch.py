@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.errors import SettingError
 
 
 def loader_batch_size(loader: Any) -> Optional[int]:
@@ -36,7 +37,7 @@ def accumulation_for(effective_batch_size: int, batch_size: int, world_size: int
     per_step = batch_size * world_size
     if effective_batch_size % per_step:
         lower = max(per_step, effective_batch_size // per_step * per_step)
-        raise ValueError(
+        raise SettingError(
             f"`speedups.effective_batch_size={effective_batch_size}` is not a multiple of batch size {batch_size}"
             f" x {world_size} process(es) = {per_step}. Use {lower} or {lower + per_step}, or change the batch size."
         )
@@ -74,7 +75,7 @@ class EffectiveBatchSize(SpeedupCallback):
             or isinstance(effective_batch_size, bool)
             or effective_batch_size < 1
         ):
-            raise ValueError(f"`effective_batch_size` must be a positive integer; got {effective_batch_size!r}.")
+            raise SettingError(f"`effective_batch_size` must be a positive integer; got {effective_batch_size!r}.")
         self.effective_batch_size = effective_batch_size
 
     @override
@@ -93,14 +94,14 @@ class EffectiveBatchSize(SpeedupCallback):
             trainer.fit_loop.setup_data()
         batch_size = loader_batch_size(trainer.train_dataloader)
         if batch_size is None:
-            raise ValueError(
+            raise SettingError(
                 "`speedups.effective_batch_size` needs the train loader's batch size, but the loader has none"
                 " (an iterable dataset batching by itself?). Set `trainer.accumulate_grad_batches` instead."
             )
         world = trainer.world_size  # every rank of every node: devices x num_nodes
         accumulate = accumulation_for(self.effective_batch_size, batch_size, world)
         if trainer.accumulate_grad_batches not in (1, accumulate):
-            raise ValueError(
+            raise SettingError(
                 f"Both `trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}` and"
                 f" `speedups.effective_batch_size={self.effective_batch_size}` are set and disagree"
                 f" (the latter needs {accumulate}). Remove one of them."

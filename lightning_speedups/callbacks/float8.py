@@ -10,6 +10,7 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, on_cuda
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.precision import FLOAT8_MIN_CAPABILITY, cuda_device_facts, torchao_float8_available
 
 Recipe = Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"]
@@ -69,7 +70,7 @@ class Float8Training(SpeedupCallback):
     ) -> None:
         super().__init__()
         if recipe not in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
-            raise ValueError(f"`recipe` must be 'tensorwise', 'rowwise' or 'rowwise_with_gw_hp'; got {recipe!r}.")
+            raise SettingError(f"`recipe` must be 'tensorwise', 'rowwise' or 'rowwise_with_gw_hp'; got {recipe!r}.")
         self.recipe = recipe
         self.module_filter_fn = module_filter_fn
         self.converted: list[str] = []

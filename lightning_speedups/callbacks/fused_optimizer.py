@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.probe import Axis, Option
 
 
@@ -166,7 +167,7 @@ class FusedOptimizer(SpeedupCallback):
     def __init__(self, mode: Literal["auto", "fused", "foreach"] = "auto") -> None:
         super().__init__()
         if mode not in ("auto", "fused", "foreach"):
-            raise ValueError(f"`mode` must be 'auto', 'fused' or 'foreach'; got {mode!r}.")
+            raise SettingError(f"`mode` must be 'auto', 'fused' or 'foreach'; got {mode!r}.")
         self.mode = mode
         self.changed: list[str] = []
         self._awaiting = False

@@ -30,6 +30,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.grads import FIX, ZeroedGrads, find_zeroed_grads
 
 
@@ -58,7 +59,7 @@ class GradsToNoneCheck(SpeedupCallback):
     def __init__(self, check_steps: int = 3) -> None:
         super().__init__()
         if isinstance(check_steps, bool) or not isinstance(check_steps, int) or check_steps < 1:
-            raise ValueError(f"`check_steps` must be a positive int (e.g. 3), got {check_steps!r}.")
+            raise SettingError(f"`check_steps` must be a positive int (e.g. 3), got {check_steps!r}.")
         self.check_steps = check_steps
         self.finding: Optional[ZeroedGrads] = None
         self.culprit: Optional[str] = None

@@ -16,6 +16,7 @@ from lightning_speedups.data.normalize import (
     merge_stats,
     normalisation_problems,
 )
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.loaders import named_tensors
 
 
@@ -58,12 +59,12 @@ class InputStatsCheck(SpeedupCallback):
     ) -> None:
         super().__init__()
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-            raise ValueError(f"`batches` must be an int >= 1, got {batches!r}.")
+            raise SettingError(f"`batches` must be an int >= 1, got {batches!r}.")
         if mean_tol <= 0:
-            raise ValueError(f"`mean_tol` must be > 0, got {mean_tol!r}.")
+            raise SettingError(f"`mean_tol` must be > 0, got {mean_tol!r}.")
         lo, hi = std_range
         if not 0 < lo < 1 < hi:
-            raise ValueError(f"`std_range` must be (low, high) with 0 < low < 1 < high, got {std_range!r}.")
+            raise SettingError(f"`std_range` must be (low, high) with 0 < low < 1 < high, got {std_range!r}.")
         self.batches = batches
         self.mean_tol = float(mean_tol)
         self.std_range = (float(lo), float(hi))

@@ -29,6 +29,7 @@ from lightning_speedups.callbacks.batch_trials import (
     train_set_length,
 )
 from lightning_speedups.callbacks.namespace import is_lightning
+from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional.batch_size import (
     find_largest_batch_size,
     largest_divisor_batch,
@@ -154,32 +155,36 @@ class LargestBatch(SpeedupCallback):
             # syntax and sign now; the size against the device's memory in ``setup``
             parse_memory_budget(memory_budget, total=1 << 62)
         if not _is_int(multiple) or multiple < 1:
-            raise ValueError(
+            raise SettingError(
                 f"`multiple` must be an int >= 1 (8 suits tensor cores, 1 allows any size); got {multiple!r}."
             )
         if base_batch_size is not None and (not _is_int(base_batch_size) or base_batch_size < 1):
-            raise ValueError(
+            raise SettingError(
                 "`base_batch_size` must be a positive int, the effective batch your learning rates were tuned for, "
                 f"or None to use the effective batch before the search; got {base_batch_size!r}."
             )
         if lr_rule not in _LR_RULES:
-            raise ValueError(f"`lr_rule` must be 'linear', 'sqrt' or None (learning rates unchanged); got {lr_rule!r}.")
+            raise SettingError(
+                f"`lr_rule` must be 'linear', 'sqrt' or None (learning rates unchanged); got {lr_rule!r}."
+            )
         if not isinstance(keep_effective_batch, bool):
-            raise TypeError(f"`keep_effective_batch` must be True or False; got {keep_effective_batch!r}.")
+            raise SettingTypeError(f"`keep_effective_batch` must be True or False; got {keep_effective_batch!r}.")
         if max_batch_size is not None and (not _is_int(max_batch_size) or max_batch_size < multiple):
-            raise ValueError(
+            raise SettingError(
                 f"`max_batch_size` must be None or an int >= `multiple` ({multiple}); got {max_batch_size!r}."
             )
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
-            raise ValueError(f"`margin` must be a number in [0, 1), e.g. 0.1 to keep 10% free; got {margin!r}.")
+            raise SettingError(f"`margin` must be a number in [0, 1), e.g. 0.1 to keep 10% free; got {margin!r}.")
         if batch_size is not None and (not _is_int(batch_size) or batch_size < 1):
-            raise ValueError(f"`batch_size` must be None (search) or a positive int (use it); got {batch_size!r}.")
+            raise SettingError(f"`batch_size` must be None (search) or a positive int (use it); got {batch_size!r}.")
         if not _is_int(steps_per_trial) or steps_per_trial < 1:
-            raise ValueError(f"`steps_per_trial` must be an int >= 1; got {steps_per_trial!r}.")
+            raise SettingError(f"`steps_per_trial` must be an int >= 1; got {steps_per_trial!r}.")
         if not _is_int(max_trials) or max_trials < 1:
-            raise ValueError(f"`max_trials` must be an int >= 1; got {max_trials!r}.")
+            raise SettingError(f"`max_trials` must be an int >= 1; got {max_trials!r}.")
         if not isinstance(batch_arg_name, str) or not batch_arg_name:
-            raise TypeError(f"`batch_arg_name` must be the name of the batch size attribute; got {batch_arg_name!r}.")
+            raise SettingTypeError(
+                f"`batch_arg_name` must be the name of the batch size attribute; got {batch_arg_name!r}."
+            )
         self.memory_budget = memory_budget
         self.multiple = multiple
         self.base_batch_size = base_batch_size
@@ -294,7 +299,7 @@ class LargestBatch(SpeedupCallback):
         base = self.base_batch_size or old_effective
         per_process = old_batch * old_accumulate  # batch x accumulation kept constant with keep_effective_batch
         if self.keep_effective_batch and per_process % self.multiple:
-            raise ValueError(
+            raise SettingError(
                 f"LargestBatch(keep_effective_batch=True): the effective batch {old_effective} (batch {old_batch} x "
                 f"accumulate_grad_batches {old_accumulate} x {world} processes) cannot be split into per-process "
                 f"batches that are multiples of {self.multiple}: {per_process} is not divisible by {self.multiple}. "
@@ -312,7 +317,7 @@ class LargestBatch(SpeedupCallback):
             fitted = new_batch
             new_batch = largest_divisor_batch(new_batch, per_process, 1 if how == "given" else self.multiple)
             if new_batch == 0 or (how == "given" and new_batch != fitted):
-                raise ValueError(
+                raise SettingError(
                     f"LargestBatch(keep_effective_batch=True): batch size {fitted} does not divide the per-process "
                     f"effective batch {per_process} (batch {old_batch} x accumulate_grad_batches {old_accumulate}); "
                     f"pass a `batch_size` that divides {per_process}."
@@ -423,7 +428,7 @@ class LargestBatch(SpeedupCallback):
         if dataset_len is not None:
             cap = dataset_len if cap is None else min(cap, dataset_len)
         if cap is not None and cap < self.multiple:
-            raise ValueError(
+            raise SettingError(
                 f"LargestBatch: the largest allowed batch ({cap}: max_batch_size, training set length or effective "
                 f"batch) is below `multiple={self.multiple}`; lower `multiple`."
             )

@@ -22,6 +22,7 @@ from lightning_speedups.data.loaders import (
     rebuild_dataloader,
     resolve_loader_settings,
 )
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.loaders import non_tensor_leaves
 
 _STAGE_HOOKS = {
@@ -175,7 +176,7 @@ class LoaderTuning(SpeedupCallback):
             stages = (stages,)
         bad = [s for s in stages if s not in _STAGE_HOOKS]
         if bad:
-            raise ValueError(f"`stages` may hold {sorted(_STAGE_HOOKS)}, got {bad}.")
+            raise SettingError(f"`stages` may hold {sorted(_STAGE_HOOKS)}, got {bad}.")
         self.stages = tuple(stages)
         self.choices: dict[str, str] = {}
         self._patches = HookPatches()

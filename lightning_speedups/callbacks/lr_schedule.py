@@ -19,6 +19,7 @@ from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.lr_range import RangePick, TrainingSnapshot, pick_peak_lr, resmooth
 
 #: the learning rates a range test (``max_lr="auto"``) sweeps, exponentially
@@ -68,10 +69,10 @@ SchedulePlan(amount=600.0, unit='seconds'), SchedulePlan(amount=90.0, unit='seco
         return None
     hint = "a number of optimizer steps, 'N steps', 'N epochs' or a time ('90s', '10min', '1.5h', '00:10:00')"
     if isinstance(value, bool):
-        raise ValueError(f"`plan` must be {hint}; got {value!r}.")
+        raise SettingError(f"`plan` must be {hint}; got {value!r}.")
     if isinstance(value, (int, float)):
         if value <= 0 or value != int(value):
-            raise ValueError(f"`plan` as a number is whole optimizer steps, at least 1; got {value!r}.")
+            raise SettingError(f"`plan` as a number is whole optimizer steps, at least 1; got {value!r}.")
         return SchedulePlan(int(value), "steps")
     text = str(value)
     match = _PLAN.match(text)
@@ -79,20 +80,20 @@ SchedulePlan(amount=600.0, unit='seconds'), SchedulePlan(amount=90.0, unit='seco
         n, unit = float(match["n"]), match["unit"].lower()
         if unit.startswith("step"):
             if n != int(n) or n < 1:
-                raise ValueError(f"`plan` {text!r}: steps are whole, at least 1.")
+                raise SettingError(f"`plan` {text!r}: steps are whole, at least 1.")
             return SchedulePlan(int(n), "steps")
         plan = SchedulePlan(n, "epochs") if unit.startswith("epoch") else SchedulePlan(n * _SECONDS[unit], "seconds")
     else:
         clock = _CLOCK.match(text)
         if clock is None:
-            raise ValueError(f"`plan` must be {hint}; got {value!r}.")
+            raise SettingError(f"`plan` must be {hint}; got {value!r}.")
         parts = [int(g) for g in clock.groups() if g is not None]
         seconds = 0
         for part, scale in zip(reversed(parts), (1, 60, 3600, 86400)):
             seconds += part * scale
         plan = SchedulePlan(float(seconds), "seconds")
     if plan.amount <= 0:
-        raise ValueError(f"`plan` must be positive; got {value!r}.")
+        raise SettingError(f"`plan` must be positive; got {value!r}.")
     return plan
 
 
@@ -374,23 +375,25 @@ class LRSchedule(SpeedupCallback):
         super().__init__()
         self._plan = parse_plan(plan)
         if name not in ("onecycle", "cyclic"):
-            raise ValueError(f"`name` must be 'onecycle' or 'cyclic'; got {name!r}.")
+            raise SettingError(f"`name` must be 'onecycle' or 'cyclic'; got {name!r}.")
         if max_lr is not None and max_lr != "auto" and (isinstance(max_lr, str) or max_lr <= 0):
-            raise ValueError(
+            raise SettingError(
                 f"`max_lr` must be positive, None (the optimizer's lr) or 'auto' (an LR range test); got {max_lr!r}."
             )
         if isinstance(range_test_steps, bool) or not isinstance(range_test_steps, int) or range_test_steps < 5:
-            raise ValueError(f"`range_test_steps` must be an integer >= 5; got {range_test_steps!r}.")
+            raise SettingError(f"`range_test_steps` must be an integer >= 5; got {range_test_steps!r}.")
         if not 0.0 < horizon <= 1.0:
-            raise ValueError(f"`horizon` must be in (0, 1], the share of the run the schedule spans; got {horizon!r}.")
+            raise SettingError(
+                f"`horizon` must be in (0, 1], the share of the run the schedule spans; got {horizon!r}."
+            )
         if not 0.0 < pct_start < 1.0:
-            raise ValueError(f"`pct_start` must be between 0 and 1; got {pct_start!r}.")
+            raise SettingError(f"`pct_start` must be between 0 and 1; got {pct_start!r}.")
         if not isinstance(cycles, int) or cycles < 1:
-            raise ValueError(f"`cycles` must be a positive integer; got {cycles!r}.")
+            raise SettingError(f"`cycles` must be a positive integer; got {cycles!r}.")
         if anneal_strategy not in ("cos", "linear"):
-            raise ValueError(f"`anneal_strategy` must be 'cos' or 'linear'; got {anneal_strategy!r}.")
+            raise SettingError(f"`anneal_strategy` must be 'cos' or 'linear'; got {anneal_strategy!r}.")
         if mode not in ("triangular", "triangular2", "exp_range"):
-            raise ValueError(f"`mode` must be 'triangular', 'triangular2' or 'exp_range'; got {mode!r}.")
+            raise SettingError(f"`mode` must be 'triangular', 'triangular2' or 'exp_range'; got {mode!r}.")
         self.name = name
         self.max_lr = max_lr
         self.pct_start = pct_start
@@ -586,7 +589,7 @@ class LRSchedule(SpeedupCallback):
             return f"the plan of {plan.text()}", None
         if plan is not None and plan.unit == "epochs":
             if per_epoch is None:
-                raise ValueError(
+                raise SettingError(
                     f"`speedups.lr_schedule.plan` of {plan.text()} needs the number of steps in an epoch, and the"
                     " training loader has no length: give the plan in steps or as a time ('10min')."
                 )
@@ -601,7 +604,7 @@ class LRSchedule(SpeedupCallback):
             return f"{share}the run", None
         seconds = timer_seconds(trainer)
         if seconds is None:  # on_fit_start skipped this case; a loader that lost its length since
-            raise ValueError(
+            raise SettingError(
                 "`speedups.lr_schedule` needs the run's length: set `trainer.max_steps`, `trainer.max_epochs` or"
                 " `trainer.max_time`, or `speedups.lr_schedule.plan`."
             )

@@ -12,6 +12,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.eval_grads import (
     EvalGradWatch,
     tensors_requiring_grad,
@@ -53,13 +54,13 @@ class NoGradEvalCheck(SpeedupCallback):
     def __init__(self, check_batches: int = 2, stages: Iterable[str] = _STAGES) -> None:
         super().__init__()
         if not isinstance(check_batches, int) or isinstance(check_batches, bool) or check_batches < 1:
-            raise ValueError(f"`NoGradEvalCheck(check_batches=...)` must be an int >= 1, got {check_batches!r}.")
+            raise SettingError(f"`NoGradEvalCheck(check_batches=...)` must be an int >= 1, got {check_batches!r}.")
         if isinstance(stages, str):
             stages = (stages,)
         stages = tuple(stages)
         bad = [s for s in stages if s not in _STAGES]
         if bad:
-            raise ValueError(f"`NoGradEvalCheck(stages=...)` has unknown stages {bad}; choose from {_STAGES}.")
+            raise SettingError(f"`NoGradEvalCheck(stages=...)` has unknown stages {bad}; choose from {_STAGES}.")
         self.check_batches = check_batches
         self.stages = frozenset(stages)
         self.findings: list[dict[str, Any]] = []

@@ -10,6 +10,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, on_cuda
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.shapes import ShapeTracker
 
 
@@ -41,7 +42,7 @@ class ShapeWatch(SpeedupCallback):
     def __init__(self, max_shapes: int = 2) -> None:
         super().__init__()
         if not isinstance(max_shapes, int) or isinstance(max_shapes, bool) or max_shapes < 1:
-            raise ValueError(f"`ShapeWatch(max_shapes=...)` must be an int >= 1, got {max_shapes!r}.")
+            raise SettingError(f"`ShapeWatch(max_shapes=...)` must be an int >= 1, got {max_shapes!r}.")
         self.max_shapes = max_shapes
         self.tracker = ShapeTracker(max_shapes=max_shapes)
         self.warned = False

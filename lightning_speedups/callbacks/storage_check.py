@@ -12,6 +12,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.storage import StorageReport, find_data_root, storage_report
 
 
@@ -50,9 +51,9 @@ class StorageCheck(SpeedupCallback):
     ) -> None:
         super().__init__()
         if isinstance(sample_files, bool) or not isinstance(sample_files, int) or sample_files < 1:
-            raise ValueError(f"`sample_files` must be an int >= 1, got {sample_files!r}.")
+            raise SettingError(f"`sample_files` must be an int >= 1, got {sample_files!r}.")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"`max_bytes` must be an int >= 1, got {max_bytes!r}.")
+            raise SettingError(f"`max_bytes` must be an int >= 1, got {max_bytes!r}.")
         self.root = root
         self.sample_files = sample_files
         self.max_bytes = max_bytes

@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, on_cuda
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.syncs import SyncSite, SyncWatcher
 
 SYNC_MODES = ("count", "warn", "error")
@@ -54,7 +55,7 @@ class SyncGuard(SpeedupCallback):
     def __init__(self, mode: Literal["count", "warn", "error"] = "warn") -> None:
         super().__init__()
         if mode not in SYNC_MODES:
-            raise ValueError(f"`SyncGuard(mode=...)` must be one of {SYNC_MODES}, got {mode!r}.")
+            raise SettingError(f"`SyncGuard(mode=...)` must be one of {SYNC_MODES}, got {mode!r}.")
         self.mode = mode
         self._watcher = SyncWatcher(mode)
         self._enabled = False

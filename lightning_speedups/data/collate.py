@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
+from lightning_speedups.errors import SettingTypeError
+
 __all__ = [
     "CollateTypeError",
     "as_tensor_no_copy",
@@ -61,7 +63,7 @@ def as_tensor_no_copy(array: np.ndarray) -> torch.Tensor:
         True
     """
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"`array` must be a numpy array, got {type(array).__name__}.")
+        raise SettingTypeError(f"`array` must be a numpy array, got {type(array).__name__}.")
     if array.dtype == object or array.dtype.kind in "USV":
         raise CollateTypeError(
             f"numpy array of dtype {array.dtype} cannot become a tensor; convert it in the dataset first."

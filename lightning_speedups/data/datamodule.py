@@ -39,6 +39,7 @@ from lightning_speedups.data.loaders import (
     machine_from_trainer,
     resolve_loader_settings,
 )
+from lightning_speedups.errors import SettingError
 
 __all__ = ["SpeedDataModule"]
 
@@ -99,9 +100,9 @@ class SpeedDataModule(LightningDataModule):
             if value is None and name == "eval_batch_size":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+                raise SettingError(f"`{name}` must be an int >= 1, got {value!r}.")
         if num_workers is None or pin_memory is None or persistent_workers is None:
-            raise ValueError(
+            raise SettingError(
                 "SpeedDataModule needs a value or 'auto' for num_workers, pin_memory and persistent_workers"
                 " (None means 'keep the loader's' and only applies to LoaderTuning)."
             )
@@ -140,9 +141,9 @@ class SpeedDataModule(LightningDataModule):
             **kwargs: the other :class:`SpeedDataModule` arguments.
         """
         if not 0.0 <= val_fraction < 1.0:
-            raise ValueError(f"`val_fraction` must be in [0, 1), got {val_fraction!r}.")
+            raise SettingError(f"`val_fraction` must be in [0, 1), got {val_fraction!r}.")
         if val_fraction and isinstance(dataset, IterableDataset):
-            raise ValueError("`val_fraction` needs a map-style dataset; an IterableDataset cannot be split.")
+            raise SettingError("`val_fraction` needs a map-style dataset; an IterableDataset cannot be split.")
         dm = cls(**kwargs)
         dm._source = dataset
         dm._val_fraction = float(val_fraction)

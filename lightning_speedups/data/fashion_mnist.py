@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_speedups.errors import SettingError
+
 __all__ = ["DEFAULT_ROOT", "FILES", "FashionMNISTDataModule", "find_fashion_mnist", "read_idx"]
 
 #: where ``apt-get install dataset-fashion-mnist`` puts the IDX files
@@ -62,14 +64,14 @@ def read_idx(path: Union[str, Path]) -> np.ndarray:
     with opener(path, "rb") as fh:  # type: ignore[operator]
         data = fh.read()
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
-        raise ValueError(f"{path} is not an IDX file (magic {data[:4]!r})")
+        raise SettingError(f"{path} is not an IDX file (magic {data[:4]!r})")
     ndim = data[3]
     dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
     dtype = np.dtype(_DTYPES[data[2]])
     body = data[4 + 4 * ndim :]
     expected = int(np.prod(dims)) * dtype.itemsize
     if len(body) != expected:
-        raise ValueError(f"{path}: the header declares {dims} ({expected} bytes) but {len(body)} bytes follow")
+        raise SettingError(f"{path}: the header declares {dims} ({expected} bytes) but {len(body)} bytes follow")
     return np.frombuffer(body, dtype=dtype).reshape(dims)
 
 
@@ -100,7 +102,7 @@ def load_split(root: Union[str, Path], split: str) -> tuple[torch.Tensor, torch.
     images = read_idx(_file(folder, images_name) or folder / images_name)
     labels = read_idx(_file(folder, labels_name) or folder / labels_name)
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise ValueError(f"{folder}: {split} images {images.shape} and labels {labels.shape} do not match")
+        raise SettingError(f"{folder}: {split} images {images.shape} and labels {labels.shape} do not match")
     x = torch.from_numpy(images.astype(np.float32)).div_(255.0).sub_(MEAN).div_(STD).unsqueeze(1)
     return x.contiguous(), torch.from_numpy(labels.astype(np.int64))
 
@@ -131,7 +133,7 @@ class FashionMNISTDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         if batch_size < 1 or eval_batch_size < 1:
-            raise ValueError(
+            raise SettingError(
                 f"`batch_size` and `eval_batch_size` must be positive; got {batch_size}, {eval_batch_size}."
             )
         self.root = root

@@ -35,6 +35,7 @@ import torch
 from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
 from torch.utils.data import BatchSampler, DataLoader
 
+from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional.loaders import (
     auto_num_workers,
     available_cpus,
@@ -61,13 +62,13 @@ def _check_choice(name: str, value: Any, kind: type, allow_auto: bool = True) ->
         return
     if kind is bool:
         if not isinstance(value, bool):
-            raise TypeError(f"`{name}` must be True, False, 'auto' or None (keep the loader's), got {value!r}.")
+            raise SettingTypeError(f"`{name}` must be True, False, 'auto' or None (keep the loader's), got {value!r}.")
         return
     if isinstance(value, bool) or not isinstance(value, int):
         extra = ", 'auto'" if allow_auto else ""
-        raise TypeError(f"`{name}` must be an int{extra} or None (keep the loader's), got {value!r}.")
+        raise SettingTypeError(f"`{name}` must be an int{extra} or None (keep the loader's), got {value!r}.")
     if value < 0:
-        raise ValueError(f"`{name}` must be >= 0, got {value}.")
+        raise SettingError(f"`{name}` must be >= 0, got {value}.")
 
 
 @dataclass
@@ -101,7 +102,7 @@ class LoaderSettings:
         _check_choice("persistent_workers", self.persistent_workers, bool)
         _check_choice("prefetch_factor", self.prefetch_factor, int, allow_auto=False)
         if self.prefetch_factor == 0:
-            raise ValueError("`prefetch_factor` must be >= 1 (or None for PyTorch's default), got 0.")
+            raise SettingError("`prefetch_factor` must be >= 1 (or None for PyTorch's default), got 0.")
 
 
 @dataclass
@@ -384,10 +385,10 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
         1
     """
     if not isinstance(loader, DataLoader):
-        raise TypeError(f"`loader` must be a torch.utils.data.DataLoader, got {type(loader).__name__}.")
+        raise SettingTypeError(f"`loader` must be a torch.utils.data.DataLoader, got {type(loader).__name__}.")
     unknown = set(overrides) - set(_init_params(DataLoader)[0])
     if unknown:
-        raise TypeError(f"`rebuild_dataloader` got arguments DataLoader does not have: {sorted(unknown)}.")
+        raise SettingTypeError(f"`rebuild_dataloader` got arguments DataLoader does not have: {sorted(unknown)}.")
     if overrides.get("num_workers") == 0 and loader.multiprocessing_context is not None:
         overrides["multiprocessing_context"] = None  # DataLoader refuses a context without workers
     if overrides.get("num_workers") == 0 and loader.timeout:

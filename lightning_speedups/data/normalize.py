@@ -31,6 +31,8 @@ from typing import Any, cast
 
 import torch
 
+from lightning_speedups.errors import SettingError, SettingTypeError
+
 __all__ = [
     "DeviceNormalizer",
     "InputStats",
@@ -68,13 +70,13 @@ def normalize_uint8(
     mean_t = torch.as_tensor(mean, dtype=dtype, device=x.device)
     std_t = torch.as_tensor(std, dtype=dtype, device=x.device)
     if mean_t.ndim > 1 or std_t.ndim > 1:
-        raise ValueError("`mean` and `std` must be a number or one value per channel.")
+        raise SettingError("`mean` and `std` must be a number or one value per channel.")
     if mean_t.numel() > 1 or std_t.numel() > 1:
         dim = channel_dim % x.ndim
         channels = x.shape[dim]
         for name, t in (("mean", mean_t), ("std", std_t)):
             if t.numel() not in (1, channels):
-                raise ValueError(
+                raise SettingError(
                     f"`{name}` has {t.numel()} values but the input has {channels} channels along dim {channel_dim}."
                 )
         view = [1] * x.ndim
@@ -121,11 +123,11 @@ class DeviceNormalizer:
         std_t = torch.as_tensor(std, dtype=torch.float64)
         torch.as_tensor(mean, dtype=torch.float64)  # type check
         if (std_t <= 0).any():
-            raise ValueError(f"`std` must be > 0 everywhere, got {std!r}.")
+            raise SettingError(f"`std` must be > 0 everywhere, got {std!r}.")
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"`dtype` must be a floating torch.dtype, got {dtype!r}.")
+            raise SettingTypeError(f"`dtype` must be a floating torch.dtype, got {dtype!r}.")
         if scale <= 0:
-            raise ValueError(f"`scale` must be > 0, got {scale}.")
+            raise SettingError(f"`scale` must be > 0, got {scale}.")
         self.mean, self.std, self.scale = mean, std, scale
         self.channel_dim, self.dtype, self.min_dims = channel_dim, dtype, min_dims
         self.keys = None if keys is None else list(keys)

@@ -16,6 +16,8 @@ import torchmetrics
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_speedups.errors import SettingError
+
 
 def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
     """Return the digits as ``(images, labels)``: float images ``N x 1 x 8 x 8`` in 0..16, int64 labels."""
@@ -45,9 +47,9 @@ class DigitsDataModule(pl.LightningDataModule):
     def __init__(self, batch_size: int = 64, val_fraction: float = 0.2, num_workers: int = 0, seed: int = 0) -> None:
         super().__init__()
         if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+            raise SettingError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
         if not 0.0 < val_fraction < 0.5:
-            raise ValueError(f"`val_fraction` must be between 0 and 0.5, got {val_fraction!r}.")
+            raise SettingError(f"`val_fraction` must be between 0 and 0.5, got {val_fraction!r}.")
         self.save_hyperparameters()
         self.batch_size = batch_size
         self.val_fraction = val_fraction
@@ -107,9 +109,9 @@ class DigitsCNN(pl.LightningModule):
     def __init__(self, channels: int = 32, lr: float = 3e-3, weight_decay: float = 1e-4) -> None:
         super().__init__()
         if not isinstance(channels, int) or channels < 1:
-            raise ValueError(f"`channels` must be a positive integer, got {channels!r}.")
+            raise SettingError(f"`channels` must be a positive integer, got {channels!r}.")
         if lr <= 0:
-            raise ValueError(f"`lr` must be positive, got {lr!r}.")
+            raise SettingError(f"`lr` must be positive, got {lr!r}.")
         self.save_hyperparameters()
         self.lr = lr
         self.features = nn.Sequential(

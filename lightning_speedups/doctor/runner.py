@@ -39,6 +39,7 @@ from lightning_speedups.advisor import LINT_SEVERITY, SpeedAdvisor, run_checks
 from lightning_speedups.bench import BenchError
 from lightning_speedups.callbacks.namespace import is_lightning
 from lightning_speedups.doctor.verify import VerifyOptions, VerifyReport, verify_findings
+from lightning_speedups.errors import SettingError
 from lightning_speedups.inspection import Facts, Finding, print_report, to_json
 from lightning_speedups.session import UsageError, build, resolve_config_args
 
@@ -69,7 +70,7 @@ DOCTOR_TRAINER_OVERRIDES: dict[str, Any] = {
 def exit_code_for(findings: Sequence[Finding], fail_on: str = "high") -> int:
     """``1`` when a finding is at or above ``fail_on`` (``"never"``: never), else ``0``."""
     if fail_on not in FAIL_ON:
-        raise ValueError(f"`fail_on` must be one of {', '.join(FAIL_ON)}, got {fail_on!r}.")
+        raise SettingError(f"`fail_on` must be one of {', '.join(FAIL_ON)}, got {fail_on!r}.")
     if fail_on == "never":
         return 0
     return 1 if any(f.at_least(fail_on) for f in findings) else 0
@@ -190,7 +191,7 @@ def diagnose(
         SystemExit: the config does not parse (the message was printed to stderr).
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"`steps` must be an int >= 1 (e.g. 5), got {steps!r}.")
+        raise SettingError(f"`steps` must be an int >= 1 (e.g. 5), got {steps!r}.")
     t0 = clock()
     try:
         argv = resolve_config_args(list(args))

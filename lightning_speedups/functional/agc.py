@@ -28,6 +28,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor, nn
 
+from lightning_speedups.errors import SettingError
+
 __all__ = ["adaptive_clip_grad_", "agc_parameters", "unitwise_norm", "matches_any"]
 
 _TensorOrTensors = Union[Tensor, Iterable[Tensor]]
@@ -92,9 +94,9 @@ def adaptive_clip_grad_(
         True
     """
     if isinstance(clipping, bool) or not isinstance(clipping, (int, float)) or not clipping > 0:
-        raise ValueError(f"`clipping` must be a positive number (the paper uses 0.01 to 0.16); got {clipping!r}.")
+        raise SettingError(f"`clipping` must be a positive number (the paper uses 0.01 to 0.16); got {clipping!r}.")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
-        raise ValueError(f"`eps` must be a number >= 0 (default 1e-3); got {eps!r}.")
+        raise SettingError(f"`eps` must be a number >= 0 (default 1e-3); got {eps!r}.")
     if isinstance(parameters, Tensor):
         parameters = [parameters]
     for p in parameters:

@@ -44,6 +44,8 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.nn.modules.conv import _ConvNd  # private: no public base of all convolutions
 
+from lightning_speedups.errors import SettingError, SettingTypeError
+
 __all__ = [
     "Misalignment",
     "PaddedEmbedding",
@@ -91,7 +93,7 @@ class Misalignment:
 
 def _check_multiple(multiple: Any) -> int:
     if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
-        raise ValueError(f"`multiple` must be a positive int (8 for fp16/bf16, 16 for int8), got {multiple!r}.")
+        raise SettingError(f"`multiple` must be a positive int (8 for fp16/bf16, 16 for int8), got {multiple!r}.")
     return multiple
 
 
@@ -124,15 +126,15 @@ def find_misaligned(
         16
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}.")
+        raise SettingTypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}.")
     multiple = _check_multiple(multiple)
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
+        raise SettingError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
     if input_shape is not None:
         if isinstance(input_shape, Tensor):
             input_shape = tuple(input_shape.shape)
         if not isinstance(input_shape, Sequence) or not all(isinstance(d, int) and d > 0 for d in input_shape):
-            raise ValueError(
+            raise SettingError(
                 f"`input_shape` must be a sequence of positive ints (one batch, batch first), got {input_shape!r}."
             )
         if batch_size is None and len(input_shape) > 0:
@@ -220,7 +222,7 @@ class PaddedLinear(nn.Linear):
     ) -> None:
         super().__init__(in_features, round_up(real_out_features, multiple), bias=bias, device=device, dtype=dtype)
         if logits not in ("slice", "mask"):
-            raise ValueError(f"`logits` must be 'slice' or 'mask', got {logits!r}.")
+            raise SettingError(f"`logits` must be 'slice' or 'mask', got {logits!r}.")
         self.real_out_features = real_out_features
         self.logits = logits
         mask = torch.zeros(self.out_features, device=device, dtype=dtype)
@@ -281,7 +283,7 @@ def pad_embedding(embedding: nn.Embedding, multiple: int = 8) -> nn.Embedding:
         (16, 10)
     """
     if not isinstance(embedding, nn.Embedding):
-        raise TypeError(f"`embedding` must be an nn.Embedding, got {type(embedding).__name__}.")
+        raise SettingTypeError(f"`embedding` must be an nn.Embedding, got {type(embedding).__name__}.")
     multiple = _check_multiple(multiple)
     if embedding.num_embeddings % multiple == 0:
         return embedding
@@ -329,10 +331,10 @@ def pad_linear_out(linear: nn.Linear, multiple: int = 8, *, logits: str = "slice
         torch.Size([2, 16])
     """
     if not isinstance(linear, nn.Linear):
-        raise TypeError(f"`linear` must be an nn.Linear, got {type(linear).__name__}.")
+        raise SettingTypeError(f"`linear` must be an nn.Linear, got {type(linear).__name__}.")
     multiple = _check_multiple(multiple)
     if logits not in ("slice", "mask"):
-        raise ValueError(
+        raise SettingError(
             f"`logits` must be 'slice' (output sliced to the real classes) or 'mask' (-inf padded logits), got {logits!r}."
         )
     if linear.out_features % multiple == 0:

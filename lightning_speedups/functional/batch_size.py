@@ -21,6 +21,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.memory import is_out_of_memory
 
 __all__ = [
@@ -69,7 +70,7 @@ def find_largest_batch_size(
         96
     """
     if multiple < 1:
-        raise ValueError(f"`multiple` must be >= 1; got {multiple!r}.")
+        raise SettingError(f"`multiple` must be >= 1; got {multiple!r}.")
     cap_k = None if max_batch_size is None else max_batch_size // multiple
     if cap_k is not None and cap_k < 1:
         return 0, []
@@ -134,13 +135,13 @@ def lr_scale_factor(new_batch_size: float, base_batch_size: float, rule: Optiona
     if rule is None:
         return 1.0
     if base_batch_size <= 0 or new_batch_size <= 0:
-        raise ValueError(f"batch sizes must be positive; got new={new_batch_size}, base={base_batch_size}.")
+        raise SettingError(f"batch sizes must be positive; got new={new_batch_size}, base={base_batch_size}.")
     ratio = float(new_batch_size) / float(base_batch_size)
     if rule == "linear":
         return ratio
     if rule == "sqrt":
         return math.sqrt(ratio)
-    raise ValueError(f"`lr_rule` must be 'linear', 'sqrt' or None; got {rule!r}.")
+    raise SettingError(f"`lr_rule` must be 'linear', 'sqrt' or None; got {rule!r}.")
 
 
 _GROUP_LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")

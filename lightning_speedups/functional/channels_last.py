@@ -31,6 +31,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from lightning_speedups.errors import SettingTypeError
+
 __all__ = [
     "DEFAULT_EXCLUDE_KEYS",
     "batch_to_channels_last",
@@ -66,7 +68,7 @@ def channels_last_candidates(model: nn.Module) -> list[str]:
         ['0']
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
+        raise SettingTypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
     names = []
     for name, module in model.named_modules():
         if any(_format_for(p) is not None for p in module.parameters(recurse=False)):
@@ -94,7 +96,7 @@ def to_channels_last(model: nn.Module, *, warn: bool = True) -> nn.Module:
         assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
+        raise SettingTypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
     if not channels_last_candidates(model):
         if warn:
             warnings.warn(
@@ -132,7 +134,7 @@ def to_channels_last_undoable(model: nn.Module) -> Callable[[], None]:
         True
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
+        raise SettingTypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
     params = [
         p for p in model.parameters() if (fmt := _format_for(p)) is not None and not p.is_contiguous(memory_format=fmt)
     ]
@@ -191,7 +193,9 @@ def batch_to_channels_last(batch: Any, *, exclude_keys: Iterable[str] = DEFAULT_
         out = batch_to_channels_last(batch)   # only out["image"] changes layout
     """
     if isinstance(exclude_keys, str):
-        raise TypeError("`exclude_keys` must be an iterable of strings, not a single string; wrap it in a tuple.")
+        raise SettingTypeError(
+            "`exclude_keys` must be an iterable of strings, not a single string; wrap it in a tuple."
+        )
     words = tuple(str(w).lower() for w in exclude_keys)
     return _convert(batch, words)
 

@@ -41,6 +41,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from lightning_speedups.errors import SettingError, SettingTypeError
+
 __all__ = ["Target", "auto_checkpoint_targets", "checkpoint_modules", "is_checkpointed", "match_modules"]
 
 Target = Union[str, type]
@@ -63,26 +65,28 @@ def normalize_targets(targets: Any, argument: str = "targets") -> list[Target]:
     try:
         items = list(targets)
     except TypeError:
-        raise TypeError(
+        raise SettingTypeError(
             f"`{argument}` must be a class name, an nn.Module subclass, a qualified-name pattern or a list of them;"
             f" got {type(targets).__name__}."
         ) from None
     if not items:
-        raise ValueError(f"`{argument}` is empty; give at least one class, class name or name pattern (or 'auto').")
+        raise SettingError(f"`{argument}` is empty; give at least one class, class name or name pattern (or 'auto').")
     for t in items:
         if isinstance(t, type):
             if not issubclass(t, nn.Module):
-                raise TypeError(f"`{argument}` holds the class {t.__name__}, which is not an nn.Module subclass.")
+                raise SettingTypeError(
+                    f"`{argument}` holds the class {t.__name__}, which is not an nn.Module subclass."
+                )
         elif isinstance(t, str):
             if not t:
-                raise ValueError(f"`{argument}` holds an empty string; give a class name or a name pattern.")
+                raise SettingError(f"`{argument}` holds an empty string; give a class name or a name pattern.")
             if t.startswith("re:"):
                 try:
                     re.compile(t[3:])
                 except re.error as err:
-                    raise ValueError(f"`{argument}` holds the invalid regular expression {t!r}: {err}.") from None
+                    raise SettingError(f"`{argument}` holds the invalid regular expression {t!r}: {err}.") from None
         else:
-            raise TypeError(
+            raise SettingTypeError(
                 f"`{argument}` items must be strings or nn.Module subclasses; got {t!r} ({type(t).__name__})."
             )
     return items
@@ -309,7 +313,7 @@ def checkpoint_modules(model: nn.Module, targets: Target | Iterable[Target] = "a
         ['0', '1', '2']
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
+        raise SettingTypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
     items = normalize_targets(targets)
     found: list[tuple[str, nn.Module]] = []
     explicit = [t for t in items if t != "auto"]
@@ -318,7 +322,7 @@ def checkpoint_modules(model: nn.Module, targets: Target | Iterable[Target] = "a
     if explicit:
         hits, unmatched = match_modules(model, explicit)
         if unmatched:
-            raise ValueError(describe_unmatched(model, unmatched, "targets"))
+            raise SettingError(describe_unmatched(model, unmatched, "targets"))
         found.extend(hits)
     # de-duplicate and keep outermost only
     found.sort(key=lambda nm: nm[0].count("."))

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional.checkpointing import (
     Target,
     describe_unmatched,
@@ -85,19 +86,19 @@ def validate_compile_options(
 ) -> None:
     """Raise ``ValueError`` / ``TypeError`` naming the bad argument."""
     if mode is not None and mode not in COMPILE_MODES:
-        raise ValueError(f"`mode` must be None or one of {COMPILE_MODES}; got {mode!r}.")
+        raise SettingError(f"`mode` must be None or one of {COMPILE_MODES}; got {mode!r}.")
     if dynamic is not None and not isinstance(dynamic, bool):
-        raise TypeError(f"`dynamic` must be None, True or False; got {dynamic!r}.")
+        raise SettingTypeError(f"`dynamic` must be None, True or False; got {dynamic!r}.")
     if not isinstance(fullgraph, bool):
-        raise TypeError(f"`fullgraph` must be True or False; got {fullgraph!r}.")
+        raise SettingTypeError(f"`fullgraph` must be True or False; got {fullgraph!r}.")
     if not isinstance(strict, bool):
-        raise TypeError(f"`strict` must be True or False; got {strict!r}.")
+        raise SettingTypeError(f"`strict` must be True or False; got {strict!r}.")
     if isinstance(backend, str):
         known = _list_backends()
         if backend not in known:
-            raise ValueError(f"`backend` {backend!r} is not a registered torch.compile backend; use one of {known}.")
+            raise SettingError(f"`backend` {backend!r} is not a registered torch.compile backend; use one of {known}.")
     elif not callable(backend):
-        raise TypeError(f"`backend` must be a backend name (e.g. 'inductor') or a callable; got {backend!r}.")
+        raise SettingTypeError(f"`backend` must be a backend name (e.g. 'inductor') or a callable; got {backend!r}.")
 
 
 def compiler_reason(err: BaseException) -> str:
@@ -247,7 +248,7 @@ def compile_modules(
         names = compile_modules(lightning_module, mode="max-autotune")
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
+        raise SettingTypeError(f"`model` must be a torch.nn.Module; got {type(model).__name__}.")
     validate_compile_options(mode, dynamic, fullgraph, backend, strict)
     if modules is None:
         chosen = default_compile_targets(model)
@@ -255,7 +256,7 @@ def compile_modules(
         targets = normalize_targets(modules, argument="modules")
         chosen, unmatched = match_modules(model, targets, argument="modules")
         if unmatched:
-            raise ValueError(describe_unmatched(model, unmatched, "modules"))
+            raise SettingError(describe_unmatched(model, unmatched, "modules"))
     kwargs: dict[str, Any] = {"fullgraph": fullgraph, "dynamic": dynamic, "backend": backend}
     if mode is not None:
         kwargs["mode"] = mode

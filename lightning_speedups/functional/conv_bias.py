@@ -79,6 +79,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 
+from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional.conv_bias_plan import ConvBiasPlan, plan_conv_bias_removal
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ def _pairs_of(pairs: Union[ConvBiasPlan, Mapping[str, str]]) -> Mapping[str, str
     if isinstance(pairs, ConvBiasPlan):
         return pairs.pairs
     if not isinstance(pairs, Mapping):
-        raise TypeError(
+        raise SettingTypeError(
             "`pairs` must be a ConvBiasPlan or a mapping conv name -> BatchNorm name "
             f"(e.g. `plan_conv_bias_removal(model).pairs`), got {type(pairs).__name__}."
         )
@@ -284,7 +285,7 @@ def remap_optimizer_state_without(
     groups = optimizer_state.get("param_groups", [])
     n_saved = sum(len(g["params"]) for g in groups)
     if len(groups) != 1 or n_saved != len(original_names):
-        raise ValueError(
+        raise SettingError(
             f"the optimizer state has {len(groups)} parameter group(s) with {n_saved} parameters; the "
             f"unchanged model has {len(original_names)} parameters, so the slots of the removed conv "
             "biases cannot be identified"

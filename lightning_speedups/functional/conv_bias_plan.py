@@ -18,6 +18,7 @@ from torch.nn.modules.batchnorm import _BatchNorm  # private: no public base of 
 from torch.nn.modules.conv import _ConvNd  # private: no public base of all convolutions
 from torch.nn.parameter import is_lazy
 
+from lightning_speedups.errors import SettingTypeError
 from lightning_speedups.functional.conv_bias_source import (
     ast_pairs,
     class_trees,
@@ -108,7 +109,7 @@ def forward_args(example_input: Any) -> tuple[tuple, dict]:
         return tuple(example_input), {}
     if isinstance(example_input, Mapping):
         return (), dict(example_input)
-    raise TypeError(
+    raise SettingTypeError(
         "`example_input` must be a Tensor, a tuple/list of positional arguments or a dict of keyword "
         f"arguments for the model's forward, got {type(example_input).__name__}; pass e.g. "
         "`example_input=torch.randn(2, 3, 32, 32)`."
@@ -271,7 +272,7 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
         {'0': '1'}
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}.")
+        raise SettingTypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}.")
     plan = ConvBiasPlan()
     if example_input is not None:
         args, kwargs = forward_args(example_input)

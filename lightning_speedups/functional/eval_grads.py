@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lightning_speedups.errors import SettingTypeError
 from lightning_speedups.functional.tree import walk_tensors
 
 __all__ = ["EvalGradEvent", "EvalGradWatch", "tensors_requiring_grad"]
@@ -57,7 +58,7 @@ class EvalGradWatch:
 
     def __init__(self, module: nn.Module) -> None:
         if not isinstance(module, nn.Module):
-            raise TypeError(f"`module` must be a torch.nn.Module, got {type(module).__name__}.")
+            raise SettingTypeError(f"`module` must be a torch.nn.Module, got {type(module).__name__}.")
         self.module = module
         self.events: list[EvalGradEvent] = []
         self._seen: set[str] = set()

@@ -37,6 +37,8 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
+from lightning_speedups.errors import SettingTypeError
+
 __all__ = ["ZeroedGrads", "find_zeroed_grads"]
 
 FIX = (
@@ -102,21 +104,21 @@ def find_zeroed_grads(params: Union[nn.Module, Iterable[Tensor]], *, check_value
     if isinstance(params, nn.Module):
         named = list(params.named_parameters())
     elif isinstance(params, Tensor):
-        raise TypeError(
+        raise SettingTypeError(
             "`params` must be a module or an iterable of parameters, got a single Tensor; wrap it in a list."
         )
     else:
         try:
             named = [(f"param{i}", p) for i, p in enumerate(params)]
         except TypeError:
-            raise TypeError(
+            raise SettingTypeError(
                 f"`params` must be a module or an iterable of parameters, got {type(params).__name__}."
             ) from None
     report = ZeroedGrads()
     grads = []
     for name, p in named:
         if not isinstance(p, Tensor):
-            raise TypeError(f"`params` must hold tensors, got {type(p).__name__} for {name!r}.")
+            raise SettingTypeError(f"`params` must hold tensors, got {type(p).__name__} for {name!r}.")
         if not p.requires_grad:
             continue
         report.total += 1

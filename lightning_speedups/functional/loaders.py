@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
+from lightning_speedups.errors import SettingError
+
 __all__ = [
     "CpuCount",
     "WorkersChoice",
@@ -251,7 +253,7 @@ def auto_num_workers(
         3
     """
     if devices < 1:
-        raise ValueError(f"`devices` must be >= 1, got {devices}.")
+        raise SettingError(f"`devices` must be >= 1, got {devices}.")
     cpu_info = None
     bound = None
     if cpus is None:
@@ -261,7 +263,7 @@ def auto_num_workers(
         if per_task is not None and cpus <= per_task:
             bound = per_task
     if cpus < 1:
-        raise ValueError(f"`cpus` must be >= 1, got {cpus}.")
+        raise SettingError(f"`cpus` must be >= 1, got {cpus}.")
     cpu_text = cpu_info.reason if cpu_info is not None else f"{cpus} CPUs"
     accelerator = str(accelerator).lower()
     on_device = accelerator in _DEVICE_ACCELERATORS

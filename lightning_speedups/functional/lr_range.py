@@ -25,6 +25,8 @@ from typing import Any, Optional
 
 import torch
 
+from lightning_speedups.errors import SettingError
+
 __all__ = ["PEAK_DIVISOR", "RangePick", "TrainingSnapshot", "pick_peak_lr", "raw_losses", "resmooth", "steepest_lr"]
 
 #: the peak is the learning rate of the lowest loss divided by this (a decade below it: the classic "min/10")
@@ -134,7 +136,7 @@ def pick_peak_lr(lrs: Sequence[float], losses: Sequence[float], divisor: float =
     """
     pts = _finite(lrs, losses)
     if len(pts) < 3:
-        raise ValueError(
+        raise SettingError(
             f"the learning-rate range test has {len(pts)} finite point(s); it needs at least 3 (it diverged at"
             " once: lower its start, or give lr_schedule.max_lr a number)."
         )

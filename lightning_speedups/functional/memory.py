@@ -41,6 +41,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode  # private: no public dispatch-mode base
 from torch.utils._pytree import tree_flatten  # private: no public pytree flatten guaranteed since torch 2.4
 
+from lightning_speedups.errors import SettingTypeError
+
 __all__ = [
     "release_device_memory",
     "LiveTensorMemory",
@@ -161,7 +163,7 @@ def parse_memory_budget(budget: MemoryBudget, total: Optional[int] = None) -> in
     fraction: Optional[float] = None
     nbytes: Optional[float] = None
     if isinstance(budget, bool) or not isinstance(budget, (int, float, str)):
-        raise TypeError(
+        raise SettingTypeError(
             f"`memory_budget` must be an int (bytes), a float fraction of the memory in (0, 1], or a string such "
             f"as '2GiB' or '25%'; got {type(budget).__name__} {budget!r}."
         )

@@ -25,6 +25,8 @@ from typing import Optional
 
 import torch
 
+from lightning_speedups.errors import SettingError
+
 #: values the ``speedups.precision`` setting accepts besides Lightning's own precision strings
 #: (``fp8``: torchao float8 linears on top of bf16-mixed, where the GPU has float8 tensor cores)
 PRECISION_CHOICES = (
@@ -220,7 +222,7 @@ def resolve_precision(mode: str, accelerator: Optional[str] = "auto") -> tuple[O
         return value, f"fp8 skipped ({why}); auto instead: {reason}"
     if mode not in ("auto", "half"):
         if mode not in PRECISION_CHOICES:
-            raise ValueError(f"`speedups.precision` must be one of {', '.join(PRECISION_CHOICES)}; got {mode!r}.")
+            raise SettingError(f"`speedups.precision` must be one of {', '.join(PRECISION_CHOICES)}; got {mode!r}.")
         return mode, "set explicitly"
     if accelerator_is_cuda(accelerator):
         name = cuda_device_facts()[0] if torch.cuda.is_available() else "CUDA device"
@@ -255,7 +257,7 @@ def resolve_matmul_precision(mode: str, accelerator: Optional[str] = "auto") -> 
     if mode in ("highest", "high", "medium"):
         return mode, "set explicitly"
     if mode != "auto":
-        raise ValueError(f"`speedups.tf32` must be one of off, auto, highest, high, medium; got {mode!r}.")
+        raise SettingError(f"`speedups.tf32` must be one of off, auto, highest, high, medium; got {mode!r}.")
     if accelerator_is_cuda(accelerator) and cuda_supports_bf16():
         return "high", "the GPU has TF32 tensor cores (compute capability 8.0+)"
     return None, "no TF32 hardware here (needs an Ampere or newer GPU)"

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.timing import Timeline, gain_verdict, noise_of, ratio_interval
 
 #: the fewest rounds a probe runs: with two, Student's t (12.7) makes every interval include 1.0
@@ -185,7 +186,7 @@ def run_probe(
             step.
     """
     if rounds < MIN_ROUNDS or steps < 1 or warmup < 0:
-        raise ValueError(
+        raise SettingError(
             f"`rounds` must be >= {MIN_ROUNDS}, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}."
         )
     timeline = timeline or Timeline()

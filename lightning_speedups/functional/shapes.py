@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import torch
 
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.tree import walk_tensors
 
 __all__ = ["ShapeTracker", "batch_shape_signature"]
@@ -52,7 +53,7 @@ class ShapeTracker:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_shapes, int) or isinstance(self.max_shapes, bool) or self.max_shapes < 1:
-            raise ValueError(f"`max_shapes` must be an int >= 1, got {self.max_shapes!r}.")
+            raise SettingError(f"`max_shapes` must be an int >= 1, got {self.max_shapes!r}.")
 
     def update(self, batch: Any) -> bool:
         """Record one batch; return True when its shape is new."""

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_speedups.errors import SettingError
+
 __all__ = [
     "MountInfo",
     "StorageReport",
@@ -281,9 +283,9 @@ def storage_report(
         A :class:`StorageReport`; ``problems`` holds one line per thing worth fixing.
     """
     if sample_files < 0:
-        raise ValueError(f"`sample_files` must be >= 0, got {sample_files}.")
+        raise SettingError(f"`sample_files` must be >= 0, got {sample_files}.")
     if max_bytes <= 0:
-        raise ValueError(f"`max_bytes` must be > 0, got {max_bytes}.")
+        raise SettingError(f"`max_bytes` must be > 0, got {max_bytes}.")
     path = Path(root)
     if not path.exists():
         raise FileNotFoundError(f"data root {str(path)!r} does not exist; pass the directory that holds the data.")

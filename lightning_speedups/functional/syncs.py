@@ -23,6 +23,8 @@ from typing import Any, Literal, NamedTuple, Optional, cast
 
 import torch
 
+from lightning_speedups.errors import SettingError
+
 __all__ = ["SYNC_WARNING_PATTERN", "SyncError", "SyncSite", "SyncWatcher", "classify_sync_frame", "watch_syncs"]
 
 #: The start of the warning torch emits for each synchronising call in sync-debug mode "warn".
@@ -349,7 +351,7 @@ class SyncWatcher:
 
     def __init__(self, mode: Literal["count", "warn", "error"] = "count") -> None:
         if mode not in ("count", "warn", "error"):
-            raise ValueError(f"`mode` must be 'count', 'warn' or 'error', got {mode!r}.")
+            raise SettingError(f"`mode` must be 'count', 'warn' or 'error', got {mode!r}.")
         self.mode = mode
         self.sites: Counter[SyncSite] = Counter()
         self.windows = 0

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
+from lightning_speedups.errors import SettingError
+
 __all__ = ["Timeline", "gain_verdict", "noise_of", "ratio_interval", "t95"]
 
 
@@ -106,7 +108,7 @@ _T95 = (
 def t95(dof: int) -> float:
     """The two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
     if dof < 1:
-        raise ValueError(f"`dof` must be >= 1, got {dof}")
+        raise SettingError(f"`dof` must be >= 1, got {dof}")
     return _T95[dof - 1] if dof <= len(_T95) else 1.96
 
 

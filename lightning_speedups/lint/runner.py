@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
+from lightning_speedups.errors import SettingError
 from lightning_speedups.lint.cache import SyntaxCache
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.graph import Project
@@ -109,7 +110,7 @@ def select_rules(select: Optional[Iterable[str]] = None, ignore: Optional[Iterab
     ignore = [s for s in (ignore or ()) if s.strip()]
     for s in [*select, *ignore]:
         if not any(_matches(r, s) for r in RULES):
-            raise ValueError(
+            raise SettingError(
                 f"unknown rule selector {s.strip()!r}: use a code or prefix (LS, LS2, LS201), a tip id (T08),"
                 " DEFAULT or ALL"
             )

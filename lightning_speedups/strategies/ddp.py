@@ -32,6 +32,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning_speedups.callbacks.effective_batch import EffectiveBatchSize
 from lightning_speedups.callbacks.namespace import for_namespace, is_lightning
 from lightning_speedups.callbacks.summary import SpeedupsSummary
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.precision import cuda_supports_bf16
 from lightning_speedups.strategies.threads import ThreadsRestore
 
@@ -162,9 +163,9 @@ def ddp_strategy(
         trainer = Trainer(devices=4, strategy=strategy)
     """
     if compression not in ("auto", "off", "bf16", "fp16"):
-        raise ValueError(f"`speedups.ddp.compression` must be auto, off, bf16 or fp16; got {compression!r}.")
+        raise SettingError(f"`speedups.ddp.compression` must be auto, off, bf16 or fp16; got {compression!r}.")
     if static_graph and find_unused_parameters:
-        raise ValueError(
+        raise SettingError(
             "`speedups.ddp.static_graph` and `speedups.ddp.find_unused_parameters` cannot both be true:"
             " a static graph already knows which parameters are unused. Turn one of them off."
         )

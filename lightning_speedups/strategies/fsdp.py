@@ -65,6 +65,7 @@ from torch import nn
 
 from lightning_speedups.callbacks.namespace import for_namespace, namespace_of
 from lightning_speedups.callbacks.summary import SpeedupsSummary
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.checkpointing import auto_checkpoint_targets
 from lightning_speedups.strategies.threads import ThreadsRestore
 
@@ -357,7 +358,7 @@ class _ShardedNormClip(_PrecisionBase):
             if isinstance(m, FullyShardedDataParallel) and any(id(p) in params for p in m.parameters())
         ]
         if len(roots) != 1:
-            raise ValueError(
+            raise SettingError(
                 "speedups.fsdp: norm clipping needs one FSDP root for the optimizer's parameters (FSDP's"
                 f" clip_grad_norm_ is per root); found {len(roots)}. Fix: clip by value"
                 " (gradient_clip_algorithm: value), or one optimizer per sub-network"
@@ -389,7 +390,7 @@ class _SpeedupsFSDP(_FSDPBase):
         notes = []
         gradient_problems = fsdp_gradient_problems(model)
         if gradient_problems:
-            raise ValueError(fsdp_gradient_error(gradient_problems))
+            raise SettingError(fsdp_gradient_error(gradient_problems))
         plugin = self.precision_plugin
         if type(plugin).__name__ == "FSDPPrecision":  # norm clipping through FSDP's clip_grad_norm_ (see the class)
             plugin.__class__ = for_namespace(ShardedNormClipPrecision, namespace_of(plugin))
@@ -409,7 +410,7 @@ class _SpeedupsFSDP(_FSDPBase):
         if self.manual:
             problems = manual_layout_problems(model)
             if problems:
-                raise ValueError(fsdp_manual_error(problems))
+                raise SettingError(fsdp_manual_error(problems))
             roots = [n for n, _ in owning_children(model)]
             notes.append(
                 f"manual optimization: {', '.join(roots)} each its own FSDP root (training_step, where"
@@ -526,12 +527,12 @@ def fsdp_strategy(
         trainer = Trainer(devices=4, strategy=strategy, callbacks=[ActivationCheckpointing("auto")])
     """
     if sharding_strategy not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"):
-        raise ValueError(
+        raise SettingError(
             "`speedups.fsdp.sharding_strategy` must be FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD;"
             f" got {sharding_strategy!r}."
         )
     if state_dict_type not in ("sharded", "full"):
-        raise ValueError(f"`speedups.fsdp.state_dict_type` must be sharded or full; got {state_dict_type!r}.")
+        raise SettingError(f"`speedups.fsdp.state_dict_type` must be sharded or full; got {state_dict_type!r}.")
     strategy = for_namespace(SpeedupsFSDPStrategy, namespace)(
         cpu_offload=cpu_offload,
         sharding_strategy=sharding_strategy,

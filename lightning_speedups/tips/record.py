@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
+from lightning_speedups.errors import SettingError
+
 if TYPE_CHECKING:  # pragma: no cover - types only
     from lightning.pytorch.callbacks import Callback
 
@@ -34,10 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover - types only
 Placed = tuple[int, "Callback"]
 #: ``(name, active, reason)``: one line of the start-up summary.
 Note = tuple[str, bool, str]
-
-
-class SettingError(ValueError):
-    """A ``speedups:`` value out of its declared range: the message names the key, the value and the fix."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from lightning_speedups.callbacks.namespace import package_of
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.memory import total_memory_bytes
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.memory import FIT_SHARE, estimate_fit
@@ -188,7 +189,7 @@ def trainer_kwargs(s: Any, ctx: BuildContext) -> None:
     if f.enabled:
         problems = fsdp_conflicts(s)
         if problems:
-            raise ValueError("; ".join(problems) + ".")
+            raise SettingError("; ".join(problems) + ".")
         sharded, reason = fsdp_strategy(
             accelerator=ctx.accelerator,
             cpu_offload=f.cpu_offload,
