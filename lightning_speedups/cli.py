@@ -18,11 +18,10 @@ import traceback
 from collections.abc import Sequence
 from typing import Optional
 
+from lightning_speedups.commands import PACK_COMMANDS, PACKAGE_DIR, TRAINER_COMMANDS
+
 # Nothing at module level imports torch or Lightning: `--help`, `presets`, `tips` and `lint` answer
 # without them (the console script enters here); the commands that train import them when they run.
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
-PACK_COMMANDS = ("presets", "tips", "doctor", "lint", "bench")
 
 
 def _print_presets() -> int:

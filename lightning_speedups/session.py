@@ -27,16 +27,15 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning_speedups.callbacks.namespace import NAMESPACES, for_namespace, lightning_base, namespace_of
 from lightning_speedups.callbacks.summary import without_theirs
 from lightning_speedups.callbacks.trainer_flags import merge_flags
+from lightning_speedups.commands import PACKAGE_DIR, TRAINER_COMMANDS
 from lightning_speedups.config import Speedups
 from lightning_speedups.environment import BUILT_BY_PACK
 from lightning_speedups.errors import BadInput
 from lightning_speedups.presets import PresetError, resolve_config
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODEL = "lightning_speedups.demo.digits.DigitsCNN"
 DEFAULT_DATA = "lightning_speedups.demo.digits.DigitsDataModule"
 DEFAULT_DEMO_EPOCHS = 5
-TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 
 
 class UsageError(BadInput):

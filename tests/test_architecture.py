@@ -15,7 +15,8 @@ PKG = "lightning_speedups"
 LAYERS: dict[str, int] = {
     "functional": 0,
     "lint": 0,
-    "errors": 0,  # whose error it is: bad input (one line, exit 2) or a bug of the pack
+    "errors": 0,
+    "commands": 0,  # the package's folder and command names: plain constants  # whose error it is: bad input (one line, exit 2) or a bug of the pack
     "demo": 0,
     "catalog": 0,  # the tips table written out (no import of the registry: `tips` answers without torch)
     "callbacks": 1,

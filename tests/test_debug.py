@@ -67,9 +67,7 @@ def test_anomaly_detection_found_with_cost_and_fix(clean_env):
     tool = tools[0]
     assert "check_nan=True" in tool.evidence
     assert tool.severity == "high"
-    finding = tool.to_finding()
-    assert finding["tip"] == "T14" and finding["slug"] == "debug-off"
-    assert {"severity", "evidence", "fix", "cost"} <= set(finding)
+    assert tool.tip == "T14" and tool.slug == "debug-off" and tool.fix and tool.cost
     # look-alike: the context manager with mode False does not turn it on
     with torch.autograd.set_detect_anomaly(False):
         assert "anomaly_detection" not in ids()

@@ -269,12 +269,7 @@ def compare(
     base = baseline.samples_per_s.median
     if summary.samples_per_s.median is not None and base:
         summary.speedup = summary.samples_per_s.median / base
-        by_repeat = {r.get("repeat"): _rate(r) for r in baseline_runs if r.get("status") == "ok"}
-        paired = [
-            _rate(r) / by_repeat[r.get("repeat")]  # type: ignore[operator]
-            for r in runs
-            if r.get("status") == "ok" and _rate(r) and by_repeat.get(r.get("repeat"))
-        ]
+        paired = paired_ratios(runs, baseline_runs, _rate)
         if paired:
             summary.speedup_range = (min(paired), max(paired))
             _, lo, hi = ratio_interval(paired)

@@ -90,7 +90,7 @@ from lightning_speedups.functional.loaders import (
     worker_pickle_problem,
     worker_start_method,
 )
-from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, raw_losses, resmooth, steepest_lr
+from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, resmooth, steepest_lr
 from lightning_speedups.functional.memory import (
     LiveTensorMemory,
     MemoryBudget,
@@ -137,7 +137,6 @@ from lightning_speedups.functional.tree import walk_tensors
 __all__ = [
     "RangePick",
     "pick_peak_lr",
-    "raw_losses",
     "resmooth",
     "steepest_lr",
     "COMPILE_MODES",

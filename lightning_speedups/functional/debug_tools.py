@@ -1,8 +1,8 @@
 """T14: debugging tools left on, each with what it costs and the fix.
 
 The plain core that :class:`~lightning_speedups.callbacks.DebugToolsCheck` and the ``doctor`` call.
-It returns structured findings (:class:`DebugTool`, with a ``to_finding()`` dict carrying ``tip``,
-``slug``, ``severity``, ``evidence`` and ``fix``), never prints.
+It returns structured findings (:class:`DebugTool`: ``tip``, ``slug``, ``severity``, ``evidence``, ``fix``
+and what it costs), never prints.
 
 Card (T14 ``debug-off``, seed A#13 "turn debugging tools off when not debugging"):
     What it does: :func:`find_debug_tools` lists the debugging switches that are on in this process
@@ -73,19 +73,6 @@ class DebugTool:
     severity: str = "medium"
     tip: str = "T14"
     slug: str = "debug-off"
-
-    def to_finding(self) -> dict[str, str]:
-        """The finding as a plain dict (``tip``, ``slug``, ``severity``, ``evidence``, ``fix`` ...)."""
-        return {
-            "tip": self.tip,
-            "slug": self.slug,
-            "severity": self.severity,
-            "id": self.id,
-            "name": self.name,
-            "evidence": self.evidence,
-            "cost": self.cost,
-            "fix": self.fix,
-        }
 
     def __str__(self) -> str:
         return f"{self.name}: {self.evidence}. Cost: {self.cost}. Fix: {self.fix}"

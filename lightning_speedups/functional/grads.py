@@ -22,7 +22,7 @@ Example:
     >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
     >>> opt.zero_grad(set_to_none=False)
     >>> find_zeroed_grads(model).summary()
-    '2 parameter gradient(s) are zero tensors instead of None (2 all zero, 40 bytes)'
+    '2 parameter gradient(s) are zero tensors instead of None (2 all zero, 40 B)'
     >>> opt.zero_grad()
     >>> find_zeroed_grads(model).found
     False
@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_speedups.errors import SettingTypeError
+from lightning_speedups.functional.memory import format_bytes
 
 __all__ = ["ZeroedGrads", "find_zeroed_grads"]
 
@@ -75,16 +76,8 @@ class ZeroedGrads:
             return f"all {self.total} gradients are None"
         return (
             f"{len(self.names)} parameter gradient(s) are zero tensors instead of None "
-            f"({self.all_zero} all zero, {_fmt_bytes(self.nbytes)})"
+            f"({self.all_zero} all zero, {format_bytes(self.nbytes)})"
         )
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} bytes"
 
 
 def find_zeroed_grads(params: Union[nn.Module, Iterable[Tensor]], *, check_values: bool = True) -> ZeroedGrads:

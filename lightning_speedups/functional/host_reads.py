@@ -47,7 +47,7 @@ from typing import Any, NamedTuple, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-from lightning_speedups.functional.syncs import SyncSite, _file_class, _short_path, classify_sync_frame
+from lightning_speedups.functional.syncs import SyncSite, _file_class, classify_sync_frame, short_path
 
 __all__ = ["HostRead", "HostReadCounter", "count_host_reads"]
 
@@ -410,7 +410,7 @@ def _via(frame: Any) -> str:
             if first is None:
                 first = file
             elif file != first:
-                return f"{_short_path(file)}:{f.f_lineno} in {f.f_code.co_name}"
+                return f"{short_path(file)}:{f.f_lineno} in {f.f_code.co_name}"
         f = f.f_back
     return ""
 

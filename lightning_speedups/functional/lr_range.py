@@ -27,36 +27,10 @@ import torch
 
 from lightning_speedups.errors import SettingError
 
-__all__ = ["PEAK_DIVISOR", "RangePick", "TrainingSnapshot", "pick_peak_lr", "raw_losses", "resmooth", "steepest_lr"]
+__all__ = ["PEAK_DIVISOR", "RangePick", "TrainingSnapshot", "pick_peak_lr", "resmooth", "steepest_lr"]
 
 #: the peak is the learning rate of the lowest loss divided by this (a decade below it: the classic "min/10")
 PEAK_DIVISOR = 10.0
-
-
-def raw_losses(smoothed: Sequence[float], beta: float = 0.98, first_step: int = 1) -> list[float]:
-    """Undo the exponential smoothing of a range test's losses (Lightning's ``_LRCallback``: an
-    average with ``beta``, divided by ``1 - beta ** (step + 1)``, ``step`` counting from ``first_step``).
-
-    Over a 100-step test, ``beta=0.98`` lags by ~50 steps, which moves the lowest loss far to the right;
-    the raw losses, smoothed again over a few steps (:func:`resmooth`), do not.
-
-    Example:
-        >>> sm, avg = [], 0.0
-        >>> for i, x in enumerate([3.0, 2.0, 1.0]):
-        ...     avg = 0.98 * avg + 0.02 * x; sm.append(avg / (1 - 0.98 ** (i + 2)))
-        >>> [round(v, 6) for v in raw_losses(sm)]
-        [3.0, 2.0, 1.0]
-    """
-    out: list[float] = []
-    prev = 0.0
-    for i, s in enumerate(smoothed):
-        if not math.isfinite(s):
-            out.append(float("nan"))
-            continue
-        avg = s * (1 - beta ** (first_step + i + 1))
-        out.append((avg - beta * prev) / (1 - beta))
-        prev = avg
-    return out
 
 
 def resmooth(losses: Sequence[float], window: int = 5) -> list[float]:

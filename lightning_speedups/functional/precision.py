@@ -21,7 +21,7 @@ import json
 import subprocess
 import sys
 from functools import lru_cache
-from typing import Optional
+from typing import Literal, Optional, get_args
 
 import torch
 
@@ -29,18 +29,10 @@ from lightning_speedups.errors import SettingError
 
 #: values the ``speedups.precision`` setting accepts besides Lightning's own precision strings
 #: (``fp8``: torchao float8 linears on top of bf16-mixed, where the GPU has float8 tensor cores)
-PRECISION_CHOICES = (
-    "off",
-    "auto",
-    "half",
-    "fp8",
-    "bf16-mixed",
-    "16-mixed",
-    "32-true",
-    "bf16-true",
-    "16-true",
-    "64-true",
-)
+PrecisionChoice = Literal[
+    "off", "auto", "half", "fp8", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true"
+]
+PRECISION_CHOICES: tuple[str, ...] = get_args(PrecisionChoice)
 
 #: the lowest compute capability with float8 tensor cores (Ada Lovelace, sm_89; Hopper is 9.0)
 FLOAT8_MIN_CAPABILITY = (8, 9)

@@ -151,7 +151,8 @@ def _framework_kind(rel: str) -> str:
     return "Lightning internals"
 
 
-def _short_path(filename: str) -> str:
+def short_path(filename: str) -> str:
+    """``filename`` relative to the working directory when it lies below it, else as given."""
     try:
         rel = os.path.relpath(filename)
     except ValueError:  # pragma: no cover - other drive on Windows
@@ -160,7 +161,7 @@ def _short_path(filename: str) -> str:
 
 
 def _frame_location(frame: FrameType, display: Optional[str] = None) -> str:
-    return f"{display or _short_path(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+    return f"{display or short_path(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
 
 
 def _is_backward_frame(frame: FrameType, rel: str) -> bool:

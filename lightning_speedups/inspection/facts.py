@@ -26,6 +26,7 @@ from torch.utils.data import Subset, TensorDataset
 
 from lightning_speedups.callbacks import DebugToolsCheck
 from lightning_speedups.callbacks.namespace import is_overridden
+from lightning_speedups.commands import PACKAGE_DIR
 from lightning_speedups.functional import (
     available_cpus,
     find_data_root,
@@ -38,7 +39,7 @@ from lightning_speedups.inspection.model import error_text, inspect_model
 __all__ = ["Facts", "TensorInfo", "collect_static", "user_source_files"]
 
 #: Packages whose source files are never linted as "the user's code".
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PACKAGE_DIR = PACKAGE_DIR + os.sep
 _LIBRARY_ROOTS = ("torch", "lightning", "pytorch_lightning", "torchmetrics", "lightning_utilities", "numpy")
 
 

@@ -7,9 +7,11 @@ that many checks repeat.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any
+
+from lightning_speedups.functional.memory import format_bytes
+from lightning_speedups.functional.syncs import short_path
 
 if TYPE_CHECKING:
     from lightning_speedups.inspection.facts import Facts
@@ -29,13 +31,7 @@ __all__ = [
 
 def fmt_bytes(n: float | None) -> str:
     """``n`` bytes in binary units (``"1.5 MiB"``); ``"?"`` when unknown."""
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+    return "?" if n is None else format_bytes(n)
 
 
 def names_text(names: list[str], limit: int = 4) -> str:
@@ -76,12 +72,3 @@ def has_callback(facts: Facts, *names: str) -> Any:
 def loader_label(i: int, n: int) -> str:
     """``"train loader"`` when there is one, ``"train loader {i}"`` among ``n``."""
     return "train loader" if n == 1 else f"train loader {i}"
-
-
-def short_path(path: str) -> str:
-    """``path`` relative to the working directory when it lies below it, else as given."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        rel = path
-    return rel if not rel.startswith("..") else path

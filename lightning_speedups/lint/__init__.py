@@ -12,7 +12,7 @@ Example:
 """
 
 from lightning_speedups.lint.command import main
-from lightning_speedups.lint.rules import RULES, rules_for_tip
+from lightning_speedups.lint.rules import RULES
 from lightning_speedups.lint.rules.base import Rule
 from lightning_speedups.lint.runner import Finding, LintResult, lint_paths, lint_source, lint_sources, select_rules
 
@@ -25,6 +25,5 @@ __all__ = [
     "lint_source",
     "lint_sources",
     "main",
-    "rules_for_tip",
     "select_rules",
 ]

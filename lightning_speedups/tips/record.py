@@ -392,11 +392,6 @@ class Tip:
         """The ``speedups.*`` keys that turn it on (its own and the ones it uses)."""
         return tuple(f"speedups.{s.path}" for s in self.settings) + tuple(f"speedups.{k}" for k in self.uses)
 
-    @property
-    def doc(self) -> str:
-        """The card in one paragraph."""
-        return f"{self.does} Expected gain: {self.gain}. When it hurts: {self.hurts}"
-
     def card(self) -> str:
         """The card as Markdown lines."""
         return "\n".join(

@@ -20,14 +20,12 @@ from typing import Any, Literal
 from lightning_speedups.callbacks import MatmulPrecision, ProbedPrecision
 from lightning_speedups.callbacks.float8 import Float8Training
 from lightning_speedups.functional import cuda_supports_bf16, resolve_precision
-from lightning_speedups.functional.precision import accelerator_is_cuda, cpu_fast_bf16, resolve_float8
+from lightning_speedups.functional.precision import PrecisionChoice, accelerator_is_cuda, cpu_fast_bf16, resolve_float8
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import device_words
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
 
-PrecisionSetting = Literal[
-    "off", "auto", "half", "fp8", "bf16-mixed", "16-mixed", "32-true", "bf16-true", "16-true", "64-true"
-]
+PrecisionSetting = PrecisionChoice  # the values speedups.precision accepts, kept in functional.precision
 
 
 def check(facts: Facts) -> Finding:

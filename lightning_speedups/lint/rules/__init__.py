@@ -24,9 +24,4 @@ RULES: tuple[Rule, ...] = tuple(
 )
 
 
-def rules_for_tip(tip: str) -> list[Rule]:
-    """The rules that serve tip ``tip`` (e.g. ``"T08"``), for the tip registry."""
-    return [r for r in RULES if r.tip == tip]
-
-
-__all__ = ["RULES", "Rule", "rules_for_tip"]
+__all__ = ["RULES", "Rule"]
