@@ -169,17 +169,40 @@ ROWS: tuple[tuple[str, str, str, str, str], ...] = (
 )
 
 
-def print_rows(rows: tuple[tuple[str, str, str, str, str], ...] = ROWS, console: Optional[Any] = None) -> None:
-    """Print the rows as the ``tips`` table."""
-    from rich.console import Console
-    from rich.table import Table
+def tip_lines(rows: tuple[tuple[str, str, str, str, str], ...] = ROWS, width: int = 80) -> list[str]:
+    """The ``tips`` listing as lines of at most ``width`` characters: per tip its id, slug and title, then
+    the keys that turn it on and how bench times it, each wrapped under it.
 
-    table = Table(title="lightning_speedups: the tips")
-    for col in ("id", "slug", "title", "turned on by", "bench"):
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    (console or Console()).print(table)
+    Example:
+        >>> for line in tip_lines(ROWS[23:], width=60):
+        ...     print(line)
+        T24 channels-last: channels_last memory format for 4D/5D
+            tensors
+            on: speedups.channels_last
+            bench: throughput: 1
+    """
+    import textwrap
+
+    width = max(width, 40)
+    out: list[str] = []
+    for tip, slug, title, keys, bench in rows:
+        out += textwrap.wrap(f"{tip} {slug}: {title}", width, subsequent_indent="    ")
+        on = ", ".join(keys.split("\n"))
+        out += textwrap.wrap(f"on: {on}", width, initial_indent="    ", subsequent_indent="        ")
+        out += textwrap.wrap(f"bench: {bench}", width, initial_indent="    ", subsequent_indent="        ")
+    return out
+
+
+def print_rows(rows: tuple[tuple[str, str, str, str, str], ...] = ROWS, console: Optional[Any] = None) -> None:
+    """Print the ``tips`` listing at the terminal's width (``COLUMNS``; 80 when unknown), one block per tip."""
+    import shutil
+
+    width = console.width if console is not None else shutil.get_terminal_size((80, 24)).columns
+    text = "\n".join(["lightning_speedups: the tips (T01-T24)", "", *tip_lines(rows, width)])
+    if console is not None:
+        console.print(text, markup=False, highlight=False)
+    else:
+        print(text)
 
 
 def print_tips(console: Optional[Any] = None) -> None:

@@ -43,7 +43,11 @@ def _print_presets() -> int:
 def _print_tips() -> int:
     from lightning_speedups.catalog import print_tips
 
-    print_tips()
+    try:
+        print_tips()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `tips | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

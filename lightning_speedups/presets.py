@@ -40,16 +40,25 @@ def preset_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def list_presets() -> dict[str, str]:
-    """``{name: one-line description}`` of every packaged preset, from the first line of its header comment."""
+    """``{name: description}`` of every packaged preset: the first sentence of its header comment (which may
+    run over several comment lines)."""
     out: dict[str, str] = {}
     for path in sorted(preset_dir().glob("*.yaml")):
-        description = ""
+        words: list[str] = []
         for line in path.read_text(encoding="utf-8").splitlines():
-            if line.startswith("#"):
-                description = line.lstrip("# ").strip()
-                if description:
+            text = line.lstrip("#").strip() if line.startswith("#") else None
+            if not text:  # the paragraph ends at a blank comment line or the first line of YAML
+                if words:
                     break
-        out[path.stem] = description
+                if text is None:
+                    break
+                continue
+            words.append(text)
+            if text.endswith("."):
+                break
+        paragraph = " ".join(words)
+        end = paragraph.find(". ")
+        out[path.stem] = paragraph if end < 0 else paragraph[: end + 1]
     return out
 
 

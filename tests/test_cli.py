@@ -287,3 +287,24 @@ def test_bad_input_raised_deep_in_the_pack_stays_one_line(monkeypatch, capsys):
     assert (
         err.strip() == "error: `speedups.precision` must be one of auto, 32-true; got 'fp7'." and "Traceback" not in err
     )
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_tips_and_presets_read_at_the_terminal_width(monkeypatch, capsys, width):
+    """Issue 30: at 80 columns `tips` printed a 14-line cell per tip and `presets` cut converge mid-sentence."""
+    from lightning_speedups.catalog import ROWS
+    from lightning_speedups.presets import list_presets
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["tips"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and max(len(line) for line in lines) <= width
+    heads = [line for line in lines if line[:1] == "T"]
+    assert [h.split()[0] for h in heads] == [row[0] for row in ROWS]  # one block per tip, in order
+    assert len(lines) <= 8 * len(ROWS)
+    for name, description in list_presets().items():
+        assert description.endswith("."), (name, description)  # a whole sentence, never cut
+    assert (
+        list_presets()["converge"].startswith("Reach a target accuracy sooner")
+        and "range test" in list_presets()["converge"]
+    )
