@@ -79,7 +79,7 @@ def _same_class(path: str, other: str) -> bool:
 
     try:
         return import_object(path) is import_object(other)
-    except Exception:
+    except (ImportError, AttributeError, ValueError):  # a name that does not import is not the same class
         return False
 
 
@@ -110,7 +110,7 @@ def _find_key(files: Sequence[str], dotted: str) -> Optional[str]:
         try:
             with open(path, encoding="utf-8") as fh:
                 node: Any = yaml.safe_load(fh)
-        except Exception:
+        except (OSError, yaml.YAMLError):  # the parser reports a config that does not read
             continue
         for part in dotted.split("."):
             if isinstance(node, dict) and part in node:
@@ -234,7 +234,7 @@ def _class_path_of(argv: Sequence[str], files: Sequence[str], key: str) -> Optio
         try:
             with open(path, encoding="utf-8") as fh:
                 node: Any = (yaml.safe_load(fh) or {}).get(key)
-        except Exception:
+        except (OSError, yaml.YAMLError, AttributeError):  # the parser reports a config that does not read
             continue
         if isinstance(node, str):
             found = node
@@ -532,7 +532,8 @@ def model_namespace(argv: Sequence[str]) -> str:
     module_name, _, name = class_path.rpartition(".")
     try:
         obj = getattr(importlib.import_module(module_name), name, None)
-    except Exception:  # any import failure is the CLI's to report, with its own message
+    except Exception:  # swallowed on purpose: the user's module may raise anything on import; the
+        # CLI imports it again and reports that failure with its own message
         return NAMESPACES[0]
     return namespace_of(obj) or NAMESPACES[0] if inspect.isclass(obj) else NAMESPACES[0]
 

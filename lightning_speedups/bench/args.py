@@ -120,7 +120,7 @@ def user_speedups(args: Sequence[str]) -> dict[str, Any]:
             try:
                 with open(path, encoding="utf-8") as fh:
                     data = yaml.safe_load(fh) or {}
-            except Exception:
+            except (OSError, yaml.YAMLError):  # a config that does not read is refused by the run that uses it
                 continue
             section = data.get("speedups") if isinstance(data, dict) else None
             if isinstance(section, dict):
@@ -194,6 +194,10 @@ def preset_speedups(variant: Variant) -> list[dict[str, Any]]:
         try:
             with open(resolve_config(p), encoding="utf-8") as fh:
                 out.append((yaml.safe_load(fh) or {}).get("speedups") or {})
-        except Exception:
-            pass
+        except (
+            OSError,
+            yaml.YAMLError,
+            AttributeError,
+        ):  # unreadable, or not a mapping: bench refuses it where it runs
+            out.append({})
     return out

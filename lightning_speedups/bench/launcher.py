@@ -114,7 +114,7 @@ def _child_entry(spec_path: str, result_path: str, log_path: str) -> None:
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except Exception:
+    except OSError:  # the group is gone already, or not ours to signal: the process itself
         proc.kill()
 
 

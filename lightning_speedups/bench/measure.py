@@ -61,7 +61,7 @@ def peak_rss_bytes() -> Optional[int]:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return int(peak if sys.platform == "darwin" else peak * 1024)
-    except Exception:
+    except (ImportError, OSError):  # no `resource` module (Windows): peak host memory unknown
         return None
 
 
@@ -133,13 +133,10 @@ def _loss_of(outputs: Any) -> Any:
         return None
     if isinstance(outputs, Mapping):
         outputs = outputs.get("loss")
-    try:
-        import torch
+    import torch
 
-        if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
-            return outputs.detach()
-    except Exception:
-        pass
+    if isinstance(outputs, torch.Tensor) and outputs.numel() == 1:
+        return outputs.detach()
     if isinstance(outputs, (int, float)):
         return float(outputs)
     return None
@@ -282,7 +279,7 @@ class BenchProbe(Callback):
         for loss in self._losses:
             try:
                 out.append(None if loss is None else float(loss))
-            except Exception:
+            except (TypeError, ValueError, RuntimeError):  # not a number (a tensor of several values): no loss
                 out.append(None)
         return out
 
@@ -345,10 +342,11 @@ def batch_size_of(batch: Any) -> Optional[int]:
     try:
         import warnings
 
+        from lightning.fabric.utilities.exceptions import MisconfigurationException
         from lightning.pytorch.utilities.data import extract_batch_size
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return int(extract_batch_size(batch))
-    except Exception:
+    except (MisconfigurationException, TypeError, ValueError):  # no tensor in the batch to count samples by
         return None

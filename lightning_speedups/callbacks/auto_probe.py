@@ -149,7 +149,7 @@ class AutoProbe(SpeedupCallback):
     def _planned_steps(self, trainer: pl.Trainer) -> Optional[float]:
         try:
             steps = float(trainer.estimated_stepping_batches) * max(1, int(trainer.accumulate_grad_batches))
-        except Exception:
+        except (RuntimeError, TypeError, ValueError, AttributeError):  # Lightning cannot tell before the loop runs
             return None
         # Lightning says -1 or inf when it cannot tell (an iterable loader without a length, no max_steps)
         return steps if math.isfinite(steps) and steps > 0 else None

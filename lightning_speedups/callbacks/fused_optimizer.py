@@ -24,7 +24,7 @@ def fused_devices() -> tuple[str, ...]:
         from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
         return tuple(_get_fused_kernels_supported_devices())
-    except Exception:  # pragma: no cover - older torch
+    except (ImportError, AttributeError):  # pragma: no cover - older torch: CUDA only
         return ("cuda",)
 
 

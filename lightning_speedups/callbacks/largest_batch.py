@@ -12,6 +12,7 @@ from lightning.pytorch.utilities.parsing import (
     lightning_hasattr,
     lightning_setattr,
 )
+from lightning.pytorch.utilities.rank_zero import rank_zero_debug
 from lightning.pytorch.utilities.seed import isolate_rng
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
@@ -491,8 +492,9 @@ class LargestBatch(SpeedupCallback):
             try:  # measure once without a limit, to say how much is needed
                 accumulate = self._trial_accumulation(self.multiple, old_accumulate, per_process)
                 peak = self.measure_peak(trainer, pl_module, self.multiple, accumulate, None)
-            except Exception:
+            except Exception as err:  # the error that follows is the message: the need is only a figure in it
                 peak = None
+                rank_zero_debug(f"LargestBatch: could not measure the memory one batch needs: {err}")
         return too_small_error(self.memory_budget, self.budget_bytes, limit, self.margin, self.multiple, peak)
 
     def measure_peak(

@@ -425,7 +425,7 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
     strategy = trainer.strategy
     try:
         accelerator = strategy.root_device.type
-    except Exception:
+    except (AttributeError, RuntimeError):  # a strategy without a root device yet (before setup)
         accelerator = "cpu"
     devices = max(1, int(getattr(trainer, "num_devices", 1) or 1))
     # imported here: lightning_speedups.callbacks imports this module, so a user's first import of

@@ -210,7 +210,7 @@ def _convert(obj: Any, words: tuple[str, ...]) -> Any:
         items = {k: (v if _excluded(k, words) else _convert(v, words)) for k, v in obj.items()}
         try:
             return cast("Callable[[Any], Any]", type(obj))(items)
-        except Exception:  # mappings whose constructor takes something else (e.g. defaultdict)
+        except (TypeError, ValueError):  # mappings whose constructor takes something else (e.g. defaultdict)
             out = obj.copy() if hasattr(obj, "copy") else dict(obj)
             out.update(items)
             return out
@@ -220,7 +220,7 @@ def _convert(obj: Any, words: tuple[str, ...]) -> Any:
         converted = [_convert(v, words) for v in obj]
         try:
             return type(obj)(converted)
-        except Exception:
+        except (TypeError, ValueError):  # a sequence class whose constructor takes something else
             return converted if isinstance(obj, list) else tuple(converted)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {}

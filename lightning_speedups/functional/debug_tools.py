@@ -81,7 +81,7 @@ class DebugTool:
 def _cuda_available() -> bool:
     try:
         return torch.cuda.is_available()
-    except Exception:  # pragma: no cover - broken driver setups
+    except RuntimeError:  # pragma: no cover - broken driver setups
         return False
 
 
@@ -93,7 +93,7 @@ def _profiler_type_name() -> Optional[str]:
     if autograd_c is not None and hasattr(autograd_c, "_profiler_enabled"):
         try:
             enabled = bool(autograd_c._profiler_enabled())
-        except Exception:  # pragma: no cover
+        except RuntimeError:  # pragma: no cover
             enabled = False
     if not enabled:
         enabled = bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
@@ -103,7 +103,7 @@ def _profiler_type_name() -> Optional[str]:
     if autograd_c is not None and hasattr(autograd_c, "_profiler_type"):
         try:
             kind = str(autograd_c._profiler_type()).rsplit(".", 1)[-1]
-        except Exception:  # pragma: no cover
+        except RuntimeError:  # pragma: no cover
             pass
     return kind
 
@@ -123,7 +123,7 @@ def _python_tracers() -> list[str]:
             try:
                 name = monitoring.get_tool(tool_id)
                 events = monitoring.get_events(tool_id) if name else 0
-            except Exception:  # pragma: no cover
+            except ValueError:  # pragma: no cover - a tool id this Python does not have
                 continue
             if name and events:
                 found.append(f"sys.monitoring {role} tool {name!r}")
@@ -289,7 +289,7 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
     if cuda and torch.cuda.is_initialized():
         try:
             mode = torch.cuda.get_sync_debug_mode()
-        except Exception:  # pragma: no cover
+        except RuntimeError:  # pragma: no cover
             mode = 0
         if mode:
             label = {1: "warn", 2: "error"}.get(int(mode), str(mode))

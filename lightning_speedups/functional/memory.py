@@ -120,7 +120,7 @@ def total_memory_bytes(device: Union[str, torch.device, None] = None) -> int:
             import psutil  # type: ignore[import-untyped]
 
             total = int(psutil.virtual_memory().total)
-        except Exception:
+        except (ImportError, OSError, AttributeError):  # no psutil either: total memory unknown
             total = None
     limit = _cgroup_limit()
     if limit is not None:

@@ -71,7 +71,7 @@ def cpu_has_amx_bf16() -> bool:
     probe = getattr(getattr(torch._C, "_cpu", None), "_is_amx_tile_supported", None)
     try:
         return bool(probe()) if probe is not None else False
-    except Exception:  # pragma: no cover - private API, absent or failing on some builds
+    except (RuntimeError, TypeError):  # pragma: no cover - private API, failing on some builds
         return False
 
 
@@ -106,7 +106,8 @@ def _nvml_facts() -> Optional[tuple[str, tuple[int, int]]]:
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # no pynvml, no driver, or an old NVML: try the next way
+    except Exception:  # swallowed on purpose: no pynvml, no driver, or an old NVML (pynvml's errors
+        # have no common base beside Exception): the caller tries the next way
         return None
     return (name.decode() if isinstance(name, bytes) else str(name)), (int(major), int(minor))
 
@@ -120,7 +121,7 @@ def _uninitialised_facts() -> tuple[str, tuple[int, int]]:
         out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=True)
         name, cap = json.loads(out.stdout.strip().splitlines()[-1])
         return str(name), (int(cap[0]), int(cap[1]))
-    except Exception:  # cannot tell: assume no bf16 / fp8 (the safe answers)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, TypeError):  # cannot tell: no bf16 / fp8
         return "CUDA device", (0, 0)
 
 

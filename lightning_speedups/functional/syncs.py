@@ -83,7 +83,7 @@ def _roots() -> dict[str, Any]:
             continue
         try:
             found = getter()
-        except Exception:  # pragma: no cover
+        except (AttributeError, OSError):  # pragma: no cover - a virtualenv's site module without them
             continue
         for p in [found] if isinstance(found, str) else found:
             sites.add(os.path.normcase(os.path.realpath(p)))
@@ -363,7 +363,7 @@ class SyncWatcher:
         """Whether there is anything to watch: a CUDA device."""
         try:
             return torch.cuda.is_available()
-        except Exception:  # pragma: no cover - broken driver setups
+        except RuntimeError:  # pragma: no cover - broken driver setups
             return False
 
     def install(self) -> None:

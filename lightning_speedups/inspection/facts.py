@@ -256,7 +256,7 @@ def _has_eval_loop(trainer: Any, model: Any) -> bool | None:
 def _cuda_name(device: torch.device) -> str:
     try:
         return torch.cuda.get_device_name(device)
-    except Exception:
+    except (RuntimeError, AssertionError, AttributeError):  # a broken or absent driver: a generic name
         return "CUDA device"
 
 

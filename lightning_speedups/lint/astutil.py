@@ -229,7 +229,7 @@ def snippet(node: ast.AST, limit: int = 40) -> str:
     """Short source text of ``node`` for messages."""
     try:
         text = ast.unparse(node)
-    except Exception:  # pragma: no cover - ast.unparse handles every parsed node
+    except (ValueError, TypeError, AttributeError, RecursionError):  # pragma: no cover - unparse handles parsed nodes
         return "..."
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -19,7 +19,7 @@ try:  # the package version, without importing the package's heavy top level
     from importlib.metadata import version as _version
 
     _VERSION = _version("lightning_speedups")
-except Exception:  # pragma: no cover - not installed
+except ImportError:  # pragma: no cover - not installed (PackageNotFoundError)
     _VERSION = "0"
 
 

@@ -24,7 +24,7 @@ def text(node: Optional[ast.AST]) -> str:
         return ""
     try:
         return ast.unparse(node).lower()
-    except Exception:  # pragma: no cover
+    except (ValueError, TypeError, AttributeError, RecursionError):  # pragma: no cover
         return ""
 
 

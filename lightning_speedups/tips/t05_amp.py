@@ -45,18 +45,14 @@ def check(facts: Facts) -> Finding:
                 f"speedups.precision: auto ({best} here), or trainer.precision: {best}",
             )
         ]
-        if facts.on_cuda and facts.matmul_precision == "highest":
-            try:
-                if cuda_supports_bf16():
-                    items.append(
-                        Item(
-                            "medium",
-                            "fp32 matmuls run at full precision (float32_matmul_precision='highest') on a GPU with TF32 units",
-                            "speedups.tf32: auto",
-                        )
-                    )
-            except Exception:
-                pass
+        if facts.on_cuda and facts.matmul_precision == "highest" and cuda_supports_bf16():
+            items.append(
+                Item(
+                    "medium",
+                    "fp32 matmuls run at full precision (float32_matmul_precision='highest') on a GPU with TF32 units",
+                    "speedups.tf32: auto",
+                )
+            )
         return Finding.from_items(tip, items)
     if not facts.on_cuda and "bf16" in current and best in ("32-true", "32"):
         return Finding.from_items(
