@@ -187,12 +187,24 @@ def _instantiation_error(err: BaseException) -> Optional[str]:
         return None
     from lightning_speedups.session import user_frame
 
-    found = user_frame(err)
-    if found is None:
-        return None
-    exc, filename, line, func = found
     given = re.search(r"class_path='([^']+)'", message)
     who = f"{given.group(1)}(...)" if given else "a class of the config"
+    found = user_frame(err)
+    if found is None:
+        # jsonargparse before 4.51 keeps the class's own error only in its message ("Errors:" then "- ..."
+        # per subtype), not in the exception chain: its text, without the file and line
+        reasons = [
+            line.strip()[2:]
+            for line in message.split("Errors:", 1)[-1].splitlines()
+            if line.strip().startswith("- ") and "Expected a <class 'NoneType'>" not in line
+        ]
+        if not reasons:
+            return None
+        return (
+            f"{who} raised an error while the config was built: {reasons[0]}; fix it in that class"
+            " (LIGHTNING_SPEEDUPS_TRACEBACK=1 shows the whole traceback)"
+        )
+    exc, filename, line, func = found
     return (
         f"{who} raised {type(exc).__name__}: {exc} (at {filename}:{line}, in {func}); fix it there"
         " (LIGHTNING_SPEEDUPS_TRACEBACK=1 shows the whole traceback)"

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import sys
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities.rank_zero import rank_zero_debug
 
 from lightning_speedups.callbacks.namespace import NAMESPACES, for_namespace, lightning_base, namespace_of
 from lightning_speedups.callbacks.summary import without_theirs
@@ -74,11 +76,29 @@ def _resolve(value: str) -> str:
         raise UsageError(str(err)) from None
 
 
-def _same_class(path: str, other: str) -> bool:
-    from jsonargparse._util import import_object  # private: the resolver the parser used; jsonargparse exports none
+def import_dotted(path: str) -> Any:
+    """The object a dotted name names (``package.module.Class``, ``module.Class.Inner``), as a config's
+    ``class_path`` is resolved: the longest importable module, then attributes.
 
+    Example:
+        >>> import_dotted("collections.OrderedDict").__name__
+        'OrderedDict'
+    """
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(f"no module in {path!r}")
+
+
+def _same_class(path: str, other: str) -> bool:
     try:
-        return import_object(path) is import_object(other)
+        return import_dotted(path) is import_dotted(other)
     except (ImportError, AttributeError, ValueError):  # a name that does not import is not the same class
         return False
 
@@ -160,12 +180,12 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
 
     files = _config_files(argv)
     match = (
-        re.search(r"does not accept option '([^']+)'", message)
+        re.search(r"does not accept (?:option|nested key) '([^']+)'", message)
         or re.search(r"Parser key \"([^\"]+)\"", message)
-        or re.search(r"unrecognized arguments: --([^\s=]+)", message)
+        or re.search(r"unrecognized arguments: --([^\s=]+)", message, re.IGNORECASE)  # "Unrecognized" before 4.4x
     )
     key = match.group(1) if match else None
-    unknown = "does not accept option" in message or "unrecognized arguments" in message
+    unknown = "does not accept" in message or "unrecognized arguments" in message.lower()
     lines = [message.strip().splitlines()[0]]
     if key is not None and unknown:
         lines = [f"unknown key {key!r}"]
@@ -175,7 +195,12 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
     union = re.search(r"Subtypes: \[(.*)\]", message)
     given_value = re.search(r"Given value: (.*)", message)
     allowed = _union_values(union.group(1)) if union and given_value and key not in ("model", "data") else None
-    if literal:
+    choices = _setting_choices(key)
+    if not literal and not allowed and choices and key is not None:
+        # the setting's own record says what it takes (jsonargparse 4.39 says "Cannot take a Union of no types")
+        value = _cli_value(argv, key) or _file_value(files, key)
+        lines = [f"bad value {value!r} for {key}; allowed: {', '.join(choices)}"]
+    elif literal:
         lines = [f"bad value {literal.group(2).strip()!r} for {key}; allowed: {literal.group(1).replace(chr(39), '')}"]
     elif allowed:
         lines = [f"bad value {given_value.group(1).strip()!r} for {key}; allowed: {allowed}"]  # type: ignore[union-attr]
@@ -198,7 +223,7 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
         elif where:
             lines[0] += f" (set in {where})"
         if unknown and parser is not None:
-            known = [d for a in parser._actions for d in [getattr(a, "dest", "")] if d]
+            known = sorted(set(_option_keys(parser)) | set(_speedups_keys()))
             parent = key.rsplit(".", 1)[0] if "." in key else ""
             siblings = [k for k in known if k.rsplit(".", 1)[0] == parent] or known
             close = difflib.get_close_matches(key, siblings, n=3, cutoff=0.6)
@@ -209,6 +234,71 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
                     f"keys under {parent or 'the top level'}: {', '.join(sorted(k.rsplit('.', 1)[-1] for k in siblings)[:25])}"
                 )
     return "\n".join(lines)
+
+
+def _setting_choices(key: Optional[str]) -> list[str]:
+    """The values a ``speedups.*`` key's record allows, when its type is a ``Literal`` (``[]`` otherwise)."""
+    from typing import Literal, Union, get_args, get_origin
+
+    from lightning_speedups.config import all_settings
+
+    if not key or not key.startswith("speedups."):
+        return []
+    path = key.removeprefix("speedups.")
+    for _, setting in all_settings():
+        if setting.path != path:
+            continue
+        out: list[str] = []
+        kinds = get_args(setting.type) if get_origin(setting.type) is Union else (setting.type,)
+        for kind in kinds:
+            if get_origin(kind) is Literal:
+                out += [str(v) for v in get_args(kind)]
+        return out
+    return []
+
+
+def _file_value(files: Sequence[str], key: str) -> Optional[str]:
+    """The value a config file sets for the dotted ``key`` (the last file that sets it)."""
+    import yaml
+
+    found = None
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                node: Any = yaml.safe_load(fh)
+        except (OSError, yaml.YAMLError):  # the parser reports a config that does not read
+            continue
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            found = str(node)
+    return found
+
+
+def _speedups_keys() -> list[str]:
+    """Every ``speedups.*`` key and group, from the settings' records (whichever parser saw the error)."""
+    from lightning_speedups.config import all_settings
+
+    keys = {"speedups"}
+    for _, setting in all_settings():
+        parts = f"speedups.{setting.path}".split(".")
+        keys.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+    return sorted(keys)
+
+
+def _option_keys(parser: Any) -> list[str]:
+    """Every key the parser accepts (``trainer.max_steps``) and the groups above them (``trainer``), from its
+    public defaults; ``[]`` when they cannot be read (then no suggestion is made)."""
+    try:
+        leaves = list(parser.get_defaults().keys())
+    except Exception as err:  # a parser whose defaults do not build: nothing to suggest from
+        rank_zero_debug(f"lightning_speedups: no key suggestions ({type(err).__name__}: {err})")
+        return []
+    keys = set(leaves)
+    for key in leaves:
+        parts = key.split(".")
+        keys.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return sorted(keys)
 
 
 def _cli_value(argv: Sequence[str], key: str) -> Optional[str]:
@@ -290,6 +380,11 @@ def user_frame(err: BaseException) -> Optional[tuple[BaseException, str, int, st
         os.path.realpath(p) for p in (PACKAGE_DIR, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])
     }
     skip |= {os.path.realpath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+    # the libraries the CLI is built from, wherever they are installed (an editable install, PYTHONPATH)
+    for name in ("jsonargparse", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "torch"):
+        module_file = getattr(sys.modules.get(name), "__file__", None)
+        if module_file:
+            skip.add(os.path.realpath(os.path.dirname(module_file)))
     seen: set[int] = set()
     chain: list[BaseException] = []
     node: Optional[BaseException] = err
@@ -356,9 +451,8 @@ class _SpeedupsParser(_ParserBase):
     """The code of :class:`SpeedupsArgumentParser`, above either Lightning package's parser."""
 
     def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
-        from jsonargparse._common import debug_mode_active  # private: JSONARGPARSE_DEBUG has no public reader
-
-        if not self.exit_on_error or debug_mode_active():
+        # JSONARGPARSE_DEBUG (jsonargparse's documented switch): its own full message and traceback
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
             return super().error(message, ex)
         parser = getattr(ex, "subcommand_parser", None) or self
         text = explain_parse_error(message, sys.argv[1:], parser)
