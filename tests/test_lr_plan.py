@@ -37,7 +37,7 @@ def _fit(cb: LRSchedule, stop: StopAt, **trainer_kwargs):
 
 
 def test_lightnings_default_length_is_no_plan_the_schedule_skips_before_any_work():
-    cb = LRSchedule("onecycle", max_lr="auto", range_test_steps=8, horizon=0.5)
+    cb = LRSchedule("onecycle", max_lr="auto", range_test_steps=10, horizon=0.5)
     model, trainer, said = _fit(cb, StopAt(5))  # no max_epochs / max_steps / max_time: Lightning plans 1000 epochs
     assert trainer.max_epochs == 1000 and cb.scheduler is None and cb.range_pick is None  # no range test either
     assert model.lrs == [[0.05]] * 5  # the model's own constant lr ran
@@ -137,3 +137,21 @@ def test_a_range_test_pick_below_the_users_lr_is_raised_to_it():
     cb2.on_fit_start = lambda trainer, pl_module: setattr(cb2, "_skip", None)
     _fit(cb2, StopAt(3))
     assert cb2._peaks == [0.2] and "LR range test: lowest loss at 0.04" in cb2.status[1]
+
+
+def test_the_callback_and_the_record_refuse_the_same_range_test_lengths():
+    """Issue 30: the record said >= 10 and the callback >= 5; one range, in one place."""
+    import dataclasses
+
+    from lightning_speedups.callbacks.lr_schedule import RANGE_TEST_MIN_STEPS
+    from lightning_speedups.tips.t01_lr_schedule import ScheduleSettings
+
+    bounds = next(f for f in dataclasses.fields(ScheduleSettings) if f.name == "range_test_steps").metadata["bounds"]
+    for steps in (RANGE_TEST_MIN_STEPS - 1, RANGE_TEST_MIN_STEPS, 100):
+        record_refuses = bounds.problem(steps) is not None
+        try:
+            LRSchedule("onecycle", max_lr="auto", range_test_steps=steps)
+            callback_refuses = False
+        except ValueError:
+            callback_refuses = True
+        assert record_refuses == callback_refuses == (steps < RANGE_TEST_MIN_STEPS), steps

@@ -116,7 +116,7 @@ def test_range_test_runs_on_hparams_that_weights_only_load_refuses(hparams, tmp_
         torch.save({"hyper_parameters": dict(model.hparams)}, path)
         torch.load(path, weights_only=True)
     pl.seed_everything(0, verbose=False)
-    schedule = LRSchedule("onecycle", max_lr="auto", range_test_steps=8)
+    schedule = LRSchedule("onecycle", max_lr="auto", range_test_steps=10)
     trainer, probe = _fit(model, schedule)
     assert schedule.range_pick is not None and schedule.range_pick.points >= 3
     assert trainer.global_step == 6 and probe.state["global_step"] == 0
@@ -186,7 +186,7 @@ class WarmupInHook(Stateful):
 def test_no_range_test_for_a_model_that_schedules_its_own_lr(cls):
     pl.seed_everything(0, verbose=False)
     model = cls()
-    schedule = LRSchedule("onecycle", max_lr="auto", range_test_steps=8)
+    schedule = LRSchedule("onecycle", max_lr="auto", range_test_steps=10)
     with pytest.warns(UserWarning, match="lr_schedule: skipped"):
         trainer, probe = _fit(model, schedule)
     assert probe.state["calls"] == 0 and model.calls == 6  # no range test steps

@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.lr_range import RangePick, TrainingSnapshot, pick_peak_lr, resmooth
 
@@ -111,13 +111,13 @@ def planned_by_default(trainer: pl.Trainer) -> bool:
     return (
         trainer.max_epochs == LIGHTNING_DEFAULT_EPOCHS
         and trainer.max_steps == -1
-        and not any(isinstance(cb, Timer) for cb in trainer.callbacks)  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+        and not any(isinstance(cb, Timer) for cb in set_at_init(trainer).callbacks)
     )
 
 
 def timer_seconds(trainer: pl.Trainer) -> Optional[float]:
     """The training time the trainer's ``max_time`` leaves, in seconds (``None`` without one)."""
-    for cb in trainer.callbacks:  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+    for cb in set_at_init(trainer).callbacks:
         left = cb.time_remaining("train") if isinstance(cb, Timer) else None
         if left is not None:
             return float(left)
@@ -143,7 +143,7 @@ class _OneCycleThenHold(torch.optim.lr_scheduler.OneCycleLR):
     would raise "Tried to step N times".
     """
 
-    def step(self, epoch: Optional[int] = None) -> None:  # type: ignore[override]
+    def step(self, epoch: Optional[int] = None) -> None:
         # step total_steps - 1 is the final lr; torch computes one step past it without raising, with the
         # cosine turned back up, so the hold starts there
         if self.last_epoch >= self.total_steps - 1:
@@ -251,7 +251,7 @@ def run_range_test(
     saved = (
         trainer.strategy.optimizers,
         trainer.strategy.lr_scheduler_configs,
-        trainer.callbacks,  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector, not declared
+        set_at_init(trainer).callbacks,
         trainer.loggers,
         loop.epoch_loop.max_steps,
         trainer.limit_val_batches,
@@ -266,7 +266,7 @@ def run_range_test(
         bar.disable()
     try:
         trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(sweep_sched, interval="step")]
-        trainer.callbacks = [sweep]  # type: ignore[attr-defined]
+        set_at_init(trainer).callbacks = [sweep]
         trainer.logger = DummyLogger() if trainer.logger is not None else None
         loop.epoch_loop.max_steps = steps + trainer.global_step
         trainer.limit_val_batches = 0  # validation would be thrown away
@@ -278,7 +278,7 @@ def run_range_test(
         (
             trainer.strategy.optimizers,
             trainer.strategy.lr_scheduler_configs,
-            trainer.callbacks,  # type: ignore[attr-defined]
+            set_at_init(trainer).callbacks,
             trainer.loggers,
             loop.epoch_loop.max_steps,
             trainer.limit_val_batches,
@@ -296,6 +296,11 @@ def run_range_test(
         loop.epoch_loop.val_loop._combined_loader = None
         loop._combined_loader = None
     return list(lrs), list(losses)
+
+
+#: The fewest optimizer steps a range test can take: one range for the callback and the
+#: ``speedups.lr_schedule.range_test_steps`` record (tips/t01_lr_schedule.py reads it).
+RANGE_TEST_MIN_STEPS = 10
 
 
 class LRSchedule(SpeedupCallback):
@@ -380,8 +385,14 @@ class LRSchedule(SpeedupCallback):
             raise SettingError(
                 f"`max_lr` must be positive, None (the optimizer's lr) or 'auto' (an LR range test); got {max_lr!r}."
             )
-        if isinstance(range_test_steps, bool) or not isinstance(range_test_steps, int) or range_test_steps < 5:
-            raise SettingError(f"`range_test_steps` must be an integer >= 5; got {range_test_steps!r}.")
+        if (
+            isinstance(range_test_steps, bool)
+            or not isinstance(range_test_steps, int)
+            or range_test_steps < RANGE_TEST_MIN_STEPS
+        ):
+            raise SettingError(
+                f"`range_test_steps` must be an integer >= {RANGE_TEST_MIN_STEPS}; got {range_test_steps!r}."
+            )
         if not 0.0 < horizon <= 1.0:
             raise SettingError(
                 f"`horizon` must be in (0, 1], the share of the run the schedule spans; got {horizon!r}."

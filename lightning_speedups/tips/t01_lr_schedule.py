@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 from lightning_speedups.callbacks import LRSchedule
+from lightning_speedups.callbacks.lr_schedule import RANGE_TEST_MIN_STEPS
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
@@ -39,7 +40,7 @@ class ScheduleSettings:
     cycles: int = bounded(2, ge=1)
     mode: Literal["triangular", "triangular2", "exp_range"] = "triangular"
     #: ``max_lr: auto``: optimizer steps of the range test (undone afterwards; its time counts)
-    range_test_steps: int = bounded(100, ge=10)
+    range_test_steps: int = bounded(100, ge=RANGE_TEST_MIN_STEPS)
     #: share of the run's optimizer steps the schedule spans (a one-cycle then holds its final lr)
     horizon: float = bounded(1.0, gt=0, le=1)
     #: the schedule's own span, for a run with no plan (no max_epochs / max_steps / max_time): optimizer

@@ -312,7 +312,7 @@ def test_lr_schedule_auto_runs_lightnings_range_test_and_reports_the_peak(tmp_pa
     from lightning_speedups.callbacks import LRSchedule
 
     pl.seed_everything(0)
-    cb = LRSchedule("onecycle", max_lr="auto", range_test_steps=8, horizon=0.5)
+    cb = LRSchedule("onecycle", max_lr="auto", range_test_steps=10, horizon=0.5)
     model = TinyCNN(optimizer="adamw", lr=1e-3)
     trainer = pl.Trainer(
         max_steps=6,
