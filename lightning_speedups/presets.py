@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import yaml
 
+from lightning_speedups.errors import SettingError
+
 if TYPE_CHECKING:  # finding and listing presets needs neither torch nor Lightning (`presets` answers at once)
     from lightning.pytorch.callbacks import Callback
 
@@ -29,7 +31,7 @@ if TYPE_CHECKING:  # finding and listing presets needs neither torch nor Lightni
 PRESET_SUFFIXES = (".yaml", ".yml")
 
 
-class PresetError(ValueError):
+class PresetError(SettingError):
     """A preset name or file that cannot be used; the message says what exists and what to do."""
 
 
@@ -259,14 +261,32 @@ def preset(*names: Union[str, os.PathLike]) -> Preset:
     if not names:
         raise PresetError(f"preset() needs at least one name; presets: {', '.join(list_presets())}.")
     trainer: dict[str, Any] = {}
-    section: dict[str, Any] = {}
-    sources = []
+    sections: list[tuple[str, dict[str, Any]]] = []
     for name in names:
         path = resolve_config(name)
         data = load_yaml(path)
         trainer = _deep_merge(trainer, data.get("trainer") or {})
-        section = _deep_merge(section, data.get("speedups") or {})
-        sources.append(path)
-    return Preset(
-        names=[os.fspath(n) for n in names], trainer=trainer, speedups=parse_speedups(section, " + ".join(sources))
-    )
+        sections.append((path, data.get("speedups") or {}))
+    return Preset(names=[os.fspath(n) for n in names], trainer=trainer, speedups=compose_speedups(sections))
+
+
+def compose_speedups(sections: list[tuple[str, dict[str, Any]]]) -> Speedups:
+    """The ``speedups:`` sections of several configs composed as the command line composes ``--config A
+    --config B``: each parsed by jsonargparse over the ones before it (one merge rule for both).
+
+    Raises:
+        PresetError: an unknown key or a bad value; the message names the key and the config.
+    """
+    parser = _speedups_parser()
+    cfg = None
+    for source, section in sections:
+        try:
+            cfg = parser.parse_object({"speedups": section}, cfg_base=cfg)
+        except Exception as err:  # jsonargparse raises its own ArgumentError
+            raise PresetError(f"{source}: {first_line(err)}") from None
+    if cfg is None:
+        return _speedups_class()()
+    try:
+        return parser.instantiate_classes(cfg).speedups
+    except Exception as err:  # a value its record refuses (SettingError), named with the configs
+        raise PresetError(f"{' + '.join(s for s, _ in sections)}: {first_line(err)}") from None

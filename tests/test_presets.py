@@ -145,3 +145,24 @@ def test_every_preset_trains_both_kinds_of_model(name, kind):
     trainer = Trainer(**{**QUIET, **p.trainer_kwargs(accelerator="cpu")}, callbacks=p.callbacks(), max_steps=2)
     trainer.fit(model)
     assert trainer.global_step == 2
+
+
+def test_python_and_the_command_line_compose_every_pair_of_presets_alike():
+    """Issue 30: preset(a, b) merged with its own _deep_merge, the CLI through jsonargparse; one rule now."""
+    import dataclasses
+
+    from lightning_speedups.session import SpeedupsCLI, resolve_config_args
+
+    class ParseOnly(SpeedupsCLI):
+        def instantiate_classes(self) -> None:  # the parsed config is what is compared: nothing to build
+            pass
+
+    differ = []
+    for first, second in itertools.permutations(sorted(EXPECTED), 2):
+        cli = ParseOnly(args=resolve_config_args(["--config", first, "--config", second]), run=False)
+        from_cli = cli.config.speedups.as_dict()
+        from_python = dataclasses.asdict(preset(first, second).speedups)
+        if from_cli != from_python:
+            keys = sorted(k for k in from_python if from_cli.get(k) != from_python[k])
+            differ.append(f"{first} + {second}: {keys}")
+    assert not differ, "\n".join(differ)
