@@ -260,7 +260,7 @@ def summary_lines(result: BenchResult) -> list[str]:
                     for r in result.records
                     if r.variant.kind not in ("baseline", "aa", "idle") and r.summary and r.summary.speedup
                 ),
-                key=lambda r: float(r.summary.speedup or 0.0),  # type: ignore[union-attr]
+                key=lambda r: float(r.summary.speedup or 0.0) if r.summary is not None else 0.0,
                 default=None,
             )
             why = (
@@ -291,17 +291,18 @@ def plot(result: BenchResult, path: str) -> None:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    recs = [r for r in sorted_records(result) if r.summary is not None and r.summary.runs_ok and r.summary.speedup]
-    recs = list(reversed(recs))
-    names = [r.variant.name for r in recs]
-    speed = [r.summary.speedup for r in recs]  # type: ignore[union-attr]
-    lo = [max(0.0, r.summary.speedup - (r.summary.speedup_range[0] or r.summary.speedup)) for r in recs]  # type: ignore[union-attr, operator]
-    hi = [max(0.0, (r.summary.speedup_range[1] or r.summary.speedup) - r.summary.speedup) for r in recs]  # type: ignore[union-attr, operator]
-    mem = [r.summary.mem_ratio or 0.0 for r in recs]  # type: ignore[union-attr]
-    colors = [
-        "tab:green" if r is result.pick else ("tab:red" if not r.summary.sane else "tab:blue")  # type: ignore[union-attr]
-        for r in recs
+    # (record, its summary, its speed-up) of the variants that ran, slowest first: drawn bottom to top
+    recs = [
+        (r, r.summary, r.summary.speedup)
+        for r in reversed(sorted_records(result))
+        if r.summary is not None and r.summary.runs_ok and r.summary.speedup
     ]
+    names = [r.variant.name for r, _, _ in recs]
+    speed = [x for _, _, x in recs]
+    lo = [max(0.0, x - (s.speedup_range[0] or x)) for _, s, x in recs]
+    hi = [max(0.0, (s.speedup_range[1] or x) - x) for _, s, x in recs]
+    mem = [s.mem_ratio or 0.0 for _, s, _ in recs]
+    colors = ["tab:green" if r is result.pick else ("tab:red" if not s.sane else "tab:blue") for r, s, _ in recs]
     height = max(3.0, 0.35 * len(recs) + 1.5)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, height), sharey=True)
     y = range(len(recs))

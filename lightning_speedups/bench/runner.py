@@ -383,7 +383,8 @@ class Bench:
         safe = "".join(ch if ch.isalnum() else "_" for ch in variant.name)
         if timeout is None and self.options.budget is not None:
             timeout = max(30.0, self._remaining() + 5.0)
-        result = self._launcher.run(self._spec(variant, repeat), f"p{record.phase}-{safe}-r{repeat}", timeout)  # type: ignore[union-attr]
+        assert self._launcher is not None  # made by prepare(), which run() calls first
+        result = self._launcher.run(self._spec(variant, repeat), f"p{record.phase}-{safe}-r{repeat}", timeout)
         result["repeat"] = repeat
         result["phase"] = record.phase
         if self.options.compile_cache == "fresh":
@@ -556,8 +557,9 @@ class Bench:
             overrides = {**record.variant.overrides, "lr_schedule.plan": spans[f]}
             record.variant = dataclasses.replace(record.variant, overrides=overrides)
         each = ", ".join(f"{n:,} ({f:g}x)" for f, n in sorted(spans.items()))
+        assert self.target is not None  # called in time-to-target mode only
         self.notes.append(
-            f"plan: the baseline reached {self.target.text()} in {int(steps):,} optimizer steps (seed"  # type: ignore[union-attr]
+            f"plan: the baseline reached {self.target.text()} in {int(steps):,} optimizer steps (seed"
             f" {self.options.seed}), so the schedules span {each} optimizer steps (lr_schedule.plan), not the"
             " config's length"
         )
@@ -690,6 +692,7 @@ class Bench:
         every run completed and reached the target, sane, its 95% interval above 1.0, its gain clearing
         ``--min-gain`` and the A/A noise floor); else the baseline. Each summary keeps the reason."""
         best: Optional[VariantRecord] = None
+        best_speedup = 0.0
         dropped = set()
         search = getattr(self, "search_result", None)
         if search is not None:  # a combination the search dropped did not beat its subset by min_gain
@@ -703,10 +706,10 @@ class Bench:
             if ok and rec.variant.kind == "combo" and tuple(sorted(rec.variant.tips)) in dropped:
                 ok, why = False, "the search dropped it (no gain over its subset)"
             s.picked_why = why
-            if not ok:
+            if not ok or s.speedup is None:  # a verdict of ok has a speed-up (gain_verdict)
                 continue
-            if best is None or s.speedup > best.summary.speedup:  # type: ignore[operator, union-attr]
-                best = rec
+            if best is None or s.speedup > best_speedup:
+                best, best_speedup = rec, s.speedup
         return best or (self.records[0] if self.records else None)
 
     def run(self, progress_factory: Optional[Callable[[], Any]] = None) -> BenchResult:

@@ -29,7 +29,7 @@ class Spread:
         """Half the range as a percentage of the median (``±x%``)."""
         if self.median in (None, 0) or self.low is None or self.high is None:
             return None
-        return 100.0 * (self.high - self.low) / (2.0 * abs(self.median))  # type: ignore[arg-type]
+        return 100.0 * (self.high - self.low) / (2.0 * abs(self.median))
 
     @classmethod
     def of(cls, values: Sequence[Optional[float]]) -> Spread:

@@ -302,8 +302,8 @@ class BudgetExhausted(Exception):
 
 def helpful_tips(singles: Mapping[str, Optional[float]], min_gain: float) -> list[str]:
     """Tips whose speed-up alone is at least ``1 + min_gain``, best first."""
-    good = [t for t, r in singles.items() if r is not None and r >= 1.0 + min_gain]
-    return sorted(good, key=lambda t: (-float(singles[t]), t))  # type: ignore[arg-type]
+    good = {t: r for t, r in singles.items() if r is not None and r >= 1.0 + min_gain}
+    return sorted(good, key=lambda t: (-float(good[t]), t))
 
 
 def greedy_search(
@@ -332,7 +332,9 @@ def greedy_search(
     if not helpful:
         return SearchResult((), 1.0, [], helpful)
     best: tuple[str, ...] = (helpful[0],)
-    best_speedup = float(singles[helpful[0]])  # type: ignore[arg-type]
+    first = singles[helpful[0]]
+    assert first is not None  # helpful_tips keeps only tips with a speed-up
+    best_speedup = float(first)
     steps: list[SearchStep] = []
     for tip in helpful[1:]:
         candidate = tuple(sorted(best + (tip,)))
@@ -348,6 +350,6 @@ def greedy_search(
             else f"{'kept' if accepted else 'dropped'}: {speedup:.3f}x vs {best_speedup:.3f}x without {tip}"
         )
         steps.append(SearchStep(candidate, speedup, accepted, note))
-        if accepted:
-            best, best_speedup = candidate, float(speedup)  # type: ignore[arg-type]
+        if accepted and speedup is not None:  # accepted only with a speed-up
+            best, best_speedup = candidate, float(speedup)
     return SearchResult(best, best_speedup, steps, helpful)

@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 from lightning_speedups.bench.args import override_args
 from lightning_speedups.callbacks import AutoProbe, SpeedupCallback
+from lightning_speedups.callbacks.base import set_at_init
 
 __all__ = ["child_main", "main", "run_variant"]
 
@@ -119,7 +120,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 raise
         trainer = cli.trainer
-        probe = next(cb for cb in trainer.callbacks if isinstance(cb, kind))  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector, not declared
+        probe = next(cb for cb in set_at_init(trainer).callbacks if isinstance(cb, kind))
         if target is None:
             # the probe stops the run after its batches; max_steps counts optimizer steps (two a batch for
             # a GAN stepping two optimizers in manual optimization), so it must not end the run first. It
@@ -128,7 +129,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
             # that short max_steps is bench's, not the user's plan: the start-up probe of auto settings
             # runs whatever the plan (its cost lands in the warm-up figures), so the timed steps are the
             # steady state a real fit runs after it
-            for cb in trainer.callbacks:  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+            for cb in set_at_init(trainer).callbacks:
                 if isinstance(cb, AutoProbe):
                     cb.max_fraction = None
         result["build_s"] = time.perf_counter() - t0
@@ -158,7 +159,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         result["reason"] = f"out of memory ({why})" if _is_oom(err) else f"{stage} failed: {why}"
         result["traceback"] = traceback.format_exc(limit=20)
         try:
-            result["parts"] = _parts(cli.trainer)  # type: ignore[possibly-undefined]
+            result["parts"] = _parts(cli.trainer)  # cli is unbound when the build failed: a NameError, swallowed
         except Exception:  # swallowed on purpose: the run failed and says why above; its parts are extra
             pass
     finally:

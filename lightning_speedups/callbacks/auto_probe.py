@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.lr_range import TrainingSnapshot
 from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe, unprobed
@@ -99,7 +99,7 @@ class AutoProbe(SpeedupCallback):
         self._pending = False
 
     @property
-    def awaits_probe(self) -> bool:  # type: ignore[override]
+    def awaits_probe(self) -> bool:
         return self._pending
 
     @override
@@ -114,7 +114,7 @@ class AutoProbe(SpeedupCallback):
         if not self._pending:
             return
         self._pending = False
-        parts = [cb for cb in trainer.callbacks if isinstance(cb, SpeedupCallback) and cb is not self]  # type: ignore[attr-defined]  # set by Lightning's CallbackConnector
+        parts = [cb for cb in set_at_init(trainer).callbacks if isinstance(cb, SpeedupCallback) and cb is not self]
         axes = [axis for cb in parts for axis in cb.probe_axes(trainer, pl_module)]
         if not axes:
             self.report(False, "skipped, no auto setting waits for it")

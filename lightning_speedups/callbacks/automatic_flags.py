@@ -49,8 +49,8 @@ class AutomaticOptimizationFlags(SpeedupCallback):
         unknown = sorted(set(flags) - set(DEFAULTS))
         if unknown:
             raise SettingError(f"`flags` may hold {sorted(DEFAULTS)}; got {unknown}.")
-        self.part = name.removesuffix(f" ({tip})")  # type: ignore[misc]  # the summary adds the tip
-        self.tip = tip  # type: ignore[misc]
+        self.part = name.removesuffix(f" ({tip})")  # the summary adds the tip
+        self.tip = tip
         self.flags = dict(flags)
         self.what = what
         self.fix = fix

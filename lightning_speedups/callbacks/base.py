@@ -7,14 +7,34 @@ these lines when training starts, so a user sees at a glance what is on, what wa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Union, cast
 
 import torch
+from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from lightning_speedups.functional.probe import Axis
+
+
+class TrainerSetAtInit(Protocol):
+    """The attributes Lightning's connectors set on every ``Trainer`` in its ``__init__``, which the class
+    does not declare (so the type checker does not know them)."""
+
+    #: CallbackConnector
+    callbacks: list[Callback]
+    #: DataConnector (``None`` until a fit / validate / test / predict is given one)
+    datamodule: Optional[LightningDataModule]
+    #: Trainer._init_debugging_flags
+    fast_dev_run: Union[int, bool]
+    #: LoggerConnector
+    log_every_n_steps: int
+
+
+def set_at_init(trainer: Trainer) -> TrainerSetAtInit:
+    """``trainer`` typed with the attributes Lightning sets on it at init (:class:`TrainerSetAtInit`)."""
+    return cast(TrainerSetAtInit, trainer)  # every constructed Trainer has them
 
 
 def on_cuda(trainer) -> bool:
@@ -37,8 +57,9 @@ class SpeedupCallback(Callback):
     apply. ``report`` is idempotent per (state, reason): the same line is never logged twice.
     """
 
-    tip: ClassVar[str] = ""
-    part: ClassVar[str] = ""
+    # set by each subclass on the class; not ClassVars: AutomaticOptimizationFlags sets its own per instance
+    tip: str = ""
+    part: str = ""
 
     def __init__(self) -> None:
         super().__init__()

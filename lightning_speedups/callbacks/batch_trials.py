@@ -16,6 +16,7 @@ from lightning.pytorch.loggers.logger import DummyLogger
 from lightning.pytorch.loops.loop import _Loop  # private: the loops' base class, to find every nested loop
 from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_setattr
 
+from lightning_speedups.callbacks.base import set_at_init
 from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
 from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
 
@@ -28,12 +29,13 @@ def to_cpu(obj: Any) -> Any:
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
         items = [(k, to_cpu(v)) for k, v in obj.items()]
+        out: Any  # obj's own dict class: a state dict's OrderedDict carries `_metadata`, which dict does not declare
         try:
             out = type(obj)(items)
         except TypeError:  # e.g. defaultdict
             out = dict(items)
         if hasattr(obj, "_metadata"):  # nn.Module.state_dict() versions
-            out._metadata = deepcopy(obj._metadata)  # type: ignore[attr-defined]
+            out._metadata = deepcopy(obj._metadata)
         return out
     if isinstance(obj, list):
         return [to_cpu(v) for v in obj]
@@ -86,7 +88,7 @@ def enter_trials(
         "precision": to_cpu(trainer.precision_plugin.state_dict()),
         "loop": deepcopy(fit_loop.state_dict()),
         "loggers": trainer.loggers,
-        "callbacks": trainer.callbacks,  # type: ignore[attr-defined]  # set on the Trainer by Lightning's CallbackConnector at init, not declared on the class
+        "callbacks": set_at_init(trainer).callbacks,
         "max_steps": fit_loop.epoch_loop.max_steps,
         "limit_train_batches": trainer.limit_train_batches,
         "limit_val_batches": trainer.limit_val_batches,
@@ -96,7 +98,7 @@ def enter_trials(
     }
     _RANK_ZERO_LOG.setLevel(logging.WARNING)  # no "`Trainer.fit` stopped: `max_steps=2` reached." per trial
     trainer.loggers = [DummyLogger()] if trainer.loggers else []
-    trainer.callbacks = []  # type: ignore[attr-defined]  # set on the Trainer by Lightning's CallbackConnector at init, not declared on the class
+    set_at_init(trainer).callbacks = []
     trainer.limit_train_batches = 1.0
     trainer.limit_val_batches = 0
     fit_loop.epoch_loop.max_steps = steps_per_trial
@@ -135,7 +137,7 @@ def exit_trials(
     """Undo :func:`enter_trials`: every state back as it was, loaders rebuilt on first use."""
     restore_trial_state(trainer, pl_module, snapshot)
     trainer.loggers = snapshot["loggers"]
-    trainer.callbacks = snapshot["callbacks"]  # type: ignore[attr-defined]  # set on the Trainer by Lightning's CallbackConnector at init, not declared on the class
+    set_at_init(trainer).callbacks = snapshot["callbacks"]
     trainer.fit_loop.epoch_loop.max_steps = snapshot["max_steps"]
     trainer.limit_train_batches = snapshot["limit_train_batches"]
     trainer.limit_val_batches = snapshot["limit_val_batches"]

@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
 from lightning_speedups.errors import SettingError, SettingTypeError
 
 
@@ -225,7 +225,7 @@ class DataWaitMonitor(SpeedupCallback):
         # the end of each epoch, or every step for the progress bar, with the fraction since the last call.
         last = getattr(getattr(trainer.fit_loop.epoch_loop, "batch_progress", None), "is_last_batch", False)
         last = last or (trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps)
-        if self.log and (self.prog_bar or last or self._seen % max(trainer.log_every_n_steps, 1) == 0):  # type: ignore[attr-defined]  # set on the Trainer by Lightning's LoggerConnector at init, not declared on the class
+        if self.log and (self.prog_bar or last or self._seen % max(set_at_init(trainer).log_every_n_steps, 1) == 0):
             pl_module.log(
                 "speedups/data_wait_fraction",
                 self._interval_wait / self._interval_step,

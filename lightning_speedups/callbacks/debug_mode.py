@@ -112,7 +112,8 @@ class DebugMode(SpeedupCallback):
         other_guard = any(isinstance(cb, SyncGuard) for cb in getattr(trainer, "callbacks", []))
         self._guard_on = self.sync_guard is not None and not other_guard
         if self._guard_on:
-            self.sync_guard.setup(trainer, pl_module, stage)  # type: ignore[union-attr]
+            assert self.sync_guard is not None  # _guard_on is set only when there is a guard
+            self.sync_guard.setup(trainer, pl_module, stage)
         on = sorted(self.deliberate_tools)
         self.report(True, "debugging tools on: " + (", ".join(on) if on else "none"))
 
@@ -146,13 +147,15 @@ class DebugMode(SpeedupCallback):
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         # Lightning does not call `teardown` after an exception: restore everything here too
         if self._guard_on:
-            self.sync_guard.on_exception(trainer, pl_module, exception)  # type: ignore[union-attr]
+            assert self.sync_guard is not None  # _guard_on is set only when there is a guard
+            self.sync_guard.on_exception(trainer, pl_module, exception)
         self._restore()
 
     @override
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self._guard_on:
-            self.sync_guard.teardown(trainer, pl_module, stage)  # type: ignore[union-attr]
+            assert self.sync_guard is not None  # _guard_on is set only when there is a guard
+            self.sync_guard.teardown(trainer, pl_module, stage)
         self._guard_on = False
         self._restore()
 

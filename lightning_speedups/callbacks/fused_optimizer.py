@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
+from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending, set_at_init
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.probe import Axis, Option
 
@@ -96,7 +96,8 @@ def switch_implementation(optimizer: torch.optim.Optimizer, choice: str, scaler:
     # 2.6's plugin refuses to clip any optimizer that carries it (Lightning issue 21435), and
     # nothing reads it there.
     # private: torch and Lightning read this flag to know a step unscales itself; there is no public setter
-    optimizer._step_supports_amp_scaling = choice == "fused" and scaler  # type: ignore[attr-defined]
+    # (an instance attribute the Optimizer class does not declare: set in __dict__, as _restore_flags does)
+    optimizer.__dict__["_step_supports_amp_scaling"] = choice == "fused" and scaler
     return place_step_tensors(optimizer)
 
 
@@ -177,7 +178,7 @@ class FusedOptimizer(SpeedupCallback):
     def _clips_gradients(trainer: pl.Trainer) -> bool:
         if trainer.gradient_clip_val:
             return True
-        return any(getattr(cb, "needs_unscaled_grads", False) for cb in trainer.callbacks)  # type: ignore[attr-defined]  # set by Lightning's connectors at init, not declared
+        return any(getattr(cb, "needs_unscaled_grads", False) for cb in set_at_init(trainer).callbacks)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

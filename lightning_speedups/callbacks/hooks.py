@@ -8,7 +8,11 @@ from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
 
+from lightning_speedups.callbacks.base import set_at_init
 from lightning_speedups.callbacks.namespace import is_overridden
+
+#: marks a function as the pack's wrapper (an attribute of the function object, in its ``__dict__``)
+_PATCHED = "__speedups_patch__"
 
 
 class HookPatches:
@@ -22,12 +26,12 @@ class HookPatches:
         old = vars(obj).get(name)
         original = getattr(obj, name)
         wrapper = functools.wraps(original)(make(original))
-        wrapper.__speedups_patch__ = True  # type: ignore[attr-defined]
+        vars(wrapper)[_PATCHED] = True
         setattr(obj, name, wrapper)
         self._undo.append((obj, name, had, old))
 
     def is_patched(self, obj: Any, name: str) -> bool:
-        return getattr(vars(obj).get(name), "__speedups_patch__", False)
+        return getattr(vars(obj).get(name), _PATCHED, False)
 
     def undo(self) -> None:
         while self._undo:
@@ -43,7 +47,7 @@ class HookPatches:
 
 def batch_hook_owner(trainer: Trainer, pl_module: LightningModule, hook: str) -> Any:
     """The object whose batch hook Lightning calls: the DataModule when it overrides it, else the model."""
-    dm = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's DataConnector at init, not declared
+    dm = set_at_init(trainer).datamodule
     if dm is not None and is_overridden(hook, dm):
         return dm
     return pl_module
@@ -80,7 +84,7 @@ def run_after_configure_model(pl_module: LightningModule, key: Any, fn: Callable
                 then()
             return out
 
-        configure_model.__speedups_patch__ = True  # type: ignore[attr-defined]
+        vars(configure_model)[_PATCHED] = True
         state = (after, had, old)
         object.__setattr__(pl_module, "configure_model", configure_model)
         object.__setattr__(pl_module, _AFTER, state)

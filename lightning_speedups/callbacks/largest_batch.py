@@ -17,7 +17,7 @@ from lightning.pytorch.utilities.seed import isolate_rng
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
 from lightning_speedups.callbacks.batch_trials import (
     enter_trials,
     exit_trials,
@@ -217,7 +217,7 @@ class LargestBatch(SpeedupCallback):
         if stage != "fit":
             self._skip = f"skipped, only used in fit (stage {stage!r})"
             return
-        if trainer.fast_dev_run:  # type: ignore[attr-defined]  # set by Lightning's connectors at init, not declared
+        if set_at_init(trainer).fast_dev_run:
             self._skip = "skipped, fast_dev_run is on"
             return
         if not lightning_hasattr(pl_module, self.batch_arg_name):
@@ -234,7 +234,7 @@ class LargestBatch(SpeedupCallback):
                 f"in `train_dataloader()` of the LightningModule or a LightningDataModule from `{self.batch_arg_name}`."
             )
             return
-        callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connectors at init, not declared
+        callbacks = set_at_init(trainer).callbacks
         if self.keep_effective_batch and any(is_lightning(c, "GradientAccumulationScheduler") for c in callbacks):
             raise MisconfigurationException(
                 "LargestBatch(keep_effective_batch=True) sets `accumulate_grad_batches`, which a "
@@ -293,7 +293,9 @@ class LargestBatch(SpeedupCallback):
         if self.batch_size is None and trainer.world_size > 1:
             raise multi_process_error(trainer)
 
-        old_batch = int(lightning_getattr(pl_module, self.batch_arg_name))  # type: ignore[arg-type]  # checked to exist in setup
+        # whatever the user stores there (checked to exist in setup); Lightning types the getter Optional[Any]
+        current: Any = lightning_getattr(pl_module, self.batch_arg_name)
+        old_batch = int(current)
         old_accumulate = int(trainer.accumulate_grad_batches)
         world = int(trainer.world_size)
         old_effective = old_batch * old_accumulate * world

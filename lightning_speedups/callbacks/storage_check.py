@@ -11,7 +11,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.storage import StorageReport, find_data_root, storage_report
 
@@ -63,7 +63,7 @@ class StorageCheck(SpeedupCallback):
     def _find_root(self, trainer: Trainer) -> Any:
         if self.root is not None:
             return self.root
-        found = find_data_root(trainer.datamodule)  # type: ignore[attr-defined]  # set on the Trainer by Lightning's DataConnector at init, not declared on the class
+        found = find_data_root(set_at_init(trainer).datamodule)
         if found is not None:
             return found
         loaders = trainer.train_dataloader

@@ -10,7 +10,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
+from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending, set_at_init
 from lightning_speedups.callbacks.namespace import refuse_mixed_namespaces
 
 
@@ -36,7 +36,7 @@ class SpeedupsSummary(SpeedupCallback):
 
     def summarize(self, trainer: pl.Trainer) -> list[str]:
         rows = [(name, active, reason) for name, active, reason in self.notes]
-        for cb in trainer.callbacks:  # type: ignore[attr-defined]  # set on the Trainer by Lightning's CallbackConnector at init, not declared on the class
+        for cb in set_at_init(trainer).callbacks:
             if isinstance(cb, SpeedupCallback) and cb is not self and cb.status is not None:
                 state, reason = cb.status
                 tip = f" ({cb.tip})" if cb.tip else ""

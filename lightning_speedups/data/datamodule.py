@@ -25,8 +25,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Sized
+from typing import Any, Literal, cast
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -154,7 +154,9 @@ class SpeedDataModule(LightningDataModule):
 
     def setup(self, stage: str) -> None:
         if self._source is not None and self._val_fraction and self.train_dataset is None:
-            n = len(self._source)  # type: ignore[arg-type]
+            # a map-style dataset (wrap() refuses an IterableDataset with a split): random_split needs its
+            # length too, which torch's Dataset does not declare
+            n = len(cast(Sized, self._source))
             n_val = max(1, round(n * self._val_fraction))
             gen = torch.Generator().manual_seed(self._split_seed)
             self.train_dataset, self.val_dataset = random_split(self._source, [n - n_val, n_val], generator=gen)

@@ -61,7 +61,7 @@ def read_idx(path: Union[str, Path]) -> np.ndarray:
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:  # type: ignore[operator]
+    with opener(path, "rb") as fh:
         data = fh.read()
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
         raise SettingError(f"{path} is not an IDX file (magic {data[:4]!r})")
@@ -159,8 +159,9 @@ class FashionMNISTDataModule(pl.LightningDataModule):
         self._test = TensorDataset(xt, yt)
 
     def train_dataloader(self) -> DataLoader:
+        assert self._train is not None  # None only before setup(), which Lightning runs first
         return DataLoader(
-            self._train,  # type: ignore[arg-type]  # None only before setup(), which Lightning runs first
+            self._train,
             batch_size=self.batch_size,
             shuffle=True,
             drop_last=True,
@@ -168,7 +169,8 @@ class FashionMNISTDataModule(pl.LightningDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self._test, batch_size=self.eval_batch_size, num_workers=self.num_workers)  # type: ignore[arg-type]
+        assert self._test is not None  # None only before setup(), which Lightning runs first
+        return DataLoader(self._test, batch_size=self.eval_batch_size, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()

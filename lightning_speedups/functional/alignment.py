@@ -238,7 +238,7 @@ class PaddedLinear(nn.Linear):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, real_out_features={self.real_out_features}, logits={self.logits!r}"
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         _pad_rows_on_load(self, state_dict, prefix, ("weight", "bias"))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
@@ -257,7 +257,7 @@ class PaddedEmbedding(nn.Embedding):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, real_num_embeddings={self.real_num_embeddings}"
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[override]
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         _pad_rows_on_load(self, state_dict, prefix, ("weight",))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 

@@ -138,14 +138,14 @@ def to_channels_last_undoable(model: nn.Module) -> Callable[[], None]:
     params = [
         p for p in model.parameters() if (fmt := _format_for(p)) is not None and not p.is_contiguous(memory_format=fmt)
     ]
-    buffers = [
-        (m, name)
-        for m in model.modules()
-        for name, b in m._buffers.items()
-        if b is not None and (fmt := _format_for(b)) is not None and not b.is_contiguous(memory_format=fmt)
-    ]
     formats = {id(p): _layout(p) for p in params}
-    buffer_formats = {(id(m), name): _layout(m._buffers[name]) for m, name in buffers}  # type: ignore[arg-type]
+    buffers: list[tuple[nn.Module, str]] = []
+    buffer_formats: dict[tuple[int, str], torch.memory_format] = {}
+    for m in model.modules():
+        for name, b in m._buffers.items():
+            if b is not None and (fmt := _format_for(b)) is not None and not b.is_contiguous(memory_format=fmt):
+                buffers.append((m, name))
+                buffer_formats[(id(m), name)] = _layout(b)
     to_channels_last(model, warn=False)
 
     def undo() -> None:

@@ -64,6 +64,9 @@ __all__ = [
 ]
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: the module attribute that keeps why its compiled call failed (it then stays eager); a str, which
+#: nn.Module's typed __setattr__ (Tensor or Module) does not admit, so it is set and read by name
+_FALLBACK = "_lightning_speedups_compile_fallback"
 
 
 class CompileFallbackWarning(UserWarning):
@@ -172,7 +175,7 @@ class _GuardedCompiled:
                 raise eager_err
             self.fallback_reason = compiler_reason(compile_err)
             self.module._compiled_call_impl = None  # private: where nn.Module.compile keeps it; None = eager
-            self.module._lightning_speedups_compile_fallback = self.fallback_reason  # type: ignore[assignment]  # Module.__setattr__ stubs admit only Tensor/Module; a str is fine at runtime
+            setattr(self.module, _FALLBACK, self.fallback_reason)
             warnings.warn(
                 f"torch.compile of module {self.name!r} ({type(self.module).__name__}) failed; it now runs in eager"
                 f" mode. Reason: {self.fallback_reason}. Pass `strict=True` to raise instead.",
@@ -268,7 +271,7 @@ def compile_modules(
             continue
         if current is not None:  # compiled by the user: leave it
             continue
-        if getattr(module, "_lightning_speedups_compile_fallback", None):
+        if getattr(module, _FALLBACK, None):
             continue  # failed before: stays eager
         compiled = torch.compile(_entry_for(name), **kwargs)
         module._compiled_call_impl = _GuardedCompiled(module, name, compiled, strict)
@@ -281,7 +284,7 @@ def compile_status(model: nn.Module) -> dict[str, str]:
     status = {}
     for name, module in model.named_modules():
         impl = getattr(module, "_compiled_call_impl", None)
-        reason = getattr(module, "_lightning_speedups_compile_fallback", None)
+        reason = getattr(module, _FALLBACK, None)
         if isinstance(impl, _GuardedCompiled):
             status[name] = "compiled"
         elif reason:
@@ -320,7 +323,5 @@ def eager_while(model: nn.Module) -> Iterator[list[str]]:
         yield [name for name, _, _ in saved]
     finally:
         for _, module, impl in saved:
-            if getattr(module, "_compiled_call_impl", None) is None and not getattr(
-                module, "_lightning_speedups_compile_fallback", None
-            ):
+            if getattr(module, "_compiled_call_impl", None) is None and not getattr(module, _FALLBACK, None):
                 module._compiled_call_impl = impl

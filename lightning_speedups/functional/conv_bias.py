@@ -153,7 +153,9 @@ def apply_conv_bias_plan(model: nn.Module, plan: ConvBiasPlan, *, fold_on_load: 
             rm: Optional[Tensor] = getattr(bn, "running_mean", None)
             if rm is not None and not is_lazy(rm):
                 rm.copy_((rm.double() - bias.detach().to(rm.device).double()).to(rm.dtype))
-            conv.bias = None  # type: ignore[assignment]  # unregisters the parameter (state_dict and parameters() lose it)
+            # None unregisters the parameter (state_dict and parameters() lose it); the stub of
+            # Module.__setattr__ admits only a Tensor or a Module
+            conv.bias = None  # type: ignore[assignment]
             changed.append(cname)
     if fold_on_load and plan.pairs:
         hook = model.__dict__.get(_HOOK_ATTR)

@@ -11,7 +11,7 @@ import functools
 import inspect
 import textwrap
 from collections.abc import Iterator
-from typing import Optional
+from typing import Optional, Union
 
 from torch import nn
 
@@ -32,7 +32,10 @@ def _user_classes_of(module_cls: type) -> list[type]:
 
 
 def class_trees(module: nn.Module) -> Optional[list[ast.AST]]:
-    trees = _class_trees_of(type(module))  # type: ignore[arg-type]  # classes hash; nn.Module's __hash__ stub says otherwise
+    # the class is the cache's key: it hashes, but mypy would check type[Module] for Hashable with the
+    # instances' __hash__ (an unbound method on the class); as a plain `type` it passes
+    cls: type = type(module)
+    trees = _class_trees_of(cls)
     return None if trees is None else list(trees)
 
 
@@ -178,7 +181,7 @@ _REFLECTION = {"children", "named_children", "modules", "named_modules", "_modul
 
 def ast_pairs(module: nn.Module, trees: list[ast.AST]) -> dict[str, str]:
     """Direct-child pairs ``conv attr -> bn attr`` proven by the source patterns (see module doc)."""
-    mentions: dict[str, list[ast.Attribute]] = {}
+    mentions: dict[str, list[Union[ast.Attribute, ast.Constant]]] = {}  # self.<name> or "<name>"
     for node in _walk(trees):
         if isinstance(node, ast.Attribute):
             if node.attr in _REFLECTION:
@@ -187,7 +190,7 @@ def ast_pairs(module: nn.Module, trees: list[ast.AST]) -> dict[str, str]:
         elif isinstance(node, ast.Name) and node.id in {"getattr", "vars", "setattr"}:
             return {}
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            mentions.setdefault(node.value, []).append(node)  # type: ignore[arg-type]
+            mentions.setdefault(node.value, []).append(node)
 
     found: dict[str, list[tuple[ast.AST, ast.AST]]] = {}  # conv attr -> [(conv attr node, bn attr node)]
     found_bn: dict[str, str] = {}

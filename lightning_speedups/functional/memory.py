@@ -117,7 +117,7 @@ def total_memory_bytes(device: Union[str, torch.device, None] = None) -> int:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
         try:
-            import psutil  # type: ignore[import-untyped]
+            import psutil
 
             total = int(psutil.virtual_memory().total)
         except (ImportError, OSError, AttributeError):  # no psutil either: total memory unknown

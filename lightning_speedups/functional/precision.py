@@ -97,7 +97,7 @@ _PROBE = (
 def _nvml_facts() -> Optional[tuple[str, tuple[int, int]]]:
     """Device 0's name and compute capability from NVML (``pynvml``), which creates no CUDA context."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         try:
@@ -135,7 +135,9 @@ def cuda_device_facts(device: Optional[int] = None) -> tuple[str, tuple[int, int
     not initialise CUDA).
     """
     if torch.cuda.is_initialized():
-        return torch.cuda.get_device_name(device), tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
+        name = torch.cuda.get_device_name(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        return name, (major, minor)
     return _uninitialised_facts()
 
 

@@ -259,7 +259,7 @@ def run_probe(
         if share < budget:
             return decide_all(
                 f"the run is too short to repay it: {cost}, over {max_fraction:.0%} of the planned"
-                f" {planned_steps:.0f} steps ({planned_steps * base_step:.1f} s)"  # type: ignore[operator]
+                f" {planned_steps:.0f} steps ({planned_steps * base_step:.1f} s)"
             )
         return decide_all(f"{cost}, over its budget of {budget:.1f} s")
     rounds = min(rounds, fit)

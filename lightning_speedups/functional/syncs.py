@@ -276,7 +276,8 @@ class _SyncHub:
                     mutated()
             self.filter_entry = None
             if warnings.showwarning == self.showwarning:
-                warnings.showwarning = self.prev_showwarning  # type: ignore[assignment]
+                assert self.prev_showwarning is not None  # saved by install() when it set the hook
+                warnings.showwarning = self.prev_showwarning
             self.prev_showwarning = None
 
     def showwarning(self, message, category, filename, lineno, file=None, line=None):

@@ -343,7 +343,7 @@ class _ShardedNormClip(_PrecisionBase):
 
     fsdp_strategy: Optional[Any] = None
 
-    def clip_grad_by_norm(self, optimizer: torch.optim.Optimizer, clip_val: float) -> None:  # type: ignore[override]
+    def clip_grad_by_norm(self, optimizer: torch.optim.Optimizer, clip_val: float) -> None:
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         strategy = self.fsdp_strategy
