@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, TypeGuard, Union
 
 DEF_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -175,7 +175,7 @@ def is_format_string(node: ast.AST) -> bool:
     return False
 
 
-def is_string_format(node: ast.AST) -> bool:
+def is_string_format(node: ast.AST) -> TypeGuard[Union[ast.JoinedStr, ast.BinOp, ast.Call]]:
     """``f"..."``, ``"..." % x`` or ``"...".format(x)``: a string expression that formats values."""
     if isinstance(node, ast.JoinedStr):
         return True

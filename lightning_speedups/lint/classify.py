@@ -71,6 +71,7 @@ class Classifiers:
         def bindings(self, scope: ast.AST) -> dict[str, list[Binding]]: ...
         def bindings_before(self, name: ast.Name) -> Optional[list[Binding]]: ...
         def self_attrs(self, cls: ast.ClassDef) -> tuple[dict[str, list[ast.AST]], set[str]]: ...
+        def calls_within(self, node: ast.AST) -> list[ast.Call]: ...
 
     # ------------------------------------------------------------------ classifiers
     def is_numpy_annotation(self, ann: Optional[ast.AST]) -> bool:
@@ -201,13 +202,13 @@ class Classifiers:
         """``(names used as modules, names a backward runs on)`` directly in ``scope``: ``model.train()``,
         ``model.parameters()``, ``model = nn.DataParallel(model)``; ``loss.backward()``,
         ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``."""
-        memo: dict = self.__dict__.setdefault("_scope_uses", {})
+        memo: dict[ast.AST, tuple[frozenset[str], frozenset[str]]] = self.__dict__.setdefault("_scope_uses", {})
         found = memo.get(scope)
         if found is not None:
-            return found  # type: ignore[no-any-return]
+            return found
         modules: set[str] = set()
         grads: set[str] = set()
-        calls = self.calls if isinstance(scope, ast.Module) else self.calls_within(scope)  # type: ignore[attr-defined]
+        calls = self.calls if isinstance(scope, ast.Module) else self.calls_within(scope)
         for call in calls:
             func = call.func
             if not isinstance(func, ast.Attribute):
@@ -315,17 +316,16 @@ class Classifiers:
 
     def formatted_tensor(self, node: ast.AST) -> Optional[ast.AST]:
         """The tensor that the string expression ``node`` formats (f-string, ``%``, ``.format``), if visible."""
+        if not is_string_format(node):
+            return None
         if isinstance(node, ast.JoinedStr):
             values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
-        elif is_string_format(node):
-            if isinstance(node, ast.BinOp):
-                right = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
-                # ("%10.4g" * 3) % (*mloss,): each element of a tensor, read one by one
-                values = [r.value if isinstance(r, ast.Starred) else r for r in right]
-            else:
-                values = [*node.args, *(k.value for k in node.keywords)]  # type: ignore[attr-defined]
-        else:
-            return None
+        elif isinstance(node, ast.BinOp):
+            right = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+            # ("%10.4g" * 3) % (*mloss,): each element of a tensor, read one by one
+            values = [r.value if isinstance(r, ast.Starred) else r for r in right]
+        else:  # "...".format(...)
+            values = [*node.args, *(k.value for k in node.keywords)]
         return next((v for v in values if self.is_tensor(v)), None)
 
     def is_device(self, node: ast.AST) -> bool:

@@ -12,7 +12,7 @@ import ast
 import os
 from collections.abc import Iterator
 from pathlib import PurePath
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for the rules
     _CANONICAL,
@@ -35,13 +35,15 @@ from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for th
 )
 from lightning_speedups.lint.classify import Classifiers
 from lightning_speedups.lint.graph import Project
-from lightning_speedups.lint.where import Runs, Where, nodes_within
+from lightning_speedups.lint.where import FuncDef, Runs, Where, nodes_within
 
 _AST = ast.AST
 #: Fields that hold statements (or the with-items, except handlers and match cases holding them):
 #: without a `:=` in the file, only these are walked for bindings.
 _STMT_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases", "items"})
 _BRANCH_TYPES = frozenset({ast.If, ast.While, ast.IfExp, ast.Assert})
+#: The nodes whose ``test`` decides a branch (:attr:`FileContext.branches`).
+Branch = Union[ast.If, ast.While, ast.IfExp, ast.Assert]
 _Call, _Assign, _ClassDef, _Import, _ImportFrom, _Constant = (
     ast.Call,
     ast.Assign,
@@ -64,7 +66,7 @@ class FileContext(Classifiers, Where):
         self.assigns: list[ast.Assign] = []
         self.classes: list[ast.ClassDef] = []
         self.strings: list[str] = []
-        self.branches: list[ast.AST] = []  # if / while / x if c else y / assert: their tests
+        self.branches: list[Branch] = []  # if / while / x if c else y / assert: their tests
         self.aliases: dict[str, str] = {}
         self._ambiguous: set[str] = set()
         parents = self.parents
@@ -89,19 +91,21 @@ class FileContext(Classifiers, Where):
                 elif isinstance(value, _AST):
                     parents[value] = node
                     push(value)
+            # dispatched on the exact class (faster than isinstance chains): the casts say what `cls` showed
             if cls is _Call:
-                calls.append(node)  # type: ignore[arg-type]
+                calls.append(cast(ast.Call, node))
             elif cls is _Constant:
-                if type(node.value) is str:  # type: ignore[attr-defined]
-                    strings.append(node.value)  # type: ignore[attr-defined]
+                value = cast(ast.Constant, node).value
+                if type(value) is str:
+                    strings.append(value)
             elif cls is _Assign:
-                assigns.append(node)  # type: ignore[arg-type]
+                assigns.append(cast(ast.Assign, node))
             elif cls is _ClassDef:
-                classes.append(node)  # type: ignore[arg-type]
+                classes.append(cast(ast.ClassDef, node))
             elif cls is _Import or cls is _ImportFrom:
                 imports.append(node)
             elif cls in _BRANCH_TYPES:
-                branches.append(node)
+                branches.append(cast(Branch, node))
         # source order (the walk is depth-first, right to left)
         calls.reverse()
         assigns.reverse()
@@ -180,7 +184,7 @@ class FileContext(Classifiers, Where):
                 return anc
         return self.tree
 
-    def enclosing_function(self, node: ast.AST) -> Optional[ast.AST]:
+    def enclosing_function(self, node: ast.AST) -> Optional[FuncDef]:
         """The innermost ``def`` around ``node`` (``None`` at module level)."""
         for anc, _ in self.ancestors(node):
             if isinstance(anc, DEF_TYPES):

@@ -26,14 +26,14 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, mentions_step, terminal_name
 
 #: lint.context.FileContext, which imports this module (so not imported here, not even for types)
 FileContext = Any
 
-_Def = ast.AST  # a FunctionDef / AsyncFunctionDef
+_Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
 def _norm(path: str) -> str:
@@ -252,15 +252,15 @@ class Project:
                 self._resolving.discard(value)
         return None
 
-    def _returned_class(self, ctx: FileContext, fn: ast.AST, depth: int) -> Optional[tuple[FileContext, ast.ClassDef]]:
+    def _returned_class(self, ctx: FileContext, fn: _Def, depth: int) -> Optional[tuple[FileContext, ast.ClassDef]]:
         """The class of the project whose object ``fn`` returns on every ``return`` (``None`` when the
         returns differ, return something else, or there is none)."""
-        memo = ctx.__dict__.setdefault("_returned_class", {})
+        memo: dict[_Def, Optional[tuple[FileContext, ast.ClassDef]]] = ctx.__dict__.setdefault("_returned_class", {})
         if fn in memo:
-            return memo[fn]  # type: ignore[no-any-return]
+            return memo[fn]
         memo[fn] = None  # recursion guard
         values: list[ast.AST] = []
-        stack = list(fn.body)  # type: ignore[attr-defined]
+        stack: list[ast.AST] = list(fn.body)
         while stack:
             node = stack.pop()
             if isinstance(node, (*DEF_TYPES, ast.ClassDef, ast.Lambda)):
@@ -314,7 +314,7 @@ class Project:
 
     def method(
         self, ctx: FileContext, cls: ast.ClassDef, name: str, depth: int = 0
-    ) -> Optional[tuple[FileContext, ast.AST]]:
+    ) -> Optional[tuple[FileContext, _Def]]:
         """Method ``name`` of ``cls`` or of one of its bases in the project."""
         for node in cls.body:
             if isinstance(node, DEF_TYPES) and node.name == name:
@@ -328,13 +328,13 @@ class Project:
                         return m
         return None
 
-    def resolve_call(self, ctx: FileContext, call: ast.Call) -> Optional[tuple[FileContext, ast.AST]]:
+    def resolve_call(self, ctx: FileContext, call: ast.Call) -> Optional[tuple[FileContext, _Def]]:
         """The function of the project that ``call`` runs, when the code shows it (see the module docstring)."""
         func = call.func
         found: Optional[tuple[FileContext, ast.AST]]
         if isinstance(func, ast.Name):
             found = self.resolve_name(ctx, func)
-            return found if found is not None and isinstance(found[1], DEF_TYPES) else None
+            return (found[0], found[1]) if found is not None and isinstance(found[1], DEF_TYPES) else None
         if not isinstance(func, ast.Attribute):
             return None
         owner = func.value
@@ -344,7 +344,7 @@ class Project:
                 return self.method(ctx, cls, func.attr) if cls is not None else None
             found = self.resolve_name(ctx, func)
             if found is not None:
-                return found if isinstance(found[1], DEF_TYPES) else None
+                return (found[0], found[1]) if isinstance(found[1], DEF_TYPES) else None
             if func.attr not in self.method_names():
                 return None  # no class of the project has such a method
             values = self._assigned_values(ctx, owner)
@@ -531,14 +531,14 @@ class Project:
         return str(path) in self._hot_files
 
     # ------------------------------------------------------------------ callers
-    def callers(self, ctx: FileContext, fn: ast.AST) -> list[tuple[FileContext, ast.Call]]:
+    def callers(self, ctx: FileContext, fn: _Def) -> list[tuple[FileContext, ast.Call]]:
         """Every call in the project (this file included) that resolves to ``fn`` of ``ctx``."""
         cached = self._callers.get(fn)
         if cached is not None:
             return cached
         out: list[tuple[FileContext, ast.Call]] = []
         self._callers[fn] = out
-        name = fn.name  # type: ignore[attr-defined]
+        name = fn.name
         cls = ctx.parents.get(fn)
         method = isinstance(cls, ast.ClassDef)
         paths = self.files_calling(name)

@@ -13,14 +13,14 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Protocol, Union, cast
 
 from lightning_speedups.errors import SettingError
 from lightning_speedups.lint.cache import SyntaxCache
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.rules import RULES, Rule
-from lightning_speedups.lint.rules.base import WARNING
+from lightning_speedups.lint.rules.base import WARNING, Hit
 from lightning_speedups.lint.where import UNDER_FLAG
 
 #: Directory names never descended into when a directory is given.
@@ -179,6 +179,13 @@ def _suppressed(finding: Finding, noqa: dict[int, Optional[tuple[str, ...]]]) ->
     return False
 
 
+class _Located(Protocol):
+    """A node with a position (``ast.AST`` itself declares none; ``ast.stmt`` and ``ast.expr`` do)."""
+
+    lineno: int
+    col_offset: int
+
+
 def lint_tree(
     tree: ast.Module,
     source: str,
@@ -207,24 +214,21 @@ def lint_tree(
     found: set[Finding] = set()
     for rule in RULES if rules is None else rules:
         for hit in rule.check(ctx):
-            node, message = hit[0], hit[1]
-            fix = hit[2] if len(hit) > 2 and hit[2] else rule.fix  # type: ignore[misc]
-            runs = hit[3] if len(hit) > 3 else "per batch"  # type: ignore[misc]
-            severity = hit[4] if len(hit) > 4 else WARNING  # type: ignore[misc]
-            replacement = hit[5] if len(hit) > 5 else None  # type: ignore[misc]
+            h = hit if isinstance(hit, Hit) else Hit(*hit)  # a plain (node, message[, fix]): Hit's defaults
+            node = cast(_Located, h.node)  # rules report statements and expressions, which have positions
             found.add(
                 Finding(
                     code=rule.code,
                     tip=rule.tip,
                     path=display,
-                    line=node.lineno,  # type: ignore[attr-defined]
-                    col=node.col_offset + 1,  # type: ignore[attr-defined]
-                    message=message,
-                    fix=fix,
-                    end_line=getattr(node, "end_lineno", None) or node.lineno,  # type: ignore[attr-defined]
-                    runs=runs,
-                    severity=severity,
-                    replacement=replacement,
+                    line=node.lineno,
+                    col=node.col_offset + 1,
+                    message=h.message,
+                    fix=h.fix or rule.fix,
+                    end_line=getattr(node, "end_lineno", None) or node.lineno,
+                    runs=h.runs,
+                    severity=h.severity,
+                    replacement=h.replacement,
                 )
             )
     findings = sorted(found, key=lambda f: (f.line, f.col, f.code))

@@ -47,13 +47,13 @@ def _empty_size(sizes: list[ast.expr]) -> bool:
     return False
 
 
-def _created_on_cpu(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, bool, ast.Call, list[ast.Call]]]:
-    """``(factory, random, factory call, calls between it and the move)`` when ``move``'s receiver is
-    a fresh CPU tensor from a torch factory."""
+def _created_on_cpu(ctx: FileContext, receiver: ast.expr) -> Optional[tuple[str, bool, ast.Call, list[ast.Call]]]:
+    """``(factory, random, factory call, calls between it and the move)`` when ``receiver`` (of a move,
+    ``<receiver>.to(...)``) is a fresh CPU tensor from a torch factory."""
     random = False
     filled = False  # an in-place fill in the chain: the constructor's arguments are sizes
     chain: list[ast.Call] = []
-    inner = move.func.value  # type: ignore[attr-defined]
+    inner = receiver
     while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute):
         attr = inner.func.attr
         if attr == "pin_memory":
@@ -108,12 +108,13 @@ def _literal_numbers(node: ast.AST) -> bool:
 _REBIND_METHODS = PASS_METHODS | frozenset({"expand_as", "view_as", "reshape_as"})
 
 
-def _bound_then_moved(ctx: FileContext, move: ast.Call) -> Optional[tuple[str, bool, ast.Call]]:
-    """``(factory, random, factory call)`` when ``move``'s receiver is a name whose every earlier binding in
-    its scope is a fresh CPU tensor from a torch factory (``alpha = torch.rand(b, 1, 1, 1)``) or that same
-    name kept as it is (``alpha = alpha.expand_as(x)``), and the name is not used otherwise between the
-    factory and the move (an element-wise fill on the host would be slower on the device)."""
-    inner = move.func.value  # type: ignore[attr-defined]
+def _bound_then_moved(ctx: FileContext, move: ast.Call, receiver: ast.expr) -> Optional[tuple[str, bool, ast.Call]]:
+    """``(factory, random, factory call)`` when ``receiver`` (``move`` is ``<receiver>.to(...)``) is a name
+    whose every earlier binding in its scope is a fresh CPU tensor from a torch factory (``alpha =
+    torch.rand(b, 1, 1, 1)``) or that same name kept as it is (``alpha = alpha.expand_as(x)``), and the
+    name is not used otherwise between the factory and the move (an element-wise fill on the host would
+    be slower on the device)."""
+    inner = receiver
     random = False
     while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in _REBIND_METHODS:
         random = random or inner.func.attr in RANDOM_INPLACE  # zc_idx.random_(n_c).cuda()
@@ -295,9 +296,9 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
             continue
         if not (ctx.is_device_move(call) or (func.attr == "type" and _moves_to_cuda_by_type(call))):
             continue
-        created = _created_on_cpu(ctx, call)
+        created = _created_on_cpu(ctx, func.value)
         if created is None:
-            bound = _bound_then_moved(ctx, call)
+            bound = _bound_then_moved(ctx, call, func.value)
             if bound is not None:
                 yield from _bound_hit(ctx, call, *bound)
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from typing import Optional
+from typing import Optional, Union
 
 from lightning_speedups.lint.context import (
     DATALOADER,
@@ -135,10 +135,10 @@ def _in_memory_elsewhere(ctx: FileContext, call: Optional[ast.Call]) -> bool:
 def _loader_uses(ctx: FileContext, call: ast.Call) -> Optional[list[ast.AST]]:
     """The reads of the name (or ``self.<attr>``) the loader is assigned to, in this file; ``None`` when
     it is not assigned to one. Remembered per loader: LS102 and LS103 both ask, for every loader of the file."""
-    memo: dict = ctx.__dict__.setdefault("_loader_uses", {})
+    memo: dict[ast.Call, Optional[list[ast.AST]]] = ctx.__dict__.setdefault("_loader_uses", {})
     if call not in memo:
         memo[call] = _find_loader_uses(ctx, call)
-    return memo[call]  # type: ignore[no-any-return]
+    return memo[call]
 
 
 def _find_loader_uses(ctx: FileContext, call: ast.Call) -> Optional[list[ast.AST]]:
@@ -149,14 +149,14 @@ def _find_loader_uses(ctx: FileContext, call: ast.Call) -> Optional[list[ast.AST
     if isinstance(target, ast.Name):
 
         def is_use(n: ast.AST) -> bool:
-            return isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)  # type: ignore[union-attr]
+            return isinstance(n, ast.Name) and n.id == target.id and isinstance(n.ctx, ast.Load)
 
     elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
 
         def is_use(n: ast.AST) -> bool:
             return (
                 isinstance(n, ast.Attribute)
-                and n.attr == target.attr  # type: ignore[union-attr]
+                and n.attr == target.attr
                 and isinstance(n.value, ast.Name)
                 and n.value.id == "self"
                 and isinstance(n.ctx, ast.Load)
@@ -308,7 +308,7 @@ def _unpinned_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> Optional
             prior = module
         if any(b.kind != "value" or b.value is None for b in prior):
             return None
-        values = [b.value for b in prior]  # type: ignore[misc]
+        values = [b.value for b in prior if b.value is not None]  # every one (checked above)
     elif isinstance(source, ast.Attribute) and isinstance(source.value, ast.Name) and source.value.id == "self":
         cls = ctx.enclosing_class(at)
         if cls is None:
@@ -318,10 +318,12 @@ def _unpinned_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> Optional
         return None
     if not values:
         return None
+    loaders: list[ast.Call] = []
     for value in values:
         if not (isinstance(value, ast.Call) and ctx.call_name(value) == DATALOADER and _pin_state(value)):
             return None
-    return values[0]  # type: ignore[return-value]
+        loaders.append(value)
+    return loaders[0]
 
 
 def _root_name(node: ast.AST) -> Optional[ast.Name]:
@@ -335,7 +337,9 @@ def _target_names(target: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
-def _batch_loop(ctx: FileContext, name: ast.Name, at: ast.Call, hops: int = 0) -> Optional[ast.AST]:
+def _batch_loop(
+    ctx: FileContext, name: ast.Name, at: ast.Call, hops: int = 0
+) -> Optional[Union[ast.For, ast.AsyncFor]]:
     """The ``for`` loop around ``at`` whose target is ``name`` (or holds the one name ``name`` was unpacked
     from in the loop: ``x, y = batch``), not rebound in the loop before ``at``: where the batch comes from."""
     scope = ctx.scope_of(name)
@@ -357,7 +361,7 @@ def _batch_loop(ctx: FileContext, name: ast.Name, at: ast.Call, hops: int = 0) -
 def _batch_source(ctx: FileContext, name: ast.Name, call: ast.Call) -> Optional[ast.Call]:
     """If ``name`` is (unpacked from) the target of a ``for ... in <unpinned loader>`` loop, that loader."""
     loop = _batch_loop(ctx, name, call)
-    return _unpinned_loader(ctx, _unwrap_iter(loop.iter), call) if loop is not None else None  # type: ignore[attr-defined]
+    return _unpinned_loader(ctx, _unwrap_iter(loop.iter), call) if loop is not None else None
 
 
 def loader_batch(ctx: FileContext, name: ast.Name, at: ast.Call) -> bool:
@@ -369,9 +373,9 @@ def loader_batch(ctx: FileContext, name: ast.Name, at: ast.Call) -> bool:
     return loop is not None and _target_loop_is_host(ctx, loop, at)
 
 
-def _target_loop_is_host(ctx: FileContext, anc: ast.AST, at: ast.Call) -> bool:
+def _target_loop_is_host(ctx: FileContext, anc: Union[ast.For, ast.AsyncFor], at: ast.Call) -> bool:
     """The loop ``anc`` iterates plain DataLoaders of this file (through enumerate / tqdm / zip)."""
-    source: ast.AST = _unwrap_iter(anc.iter)  # type: ignore[attr-defined]
+    source: ast.AST = _unwrap_iter(anc.iter)
     sources: list[ast.AST] = [source]
     if isinstance(source, ast.Call) and terminal_name(source.func) == "zip":
         sources = [_unwrap_iter(a) for a in source.args]  # zip(loader_a, loader_b): both plain

@@ -166,7 +166,7 @@ def host_tensor(ctx: FileContext, node: ast.AST, at: ast.Call, depth: int = 0) -
     if isinstance(node, ast.Name) and depth < 2:
         prior = ctx.bindings_before(node)
         if prior and all(b.kind == "value" and b.value is not None for b in prior):
-            return all(host_tensor(ctx, b.value, at, depth + 1) for b in prior)  # type: ignore[arg-type]
+            return all(b.value is not None and host_tensor(ctx, b.value, at, depth + 1) for b in prior)
         if prior and loader_batch(ctx, node, at):  # the loop's own binding, not rebound before the read
             return not default_device_moved(ctx)
     return False

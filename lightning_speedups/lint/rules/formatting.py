@@ -88,7 +88,7 @@ def _in_print(ctx: FileContext, node: ast.AST) -> bool:
 
 def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
     reported: set[ast.AST] = set()
-    candidates: list[tuple[ast.AST, ast.AST, str]] = []
+    candidates: list[tuple[ast.expr, ast.AST, str]] = []
     for node in ctx.parents:
         if is_string_format(node):
             if isinstance(node, ast.JoinedStr) and isinstance(ctx.parents.get(node), ast.FormattedValue):
@@ -118,7 +118,7 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
             read = _logger_reads(ctx, call)
             if read is not None and ctx._maybe_hot(call):
                 candidates.append((call, read[0], read[1]))
-    for node, shown, kind in sorted(candidates, key=lambda c: (c[0].lineno, c[0].col_offset)):  # type: ignore[attr-defined]
+    for node, shown, kind in sorted(candidates, key=lambda c: (c[0].lineno, c[0].col_offset)):
         if node in reported or _in_print(ctx, node):
             continue
         r = ctx.hot_runs(node)

@@ -139,15 +139,15 @@ def _drop_repeated_reads(ctx: FileContext, found: dict[ast.AST, tuple[str, Runs]
     groups: dict[tuple[Optional[ast.AST], str], list[ast.Call]] = {}
     for node in found:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS:
-            scope = ctx.enclosing_function(node)
-            groups.setdefault((scope, snippet(node, 200)), []).append(node)
+            groups.setdefault((ctx.enclosing_function(node), snippet(node, 200)), []).append(node)
     for (scope, _), reads in groups.items():
         if len(reads) < 2:
             continue
         reads.sort(key=lambda c: (c.lineno, c.col_offset))
         first = reads[0]
-        receiver = first.func.value  # type: ignore[attr-defined]
-        roots = {n.id for n in ast.walk(receiver) if isinstance(n, ast.Name)}
+        # the receiver's names: first.func is `<receiver>.<sync method>` (grouped above only so), whose
+        # method name is no ast.Name
+        roots = {n.id for n in ast.walk(first.func) if isinstance(n, ast.Name)}
         bindings = ctx.bindings(scope if scope is not None else ctx.tree)
         for later in reads[1:]:
             lo, hi = first.lineno, later.lineno
@@ -233,15 +233,15 @@ def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
                     f"`{func.id}({snippet(call.args[0], 30)})` in {r.where} reads a tensor on the host (a device sync)",
                     r,
                 )
-    for node in ctx.branches:
-        test = node.test  # type: ignore[attr-defined]
+    for branch in ctx.branches:
+        test = branch.test
         r = ctx.hot_runs(test)
         if r is None:
             continue
         operands = _condition_tensors(ctx, test)
-        if not operands or _latched(node, test):
+        if not operands or _latched(branch, test):
             continue
-        kind = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(node)]
+        kind = {ast.If: "if", ast.While: "while", ast.IfExp: "... if ... else", ast.Assert: "assert"}[type(branch)]
         shown = snippet(operands[0], 30)
         found[operands[0]] = (f"`{kind} {shown}` in {r.where} turns a tensor into a Python bool: a device sync", r)
     _drop_repeated_reads(ctx, found)
