@@ -96,7 +96,7 @@ GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 def test_every_module_belongs_to_a_layer():
     unknown = sorted({_layer(m) for m in MODULES} - set(LAYERS))
-    assert not unknown, f"give these a layer in LAYERS (and in the README's Development section): {unknown}"
+    assert not unknown, f"give these a layer in LAYERS (and in docs/development.md): {unknown}"
 
 
 def test_no_upward_import():

@@ -15,7 +15,7 @@ from lightning_speedups.config import PACK_SETTINGS, Speedups, all_settings
 from lightning_speedups.tips import BY_ID, TIPS, catalog_rows, get_tip, parts_table
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Setting, Tip
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PARTS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "parts.md"
 
 
 def test_every_tip_of_the_seed_list_is_in_the_registry():
@@ -123,12 +123,12 @@ def test_the_tips_catalog_is_the_registry_written_out():
     )
 
 
-def test_readme_parts_table_is_generated_from_the_records():
-    text = README.read_text(encoding="utf-8")
+def test_the_parts_page_table_is_generated_from_the_records():
+    text = PARTS_PAGE.read_text(encoding="utf-8")
     match = re.search(r"<!-- parts-table:start -->\n(.*?)\n<!-- parts-table:end -->", text, re.S)
-    assert match, "README.md lost its parts table markers"
+    assert match, "docs/parts.md lost its parts table markers"
     assert match.group(1).strip() == parts_table().strip(), (
-        "README's parts table is out of date: paste lightning_speedups.tips.parts_table() between the markers"
+        "docs/parts.md's table is out of date: paste lightning_speedups.tips.parts_table() between the markers"
     )
 
 
@@ -186,3 +186,25 @@ def test_adding_a_tip_is_one_record(monkeypatch):
         "SpeedupsSummary",
     ]
     assert PACK_SETTINGS[-1].path == "summary"
+
+
+def test_each_tip_card_is_written_once_in_its_record():
+    """Issue 30: a card was written three times (record, callback, function) and the copies disagreed (T24:
+    "1.2x on a small CNN on CPU" / "little in fp32 or on CPU" / "about neutral in fp32"). The record states it;
+    the tip module's docstring is generated from it; no part's docstring restates a gain or a cost."""
+    import importlib
+    import inspect
+    import re
+
+    claims = re.compile(r"\b(Expected gain|When it hurts|Seed tips?:)")
+    for tip in TIPS:
+        module = importlib.import_module(tip.check.__module__)
+        assert tip.card() in (module.__doc__ or ""), f"{module.__name__}: paste {tip.id}'s card() in its docstring"
+        for part in tip.parts:
+            home = importlib.import_module(part.__module__)
+            docs = [(part.__qualname__, inspect.getdoc(part))]
+            if home is not module:  # a part defined in the tip's own module shares its (generated) docstring
+                docs.append((home.__name__, home.__doc__))
+            for where, doc in docs:
+                found = claims.search(doc or "")
+                assert not found, f"{tip.id}: {where} restates the card ({found.group(0)}): point to the record"

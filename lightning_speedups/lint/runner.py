@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol, Union, cast
 
-from lightning_speedups.errors import SettingError
 from lightning_speedups.lint.cache import SyntaxCache
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.graph import Project
@@ -110,7 +109,7 @@ def select_rules(select: Optional[Iterable[str]] = None, ignore: Optional[Iterab
     ignore = [s for s in (ignore or ()) if s.strip()]
     for s in [*select, *ignore]:
         if not any(_matches(r, s) for r in RULES):
-            raise SettingError(
+            raise ValueError(
                 f"unknown rule selector {s.strip()!r}: use a code or prefix (LS, LS2, LS201), a tip id (T08),"
                 " DEFAULT or ALL"
             )
@@ -253,7 +252,7 @@ def lint_source(
 ) -> list[Finding]:
     """Lint one source text.
 
-    Example:
+    Examples:
         >>> [f.code for f in lint_source("import torch\\nm = torch.nn.DataParallel(net)\\n")]
         ['LS301']
 
@@ -278,7 +277,7 @@ def lint_sources(
 ) -> list[Finding]:
     """Lint several source texts as one project (``{path: source}``): calls between them count.
 
-    Example:
+    Examples:
         >>> train = "import torch\\nfrom meter import Meter\\ndef fit(loader, net, opt):\\n    m = Meter()\\n    for x in loader:\\n        loss = net(x.cuda()).sum()\\n        loss.backward()\\n        opt.step()\\n        m.update(loss)\\n"
         >>> meter = "class Meter:\\n    def update(self, v):\\n        self.total += v.item()\\n"
         >>> [(f.path, f.line, f.code) for f in lint_sources({"train.py": train, "meter.py": meter})]
@@ -349,7 +348,7 @@ def lint_paths(
     and the other files are still linted; :attr:`LintResult.exit_code` is then 2. So is a file on which
     the linter itself fails (an internal error, named as such).
 
-    Example:
+    Examples:
         >>> result = lint_paths(["src/"], select=["LS2"])  # doctest: +SKIP
         >>> for f in result.findings:  # doctest: +SKIP
         ...     print(f.format())
