@@ -23,7 +23,7 @@ Card:
     gradient-norm kernel per step, on CUDA a Python warning per device synchronisation); after
     them it does nothing until the report.
 
-Example:
+Examples:
     >>> from lightning.pytorch import Trainer
     >>> from lightning_speedups import SpeedAdvisor
     >>> advisor = SpeedAdvisor(check_steps=5)
@@ -179,7 +179,7 @@ class SpeedAdvisor(SpeedupCallback):
     After ``fit``: :attr:`findings` holds one :class:`~lightning_speedups.inspection.Finding` per
     tip, and :attr:`facts` the evidence they were made from.
 
-    Example:
+    Examples:
         >>> advisor = SpeedAdvisor(check_steps=3, print_report=False)
         >>> advisor.findings
         []

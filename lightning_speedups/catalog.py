@@ -173,7 +173,7 @@ def tip_lines(rows: tuple[tuple[str, str, str, str, str], ...] = ROWS, width: in
     """The ``tips`` listing as lines of at most ``width`` characters: per tip its id, slug and title, then
     the keys that turn it on and how bench times it, each wrapped under it.
 
-    Example:
+    Examples:
         >>> for line in tip_lines(ROWS[23:], width=60):
         ...     print(line)
         T24 channels-last: channels_last memory format for 4D/5D

@@ -11,7 +11,7 @@ them, with the pack's own two keys (``summary`` and ``monitors.advisor``). The s
 CLI and Python users (``preset("fast").callbacks()``): :meth:`Speedups.trainer_kwargs` asks every
 record for its Trainer arguments, :meth:`Speedups.callbacks` for its callbacks, placed by their order.
 
-Example:
+Examples:
     >>> from lightning_speedups.config import Speedups
     >>> s = Speedups(conv_bias=True, channels_last=True)
     >>> sorted(s.active_parts())

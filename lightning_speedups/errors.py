@@ -6,7 +6,7 @@ catches those) or :class:`BadInput`: the command line prints its message on one 
 other exception raised by the pack's own code is a bug: the command line shows the traceback with
 :func:`bug_report` and exits 1, never 2.
 
-Example:
+Examples:
     >>> try:
     ...     raise SettingError("`speedups.precision` must be one of auto, 32-true, got 'fp7'.")
     ... except ValueError as err:

@@ -80,7 +80,7 @@ def import_dotted(path: str) -> Any:
     """The object a dotted name names (``package.module.Class``, ``module.Class.Inner``), as a config's
     ``class_path`` is resolved: the longest importable module, then attributes.
 
-    Example:
+    Examples:
         >>> import_dotted("collections.OrderedDict").__name__
         'OrderedDict'
     """
@@ -151,7 +151,7 @@ def _union_values(subtypes: str) -> Optional[str]:
     """What a union of plain values accepts (``[<class 'bool'>, typing.Literal['auto']]`` -> ``true, false, auto``);
     ``None`` when one of its members is a class or a structure (its own message says more).
 
-    Example:
+    Examples:
         >>> _union_values("<class 'bool'>, typing.Literal['auto']")
         'true, false, auto'
         >>> _union_values("<class 'int'>, typing.Literal['auto']")

@@ -1,7 +1,7 @@
 """The argv of every bench run: the user's arguments, the reset of the ``speedups:`` keys they set,
 the variant's presets and overrides, and the Trainer settings every run shares.
 
-Example:
+Examples:
     >>> override_args("speedups", {"conv_bias": True, "precision": "auto"})
     ['--speedups.conv_bias=true', '--speedups.precision=auto']
     >>> flatten({"a": {"b": 1, "c": {}}, "d": 2})
@@ -67,7 +67,7 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     """Dotted keys as a nested mapping, the inverse of :func:`flatten`.
 
-    Example:
+    Examples:
         >>> nest({"a.b": 1, "d": 2})
         {'a': {'b': 1}, 'd': 2}
     """

@@ -48,7 +48,7 @@ def sanity_check(loss: Optional[float], baseline_loss: Optional[float], toleranc
     ``tolerance`` is relative to the baseline's loss (with a floor of 0.05 absolute, so a loss
     near zero does not turn noise into a failure).
 
-    Example:
+    Examples:
         >>> sanity_check(2.10, 2.00, 0.25)
         (True, 'loss 2.1 vs baseline 2 (+5.0%)')
         >>> sanity_check(float("nan"), 2.0, 0.25)[0]
@@ -202,7 +202,7 @@ def pooled_spread(groups: Sequence[Sequence[Mapping[str, Any]]]) -> PooledSpread
     """The pooled spread of log time to the target over ``groups`` (each one variant's runs); a group with
     a failed or missed run is left out (its times are not all of one kind).
 
-    Example:
+    Examples:
         >>> run = lambda t: {"status": "ok", "reached": True, "time_to_target_s": t}
         >>> p = pooled_spread([[run(100), run(110)], [run(50), run(55)], [run(70)]])
         >>> round(p.sd, 4), p.dof, p.runs, p.variants
@@ -313,7 +313,7 @@ def pick_verdict(summary: Optional[VariantSummary], min_gain: float, noise: floa
     it passed the sanity check, its confidence interval lies above 1.0, and its gain clears both
     ``min_gain`` and the A/A noise floor.
 
-    Example:
+    Examples:
         >>> s = VariantSummary.empty(); s.speedup, s.speedup_ci = 1.05, (1.01, 1.09)
         >>> pick_verdict(s, min_gain=0.02, noise=0.06)
         (False, 'gain 1.05x is within the noise floor (A/A pair off by 6.0%)')

@@ -40,7 +40,7 @@ class Target:
 def infer_mode(metric: str) -> str:
     """``"min"`` for a name that reads like a loss or an error, else ``"max"`` (accuracy, F1, ...).
 
-    Example:
+    Examples:
         >>> infer_mode("val_acc"), infer_mode("val_loss"), infer_mode("valid/perplexity")
         ('max', 'min', 'min')
     """
@@ -54,7 +54,7 @@ def parse_target(text: str, mode: Optional[str] = None) -> Target:
     Raises:
         ValueError: not ``METRIC=VALUE`` / ``METRIC>=VALUE`` / ``METRIC<=VALUE`` with a number.
 
-    Example:
+    Examples:
         >>> parse_target("val_acc=0.90")
         Target(metric='val_acc', value=0.9, mode='max')
         >>> parse_target("val_loss<=0.35").mode
@@ -84,7 +84,7 @@ def crossing_time(checks: list[dict[str, Any]], target: Target) -> Optional[floa
     """When a run's metric crossed ``target``: linear in training time between the first check that
     reached it and the check before (``None`` if none reached it; the first check's time if it did).
 
-    Example:
+    Examples:
         >>> checks = [{"train_s": 10.0, "value": 0.25}, {"train_s": 20.0, "value": 0.75}]
         >>> crossing_time(checks, Target("val_acc", 0.5, "max"))
         15.0

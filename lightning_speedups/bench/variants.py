@@ -323,7 +323,7 @@ def greedy_search(
         measure: times a combination (called with sorted tip ids).
         min_gain: relative gain a tip or an addition must bring to count.
 
-    Example:
+    Examples:
         >>> r = greedy_search({"A": 1.3, "B": 1.2, "C": 0.9}, lambda c: {("A", "B"): 1.5}[c])
         >>> r.best, r.speedup
         (('A', 'B'), 1.5)

@@ -21,16 +21,14 @@ DEFAULT_EXCLUDE = ("fc", "classifier", "head")
 class AdaptiveGradientClipping(SpeedupCallback):
     """T15: unit-wise adaptive gradient clipping (AGC, Brock et al., 2021), which no built-in offers.
 
-    Card:
-        What: before each optimizer step, every unit's gradient (a row of a weight, an output
-        channel of a convolution, a whole bias vector) whose norm exceeds ``clipping`` times the unit's
-        weight norm (at least ``eps``) is scaled down to that bound
-        (:func:`~lightning_speedups.functional.agc.adaptive_clip_grad_`). Parameters whose names
-        match ``exclude`` (the final classifier, by default modules named ``fc``, ``classifier`` or
-        ``head``) are left alone, as in the paper. Seed tip: A#14 (gradient clipping). Expected gain:
-        stable training at large batches / learning rates, batch-norm-free networks (NFNets).
-        When it hurts: a too small ``clipping`` slows learning (the paper: 0.01 for batch 4096,
-        larger for smaller batches); clipping the classifier hurts accuracy.
+    What it does: before each optimizer step, every unit's gradient (a row of a weight, an output channel of a
+    convolution, a whole bias vector) whose norm exceeds ``clipping`` times the unit's weight norm (at least
+    ``eps``) is scaled down to that bound (:func:`~lightning_speedups.functional.agc.adaptive_clip_grad_`).
+    Parameters whose names match ``exclude`` (the final classifier, by default modules named ``fc``,
+    ``classifier`` or ``head``) are left alone, as in the paper.
+
+    Card: tip T15 ``grad-clipping``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     When it runs: in ``on_before_optimizer_step``. Lightning calls that hook once per optimizer
     step, after the closure (forward and backward of the last accumulated micro-batch) and, under

@@ -30,18 +30,16 @@ _MARK = "_lightning_speedups_channels_last"
 class ChannelsLast(SpeedupCallback):
     """T24: train in channels-last memory format (NHWC for 4D tensors, NDHWC for 5D).
 
-    Card:
-        What: in ``setup`` the model's 4D parameters become ``torch.channels_last`` and its 5D ones
-        ``torch.channels_last_3d`` (:func:`~lightning_speedups.functional.channels_last.to_channels_last`);
-        each batch's floating-point 4D / 5D tensors are converted right after they reach the device
-        (:func:`~lightning_speedups.functional.channels_last.batch_to_channels_last`); labels, masks,
-        integer tensors and entries whose key names a label / target / mask are left alone. Only the
-        memory layout changes: outputs equal the contiguous model's within the dtype tolerance.
-        Seed tip: B#16. Expected gain: 8% to 35% on convolutional networks on tensor-core GPUs with
-        AMP; little in fp32 or on CPU. When it hurts: models with few convolutions and many
-        layout-sensitive ops (views, flatten into custom kernels) pay for extra copies. A model with
-        no 4D / 5D convolution is left untouched and the part reports
-        ``"skipped, model has no 4D/5D convolutions"``.
+    What it does: in ``setup`` the model's 4D parameters become ``torch.channels_last`` and its 5D ones
+    ``torch.channels_last_3d`` (:func:`~lightning_speedups.functional.channels_last.to_channels_last`); each
+    batch's floating-point 4D / 5D tensors are converted right after they reach the device
+    (:func:`~lightning_speedups.functional.channels_last.batch_to_channels_last`); labels, masks, integer
+    tensors and entries whose key names a label / target / mask are left alone. Only the memory layout
+    changes: outputs equal the contiguous model's within the dtype tolerance. A model with no 4D / 5D
+    convolution is left untouched and the part reports ``"skipped, model has no 4D/5D convolutions"``.
+
+    Card: tip T24 ``channels-last``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     How batches are converted: ``on_after_batch_transfer`` is a LightningModule / DataModule hook,
     not a callback hook. In ``setup`` this callback wraps the hook on the LightningModule (and on the

@@ -20,16 +20,14 @@ from lightning_speedups.functional.checkpointing import (
 class ActivationCheckpointing(SpeedupCallback):
     """T09: recompute the activations of chosen blocks in the backward pass instead of storing them.
 
-    Card:
-        What: in ``setup`` (before the optimizer and the DDP wrapper exist) the matching sub-modules
-        are wrapped with non-reentrant :func:`torch.utils.checkpoint.checkpoint`
-        (:func:`~lightning_speedups.functional.checkpointing.checkpoint_modules`). Outputs, gradients,
-        dropout masks, BatchNorm statistics and ``state_dict`` keys are unchanged, so checkpoints load
-        both ways. Works with DDP and with ``torch.compile`` (``CompileModules``).
-        Seed tip: A#8. Expected gain: memory, not speed: roughly halves a small transformer's
-        training memory at ~1.2x-1.5x step time (see ``benchmarks/model_parts.md``); spend the
-        memory on a larger batch or model. When it hurts: when memory is not the limit it only costs
-        time.
+    What it does: in ``setup`` (before the optimizer and the DDP wrapper exist) the matching sub-modules are
+    wrapped with non-reentrant :func:`torch.utils.checkpoint.checkpoint`
+    (:func:`~lightning_speedups.functional.checkpointing.checkpoint_modules`). Outputs, gradients, dropout
+    masks, BatchNorm statistics and ``state_dict`` keys are unchanged, so checkpoints load both ways. Works
+    with DDP and with ``torch.compile`` (``CompileModules``).
+
+    Card: tip T09 ``activation-checkpointing``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         targets: ``"auto"`` (default: the repeated blocks, i.e. the most frequent block class among

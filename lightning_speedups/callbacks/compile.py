@@ -22,16 +22,15 @@ from lightning_speedups.functional.compile import (
 class CompileModules(SpeedupCallback):
     """T22: compile the LightningModule's inner modules with ``torch.compile``.
 
-    Card:
-        What: in ``setup`` the chosen sub-modules are compiled in place
-        (:func:`~lightning_speedups.functional.compile.compile_modules`); the LightningModule itself
-        stays eager, so ``training_step`` and ``self.log`` work as usual. ``state_dict`` keys do not
-        change (no ``_orig_mod.`` prefix), so checkpoints load with or without this callback.
-        Compilation happens at the first call; a module whose compilation fails switches to eager
-        with one warning carrying the compiler's first line of reason (or raises with
-        ``strict=True``). Seed tip: B#8 (fuse element-wise ops). Expected gain: 1.1x-2x step time on
-        GPUs for element-wise-heavy models, less on CPU; the first steps pay the compile time.
-        When it hurts: short runs, shapes that change every batch, untraceable code.
+    What it does: in ``setup`` the chosen sub-modules are compiled in place
+    (:func:`~lightning_speedups.functional.compile.compile_modules`); the LightningModule itself stays eager,
+    so ``training_step`` and ``self.log`` work as usual. ``state_dict`` keys do not change (no ``_orig_mod.``
+    prefix), so checkpoints load with or without this callback. Compilation happens at the first call; a
+    module whose compilation fails switches to eager with one warning carrying the compiler's first line of
+    reason (or raises with ``strict=True``).
+
+    Card: tip T22 ``fusion``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         modules: ``None`` (default): the LightningModule's top-level children that hold parameters

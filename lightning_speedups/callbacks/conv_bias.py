@@ -6,11 +6,11 @@ Card
   :func:`~lightning_speedups.functional.conv_bias.plan_conv_bias_removal` on the LightningModule and
   removes the bias of every convolution whose output feeds nothing but a BatchNorm, folding it into the
   BatchNorm's running mean. Outputs and gradients are unchanged in train and eval mode.
-* **Seed tip.** A#15, B#17.
-* **Expected gain.** Fewer parameters and optimizer state, one bias-add kernel less per such conv.
-* **When it hurts.** Code outside the model that reads ``conv.bias`` of a changed conv breaks (it is
+* **Caveats.** Code outside the model that reads ``conv.bias`` of a changed conv breaks (it is
   ``None`` now); a model *without* the change cannot load the changed checkpoint unless it uses
   :func:`~lightning_speedups.functional.conv_bias.unfold_conv_bias_state_dict`.
+* **Card.** Tip T16 ``conv-bias``: its seeds, expected gain and when it hurts are stated once, in the
+  tip's record (``python -m lightning_speedups tips``).
 
 Checkpoints:
     * A checkpoint saved with the callback resumes exactly (the callback changes the fresh model in
@@ -48,7 +48,7 @@ class ConvBiasRemoval(SpeedupCallback):
             LightningModule's ``example_input_array`` when it has one.
         fold_on_load: fold the biases of checkpoints of the unchanged model when they are loaded.
 
-    Example:
+    Examples:
         >>> from lightning.pytorch import Trainer
         >>> trainer = Trainer(callbacks=[ConvBiasRemoval()], logger=False)  # doctest: +SKIP
 

@@ -17,14 +17,12 @@ from lightning_speedups.functional.shapes import batch_shape_signature
 class CudnnBenchmark(SpeedupCallback):
     """T07: turn on ``torch.backends.cudnn.benchmark`` for fixed input shapes, and restore it after.
 
-    Card:
-        What: cuDNN times several convolution algorithms for each new input shape and keeps the
-        fastest. Seed tip: A#6 / B#15 ("1.27x to 1.70x forward+backward").
-        Expected gain: 5% to 70% on convolution-heavy models with fixed shapes, on GPUs only.
-        When it hurts: with shapes that change every batch (variable resolution, variable sequence
-        lengths), each new shape is benchmarked again. This callback watches the shapes of the
-        first ``watch_steps`` batches and turns benchmarking off again (with a warning) once more than
-        ``max_shapes`` distinct shapes have been seen.
+    What it does: cuDNN times several convolution algorithms for each new input shape and keeps the fastest.
+    This callback watches the shapes of the first ``watch_steps`` batches and turns benchmarking off again
+    (with a warning) once more than ``max_shapes`` distinct shapes have been seen.
+
+    Card: tip T07 ``cudnn-benchmark``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         mode: ``"auto"`` (on when training on a CUDA device), ``"on"`` or ``"off"``.

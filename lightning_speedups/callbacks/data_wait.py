@@ -19,17 +19,15 @@ from lightning_speedups.errors import SettingError, SettingTypeError
 class DataWaitMonitor(SpeedupCallback):
     """Measure how much of each training step waits for the next batch (tips T02, T19).
 
-    Card:
+    Card: tip T02 ``loader-workers``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     * **What it does.** Per step, the time from the end of the previous step (or the start of the
       epoch) to the start of this one — fetching the batch from the loader, moving it to the
       device — against the whole step (wait plus compute). Validation that runs in between is
       excluded. Logs ``speedups/data_wait_fraction`` per step, keeps the running figure in
       :attr:`data_wait_fraction`, and at the end of fit says whether the run was input-bound.
-    * **Seed tips.** Spend as little time as possible on I/O; ``num_workers`` (A#2, B#2); fast
-      storage (B#1).
-    * **Expected gain.** None by itself: it says whether the loader tips can help at all.
-    * **When it hurts.** Costs two clock reads (or, on CUDA, three event records) per step.
+    * **Caveats.** Costs two clock reads (or, on CUDA, three event records) per step.
 
     On CUDA the default (``timer="auto"``) times the *device*: CUDA events recorded at the step
     boundaries, read a step later without synchronising. The wait is then the time the GPU had
@@ -54,7 +52,7 @@ class DataWaitMonitor(SpeedupCallback):
         event_factory: makes one timing event (``torch.cuda.Event(enable_timing=True)``; tests pass a fake
             with ``record()``, ``query()``, ``synchronize()`` and ``elapsed_time(other)`` in ms).
 
-    Example:
+    Examples:
         >>> monitor = DataWaitMonitor(log=True)
         >>> monitor.data_wait_fraction is None
         True

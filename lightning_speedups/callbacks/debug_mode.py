@@ -27,10 +27,8 @@ class DebugMode(SpeedupCallback):
     ``teardown`` (and in ``on_exception``: Lightning skips ``teardown`` when a run fails).
     :class:`DebugToolsCheck` does not warn about the tools this callback turned on.
 
-    Card:
-        Seed: A#13 (debugging tools on only while debugging). Expected gain: none, this is the
-        slow, careful mode: NaN sources reported where they arise, syncs located, reproducible
-        kernels. When it hurts: always slower; never leave it in a training preset.
+    Card: tip T14 ``debug-off``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         anomaly: turn on autograd anomaly detection during training.
@@ -44,7 +42,7 @@ class DebugMode(SpeedupCallback):
             is unset (as ``Trainer(deterministic=True)`` does): without it the first cuBLAS matrix
             product on CUDA raises. Restored after the run.
 
-    Example:
+    Examples:
         >>> from lightning.pytorch import Trainer
         >>> from lightning_speedups.callbacks import DebugToolsCheck
         >>> trainer = Trainer(callbacks=[DebugMode(anomaly=True, sync_guard="warn"), DebugToolsCheck()])

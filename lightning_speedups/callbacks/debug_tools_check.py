@@ -31,17 +31,15 @@ class DebugToolsCheck(SpeedupCallback):
     Tools turned on deliberately by a :class:`DebugMode` (or a :class:`SyncGuard`) in the same
     trainer, or named in ``ignore``, are not reported.
 
-    Card:
-        Seed: A#13. Expected gain: whatever the forgotten tool costs: anomaly detection often
-        several times slower backward, ``CUDA_LAUNCH_BLOCKING`` no overlap at all. When it hurts:
-        never; it only reads state.
+    Card: tip T14 ``debug-off``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         ignore: tool ids not to report (see
             :data:`~lightning_speedups.functional.debug_tools.DEBUG_TOOL_IDS`), e.g.
             ``("deterministic_algorithms",)`` when reproducibility is required.
 
-    Example:
+    Examples:
         >>> check = DebugToolsCheck(ignore=["deterministic_algorithms"])
         >>> # after fit: check.found lists the DebugTool records that were reported
     """

@@ -19,16 +19,14 @@ from lightning_speedups.data.normalize import DeviceNormalizer
 class DeviceNormalize(SpeedupCallback):
     """Let the dataset hand over uint8 images; convert and normalise them on the device (tip T18).
 
-    Card:
+    Card: tip T18 ``input-norm``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     * **What it does.** Wraps ``on_after_batch_transfer`` (of the DataModule when it overrides it,
       else of the LightningModule) so that, after the batch reached the device, its uint8 images
       become ``(x / 255 - mean) / std`` in ``dtype``, in every stage (fit, validate, test,
       predict). Labels and other tensors pass unchanged.
-    * **Seed tip.** Normalised inputs (A#17); transfer fewer bytes (B#7).
-    * **Expected gain.** 4x fewer bytes per image transfer than float32; the per-sample
-      ``ToTensor`` / ``Normalize`` work leaves the loader.
-    * **When it hurts.** Never on the maths: results equal normalising on the CPU (tested). The
+    * **Caveats.** Never on the maths: results equal normalising on the CPU (tested). The
       dataset must then return uint8, not already normalised floats.
 
     Args:
@@ -44,7 +42,7 @@ class DeviceNormalize(SpeedupCallback):
             ``min_dims`` dimensions.
         min_dims: see ``keys``.
 
-    Example:
+    Examples:
         >>> norm = DeviceNormalize(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
     """
 

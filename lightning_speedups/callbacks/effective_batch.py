@@ -47,11 +47,11 @@ def accumulation_for(effective_batch_size: int, batch_size: int, world_size: int
 class EffectiveBatchSize(SpeedupCallback):
     """T10: set ``accumulate_grad_batches`` so that batch x devices x nodes x accumulation = a target.
 
-    Card:
-        What: gradients of several micro-batches are summed before one optimizer step, simulating a
-        large batch that does not fit. Seed tip: A#9 / B#13. Expected gain: the convergence of a big
-        batch within the memory of a small one. When it hurts: BatchNorm still sees the micro-batch;
-        per-step overhead is paid for every micro-batch.
+    What it does: gradients of several micro-batches are summed before one optimizer step, simulating a large
+    batch that does not fit.
+
+    Card: tip T10 ``grad-accumulation``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     The processes are every rank of every node: ``trainer.world_size`` (``devices x num_nodes``, as
     Lightning's launchers, torchrun and SLURM set it), so the same setting gives the same effective

@@ -39,25 +39,22 @@ def float8_skip_reason(trainer: pl.Trainer) -> Optional[str]:
 class Float8Training(SpeedupCallback):
     """Swap the model's ``nn.Linear`` layers for torchao's float8 linears (``speedups.precision: fp8``).
 
-    Card:
-        What: in ``setup`` (before the optimizer exists) :func:`torchao.float8.convert_to_float8_training`
-        replaces each eligible ``nn.Linear`` (both dimensions multiples of 16; ``module_filter_fn``
-        narrows it further) with a ``Float8Linear``: its three matrix products (output, input
-        gradient, weight gradient) run in float8 with dynamic scaling; parameters stay in their
-        dtype, so checkpoints and optimizers are unchanged. Beyond the seeds (T05's mixed-precision
-        idea one step further). Expected gain: 1.2x-1.5x on large transformer matmuls on H100-class
-        GPUs with ``torch.compile`` (torchao's figures); little or nothing on small layers, where
-        the scaling overhead dominates. When it hurts: small layers, models without compile, and
-        accuracy-sensitive layers (keep the output head out with ``module_filter_fn``).
-        Skipped, with a one-line reason, without a GPU of compute capability 8.9+, without torchao,
-        or under a precision other than bf16.
+    What it does: in ``setup`` (before the optimizer exists) :func:`torchao.float8.convert_to_float8_training`
+    replaces each eligible ``nn.Linear`` (both dimensions multiples of 16; ``module_filter_fn`` narrows it
+    further) with a ``Float8Linear``: its three matrix products (output, input gradient, weight gradient) run
+    in float8 with dynamic scaling; parameters stay in their dtype, so checkpoints and optimizers are
+    unchanged. Skipped, with a one-line reason, without a GPU of compute capability 8.9+, without torchao, or
+    under a precision other than bf16.
+
+    Card: tip T05 ``amp``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         recipe: torchao's recipe name: ``"tensorwise"`` (fastest), ``"rowwise"`` or
             ``"rowwise_with_gw_hp"`` (most accurate).
         module_filter_fn: ``(module, qualified name) -> bool``, on top of the size rule.
 
-    Example:
+    Examples:
         >>> from lightning.pytorch import Trainer
         >>> trainer = Trainer(callbacks=[Float8Training()], logger=False)
     """

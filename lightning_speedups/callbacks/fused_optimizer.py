@@ -148,11 +148,11 @@ class FusedOptimizer(SpeedupCallback):
     clipping"); adaptive clipping would see scaled gradients. In that case the foreach
     implementation is used instead, with a warning that says why.
 
-    Card:
-        What: ``fused=True`` / ``foreach=True`` in torch's Adam, AdamW, SGD, Adagrad (fused) and the
-        other built-in optimizers (foreach). Seed tip: A#5 ("consider another optimizer").
-        Expected gain: 5% to 20% of step time on models with many small parameters, mostly on GPUs.
-        When it hurts: custom optimizers (left alone), parameters on several devices.
+    What it does: ``fused=True`` / ``foreach=True`` in torch's Adam, AdamW, SGD, Adagrad (fused) and the other
+    built-in optimizers (foreach).
+
+    Card: tip T06 ``optimizer``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         mode: ``"auto"``, ``"fused"`` or ``"foreach"``. With the start-up probe

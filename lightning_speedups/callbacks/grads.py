@@ -8,13 +8,12 @@ Card
   with the evidence (how many parameters, how many bytes) and the fix, and names the likely culprit: an
   ``optimizer_zero_grad`` override of the LightningModule or a ``zero_grad`` override of the optimizer.
   In manual optimization it flags the case where every gradient is an all-zero tensor before backward.
-* **Seed tip.** A#11, B#12.
-* **Expected gain.** None by itself (it is a check); the fix saves a memset per parameter per step and
-  lets the gradient memory go between steps.
-* **When it hurts.** It reads gradients a few times at the start (one small device reduction each when
+* **Caveats.** It reads gradients a few times at the start (one small device reduction each when
   it finds something); after ``check_steps`` steps it costs nothing.
+* **Card.** Tip T12 ``grads-to-none``: its seeds, expected gain and when it hurts are stated once, in the
+  tip's record (``python -m lightning_speedups tips``).
 
-Example:
+Examples:
     >>> from lightning.pytorch import Trainer
     >>> trainer = Trainer(callbacks=[GradsToNoneCheck()])  # doctest: +SKIP
 """

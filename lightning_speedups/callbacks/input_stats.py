@@ -23,17 +23,15 @@ from lightning_speedups.functional.loaders import named_tensors
 class InputStatsCheck(SpeedupCallback):
     """Warn when floating-point inputs are far from normalised (tip T18).
 
-    Card:
+    Card: tip T18 ``input-norm``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     * **What it does.** Over the first ``batches`` training batches (as the model receives them,
       after the transfer and any :class:`DeviceNormalize`), pools mean, std, min and max of each
       floating-point tensor with at least ``min_dims`` dimensions, and warns once per tensor that
       looks like raw 0..255 pixels, has a mean far from 0 or a standard deviation far from 1,
       naming the tensor (``batch[0]``, ``batch['image']``) and its statistics.
-    * **Seed tip.** Normalised inputs, batch norm in the model (A#17).
-    * **Expected gain.** Faster, steadier convergence when it finds something; no speed cost after
-      the first batches.
-    * **When it hurts.** Inputs that are meant to be unnormalised (counts, coordinates) warn once.
+    * **Caveats.** Inputs that are meant to be unnormalised (counts, coordinates) warn once.
 
     Args:
         batches: how many training batches to look at.
@@ -41,7 +39,7 @@ class InputStatsCheck(SpeedupCallback):
         std_range: the standard deviations that count as unit scale.
         min_dims: tensors with fewer dimensions (targets, scalars) are skipped.
 
-    Example:
+    Examples:
         >>> check = InputStatsCheck(batches=2)
         >>> check.problems
         {}

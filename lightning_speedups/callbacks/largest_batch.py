@@ -57,19 +57,16 @@ def _is_int(value: Any) -> bool:
 class LargestBatch(SpeedupCallback):
     """T04: train with the largest batch that fits, and scale the learning rate to match.
 
-    Card:
-        What: when ``fit`` starts, runs a few real training steps at growing batch sizes (multiples
-        of ``multiple``: doubling, then bisection), keeps the largest that fits, sets it where
-        Lightning's ``BatchSizeFinder`` does (the ``batch_size`` attribute of the model, its
-        ``hparams`` or the datamodule, through ``lightning_setattr``), rebuilds the loaders, and
-        scales every optimizer group's learning rate by the linear rule (or the square root)
-        relative to ``base_batch_size``. Model, optimizer and scheduler states and the random
-        number generators are put back after the trials, so training starts as if the batch size had
-        been set by hand. Seed tips: A#3, B#10 ("take the largest batch that fits; when the batch
-        doubles, double the learning rate"). Expected gain: fewer, fuller steps per epoch (better
-        device utilisation, less per-step overhead). When it hurts: very large batches may
-        generalise worse, and the linear rule breaks down beyond a few thousand samples without a
-        warm-up; the search costs ``2 log2(size / multiple)`` short trials at start-up.
+    What it does: when ``fit`` starts, runs a few real training steps at growing batch sizes (multiples of
+    ``multiple``: doubling, then bisection), keeps the largest that fits, sets it where Lightning's
+    ``BatchSizeFinder`` does (the ``batch_size`` attribute of the model, its ``hparams`` or the datamodule,
+    through ``lightning_setattr``), rebuilds the loaders, and scales every optimizer group's learning rate by
+    the linear rule (or the square root) relative to ``base_batch_size``. Model, optimizer and scheduler
+    states and the random number generators are put back after the trials, so training starts as if the batch
+    size had been set by hand.
+
+    Card: tip T04 ``max-batch``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Fits means: on a CUDA device without ``memory_budget``, no out-of-memory error (then the size
     is reduced by ``margin``); with a ``memory_budget`` (required on the CPU, where nothing runs out

@@ -120,7 +120,8 @@ def _warn_once(seen: set[str], message: str, category: type[Warning] = PossibleU
 class LoaderTuning(SpeedupCallback):
     """Apply loader settings to the DataLoaders the user's code already returns (tips T02, T03, T21).
 
-    Card:
+    Card: tip T02 ``loader-workers``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     * **What it does.** At ``setup`` it wraps the ``*_dataloader`` hooks of the LightningModule and
       DataModule (and tunes loaders passed to ``fit`` directly). Each DataLoader they return is
@@ -129,12 +130,6 @@ class LoaderTuning(SpeedupCallback):
       custom DataLoader subclasses (as Lightning re-creates them to inject a distributed sampler,
       which it still does afterwards). ``teardown`` restores the hooks. Choices are logged once per
       stage, with the reason.
-    * **Seed tips.** ``num_workers`` = 4 x GPUs (A#2, B#2), ``pin_memory=True`` (A#2, B#3),
-      ``non_blocking`` copies from pinned memory only (B#7).
-    * **Expected gain.** Up to 2x per epoch when a GPU waits for data (seed claim); on a CPU-only
-      machine ``auto`` keeps 0 workers where workers would slow the step down.
-    * **When it hurts.** More workers cost CPU memory (each holds a dataset copy after writes) and
-      start-up time; persistent workers keep that memory for the whole run.
 
     Bad input is handled without stopping training: a dataset that cannot be pickled for
     ``spawn`` / ``forkserver`` workers falls back to 0 workers with a warning naming the reason;
@@ -149,7 +144,7 @@ class LoaderTuning(SpeedupCallback):
         prefetch_factor: batches loaded ahead per worker, or ``None`` for PyTorch's default.
         stages: which loaders to tune, among ``"train"``, ``"val"``, ``"test"``, ``"predict"``.
 
-    Example:
+    Examples:
         >>> from lightning.pytorch import Trainer
         >>> trainer = Trainer(callbacks=[LoaderTuning(num_workers="auto")], logger=False)
     """

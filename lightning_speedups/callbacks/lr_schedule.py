@@ -60,7 +60,7 @@ def parse_plan(value: Union[int, float, str, None]) -> Optional[SchedulePlan]:
     Raises:
         ValueError: anything else, or a plan that is not positive.
 
-    Example:
+    Examples:
         >>> parse_plan(2000), parse_plan("3 epochs"), parse_plan("10min"), parse_plan("00:01:30")
         (SchedulePlan(amount=2000, unit='steps'), SchedulePlan(amount=3.0, unit='epochs'), \
 SchedulePlan(amount=600.0, unit='seconds'), SchedulePlan(amount=90.0, unit='seconds'))
@@ -127,7 +127,7 @@ def timer_seconds(trainer: pl.Trainer) -> Optional[float]:
 def span_text(steps: int, per_epoch: Optional[float]) -> str:
     """``"2,229 optimizer steps (4.75 epochs)"``: a schedule's span in both units a user counts in.
 
-    Example:
+    Examples:
         >>> span_text(2229, 469), span_text(500, None)
         ('2,229 optimizer steps (4.75 epochs)', '500 optimizer steps (epochs unknown: the loader has no length)')
     """
@@ -326,11 +326,10 @@ class LRSchedule(SpeedupCallback):
     the reason and no range test runs; a learning rate changed by anything else at run time stops this
     schedule with the reason (the model's own values run).
 
-    Card:
-        What: Smith's one-cycle ("super-convergence") and cyclical schedules. Seed tip: A#1.
-        Expected gain: fewer epochs to the same accuracy; large in the best case, none in others.
-        When it hurts: a one-cycle schedule stepped per epoch (the plain LightningCLI
-        ``--lr_scheduler OneCycleLR`` trap) barely moves; this callback steps per optimizer step.
+    What it does: Smith's one-cycle ("super-convergence") and cyclical schedules.
+
+    Card: tip T01 ``lr-schedule``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         name: ``"onecycle"`` or ``"cyclic"``.

@@ -15,10 +15,10 @@ from lightning_speedups.functional.precision import resolve_matmul_precision
 class MatmulPrecision(SpeedupCallback):
     """TF32: ``torch.set_float32_matmul_precision("high")`` on GPUs with TF32 tensor cores, restored after.
 
-    Card:
-        What: fp32 matrix products run on TF32 tensor cores (10-bit mantissa inputs, fp32 accumulate).
-        Beyond the seeds, expected by users of the best tools. Expected gain: up to 8x on matmul-bound fp32
-        work on Ampere or newer. When it hurts: results that need full fp32 matmul accuracy.
+    What it does: fp32 matrix products run on TF32 tensor cores (10-bit mantissa inputs, fp32 accumulate).
+
+    Card: tip T05 ``amp``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         mode: ``"auto"`` (``"high"`` on Ampere or newer GPUs), ``"highest"``, ``"high"`` or ``"medium"``.

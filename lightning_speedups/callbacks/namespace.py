@@ -7,7 +7,7 @@ helpers (``is_overridden`` without a parent, ``isinstance`` checks in the Traine
 package. The pack's callbacks work in a Trainer of either package: they ask this module, with the user's
 objects in hand, instead of importing one package's classes for checks.
 
-Example:
+Examples:
     >>> import torch
     >>> from lightning.pytorch import LightningModule
     >>> class Net(LightningModule):

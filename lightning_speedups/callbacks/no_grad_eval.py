@@ -33,17 +33,14 @@ class NoGradEvalCheck(SpeedupCallback):
     nothing requiring grad (a frozen model) costs nothing and is not reported. Warns once per stage
     with the evidence; then removes its hooks, so later batches run untouched.
 
-    Card:
-        Seed: A#16, B#14 (no gradients during validation / inference). Expected gain: no saved
-        activations (less memory, bigger eval batches) and no graph bookkeeping. When it hurts:
-        when evaluation really needs gradients (input gradients, adversarial evaluation): leave
-        that stage out of ``stages``.
+    Card: tip T17 ``no-grad-eval``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         check_batches: how many batches of each evaluation run to inspect.
         stages: which of ``"validate"``, ``"test"``, ``"predict"`` to check.
 
-    Example:
+    Examples:
         >>> check = NoGradEvalCheck(check_batches=2)
         >>> # after trainer.validate(model): check.findings lists what was found
     """

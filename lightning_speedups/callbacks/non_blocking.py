@@ -20,17 +20,16 @@ from lightning_speedups.functional.loaders import unpinned_tensors
 class NonBlockingCheck(SpeedupCallback):
     """Say when batch copies to CUDA cannot overlap compute because they come from unpinned memory (T21).
 
-    Card:
+    Card: tip T21 ``non-blocking``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     * **What it does.** Lightning moves batches with ``non_blocking=True``; a host-to-CUDA copy is
       asynchronous only from pinned memory. This looks at the first batch of each stage before its
       transfer (``on_before_batch_transfer``) and warns, naming the tensors, when they are not
       pinned. :class:`LoaderTuning` pins when batches go to CUDA, which avoids it.
-    * **Seed tip.** ``tensor.to(non_blocking=True)`` so copies overlap (B#7).
-    * **Expected gain.** The copy time of each batch, when the step is short.
-    * **When it hurts.** Never; it only reads ``is_pinned()`` on one batch per stage.
+    * **Caveats.** Never; it only reads ``is_pinned()`` on one batch per stage.
 
-    Example:
+    Examples:
         >>> check = NonBlockingCheck()
         >>> check.unpinned
         {}

@@ -23,15 +23,13 @@ class ShapeWatch(SpeedupCallback):
     appear on a CUDA device the callback warns once with the evidence ("N distinct input shapes in
     M steps"). On CPU it only counts (benchmark mode does nothing there).
 
-    Card:
-        Seed: A#6, B#15 (``cudnn.benchmark = True`` when shapes are fixed). Expected gain: avoids
-        the re-tuning cost that eats benchmark mode's 1.27x-1.70x when shapes vary. When it hurts:
-        never; one tuple per step.
+    Card: tip T07 ``cudnn-benchmark``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         max_shapes: distinct shapes that are fine (default 2: full batches and the last one).
 
-    Example:
+    Examples:
         >>> watch = ShapeWatch()
         >>> # after fit: watch.distinct_shapes, watch.steps
     """

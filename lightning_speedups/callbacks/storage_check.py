@@ -19,15 +19,14 @@ from lightning_speedups.functional.storage import StorageReport, find_data_root,
 class StorageCheck(SpeedupCallback):
     """Report where the training data lives and how fast a sample of it reads (tip T19).
 
-    Card:
+    Card: tip T19 ``fast-storage``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     * **What it does.** When training starts, finds the data root (``root`` or the dataset's /
       DataModule's ``root`` / ``data_dir`` / file-list attributes), reports network, FUSE and
       rotational storage and a measured read rate of ``sample_files`` files (see
       :func:`~lightning_speedups.functional.storage.storage_report`), on local rank 0.
-    * **Seed tip.** Keep the data on an SSD (B#1).
-    * **Expected gain.** None by itself; it says when I/O is the first thing to fix.
-    * **When it hurts.** Reads up to ``max_bytes`` once at the start.
+    * **Caveats.** Reads up to ``max_bytes`` once at the start.
 
     Args:
         root: the data directory; ``None`` finds it from the DataModule or the train dataset.
@@ -35,7 +34,7 @@ class StorageCheck(SpeedupCallback):
         max_bytes: the most bytes to read.
         clock: the seconds counter the read rate is timed with (``time.perf_counter``; tests pass a fake).
 
-    Example:
+    Examples:
         >>> check = StorageCheck(root="/tmp", sample_files=4)
     """
 

@@ -101,7 +101,7 @@ def merge_kept(rows: list[tuple[str, bool, str]], trainer: Any = None) -> list[t
     absorbs the "kept trainer.K=..." lines for those flags (the user's own value won), and says the values
     that run, read from the Trainer.
 
-    Example:
+    Examples:
         >>> rows = [("grad_clip (T15)", True, "clip gradients by norm at 1.0 (gradient_clip_val=1.0,"
         ...          " gradient_clip_algorithm='norm')"),
         ...         ("gradient_clip_val", False, "kept trainer.gradient_clip_val=5 from the config (speedups wanted 1.0)")]

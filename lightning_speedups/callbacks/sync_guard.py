@@ -29,11 +29,8 @@ class SyncGuard(SpeedupCallback):
     and never blamed on the user. The previous sync-debug mode is back after every step window and
     at teardown. On CPU it reports "skipped, nothing to check on CPU" once and does nothing.
 
-    Card:
-        Seed: A#7, B#5 (beware CPU<->GPU transfers). Expected gain: each sync stalls the CPU until
-        the GPU queue drains, so the next step's kernels cannot be queued ahead; removing per-step
-        syncs matters most for small models and fast GPUs. When it hurts: the watch itself costs a
-        Python warning per sync, so use it to find syncs, not in long production runs.
+    Card: tip T08 ``no-sync``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         mode: ``"warn"`` (default) warns once per new location in the user's code and prints a
@@ -42,7 +39,7 @@ class SyncGuard(SpeedupCallback):
             :class:`~lightning_speedups.functional.syncs.SyncError` at the first sync in the
             user's code (Lightning's own syncs are still only counted).
 
-    Example:
+    Examples:
         >>> guard = SyncGuard(mode="count")
         >>> # trainer = Trainer(accelerator="gpu", callbacks=[guard]); trainer.fit(model)
         >>> guard.user_syncs, guard.lightning_syncs

@@ -8,7 +8,7 @@ turns something on (``gradient_clip_val=0.5``, ``precision="64-true"``) is a cho
 ``LIGHTNING_SPEEDUPS`` path; :func:`apply_flag` sets a flag on a live Trainer (the path where the pack
 meets a Trainer it did not build).
 
-Example:
+Examples:
     >>> decide_flag("gradient_clip_val", 0.0, 1.0, "the Trainer")
     (True, 'trainer.gradient_clip_val=0.0 from the Trainer means off: the preset sets 1.0')
     >>> decide_flag("gradient_clip_val", 0.5, 1.0, "the Trainer")
@@ -83,7 +83,7 @@ def merge_flags(
     the keys left at Lightning's default), and one start-up summary note per flag where they differ
     (``explicit``: see :func:`decide_flag`; ``True`` for every key, or the keys the user chose themselves).
 
-    Example:
+    Examples:
         >>> applied, notes = merge_flags({"gradient_clip_val": 1.0, "gradient_clip_algorithm": "value",
         ...                               "accumulate_grad_batches": 4},
         ...                              {"gradient_clip_val": 0.5, "accumulate_grad_batches": 1}, "the Trainer")

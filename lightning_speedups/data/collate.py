@@ -1,6 +1,7 @@
 """Zero-copy collate: numpy samples become one batch tensor with exactly one copy.
 
-Card (tip T13 ``zero-copy``):
+Card: tip T13 ``zero-copy``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 
 * **What it does.** :func:`zero_copy_collate` is a drop-in ``collate_fn``. For numpy samples it
   allocates the batch tensor once (in shared memory inside a worker, so the batch reaches the main
@@ -10,13 +11,10 @@ Card (tip T13 ``zero-copy``):
   :func:`torch.utils.data.default_collate` does. :func:`zero_copy_convert` is the ``collate_fn``
   for ``batch_size=None`` loaders (the dataset returns whole batches): it wraps numpy arrays
   with ``torch.from_numpy`` and copies nothing. :func:`as_tensor_no_copy` is the single-array form.
-* **Seed tip.** ``torch.as_tensor`` / ``torch.from_numpy`` instead of ``torch.tensor`` (A#12, B#6).
-* **Expected gain.** One copy instead of two or three for every numpy sample (``torch.tensor(x)``
-  in ``__getitem__`` copies, ``default_collate`` copies again); measured in benchmarks/data.md.
-* **When it hurts.** Never slower than ``default_collate``; a tensor made by ``from_numpy`` shares
+* **Caveats.** Never slower than ``default_collate``; a tensor made by ``from_numpy`` shares
   memory with the array, so writing to one changes the other (the batch tensor is a fresh copy).
 
-Example:
+Examples:
     >>> import numpy as np
     >>> batch = zero_copy_collate([(np.ones((2, 2), np.float32), 1), (np.zeros((2, 2), np.float32), 0)])
     >>> batch[0].shape, batch[1].tolist()
@@ -55,7 +53,7 @@ def as_tensor_no_copy(array: np.ndarray) -> torch.Tensor:
     (PyTorch warns that writing to the tensor would be undefined; the warning is silenced here
     because the loader never writes).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> a = np.arange(4.0)
         >>> t = as_tensor_no_copy(a)
@@ -134,7 +132,7 @@ def zero_copy_collate(batch: list[Any]) -> Any:
         CollateTypeError: for samples that cannot become a tensor batch (ragged shapes, objects),
             naming what was found and the fix.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> zero_copy_collate([{"x": np.zeros(3, np.uint8)}] * 2)["x"].dtype
         torch.uint8
@@ -169,7 +167,7 @@ def zero_copy_collate(batch: list[Any]) -> Any:
 def zero_copy_convert(data: Any) -> Any:
     """``collate_fn`` for ``batch_size=None`` loaders: numpy arrays become tensors without a copy.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> a = np.zeros((4, 3), np.float32)
         >>> zero_copy_convert({"x": a})["x"].data_ptr() == a.ctypes.data

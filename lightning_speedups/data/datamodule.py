@@ -12,7 +12,7 @@ Card:
 * **Expected gain.** As for the tuned loaders; nothing to write by hand.
 * **When it hurts.** As for the tuned loaders: workers compete with a CPU training step.
 
-Example:
+Examples:
     >>> import torch
     >>> from torch.utils.data import TensorDataset
     >>> dm = SpeedDataModule.wrap(TensorDataset(torch.randn(10, 3)), val_fraction=0.2, batch_size=4)
@@ -65,7 +65,7 @@ class SpeedDataModule(LightningDataModule):
         seed: seeds the shuffling generator (``None``: the global RNG, as DataLoader does).
         worker_init_fn: passed to every loader.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch.utils.data import TensorDataset
         >>> dm = SpeedDataModule(TensorDataset(torch.randn(8, 2)), batch_size=4)

@@ -14,7 +14,7 @@ Card (tips T02 ``loader-workers``, T03 ``pin-memory``, T21 ``non-blocking``):
 * **When it hurts.** Workers steal cores from a CPU training step; pinned memory only costs when
   batches stay on the CPU; persistent workers hold their memory for the whole run.
 
-Example:
+Examples:
     >>> import torch
     >>> from torch.utils.data import DataLoader, TensorDataset
     >>> dl = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4, shuffle=True)
@@ -86,7 +86,7 @@ class LoaderSettings:
         prefetch_factor: batches each worker loads ahead, or ``None`` (PyTorch's default, 2).
             Ignored without workers.
 
-    Example:
+    Examples:
         >>> LoaderSettings(num_workers=2).num_workers
         2
     """
@@ -180,7 +180,7 @@ def resolve_loader_settings(
             replaced by an unpinned copy: ``pin_memory="auto"`` does not pin then, unless
             ``integer_batches`` (the batches stay integer until the device, e.g. DeviceNormalize).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch.utils.data import DataLoader, TensorDataset
         >>> r = resolve_loader_settings(LoaderSettings(), DataLoader(TensorDataset(torch.zeros(4))))
@@ -378,7 +378,7 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
         LoaderRebuildError: when the class does not let the arguments through, or an override was
             not applied (for example a subclass that hard-codes ``num_workers``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch.utils.data import DataLoader, TensorDataset
         >>> rebuild_dataloader(DataLoader(TensorDataset(torch.zeros(4)), batch_size=2), num_workers=1).num_workers

@@ -14,7 +14,7 @@ Card (tip T18 ``input-norm``):
 * **When it hurts.** Not at all on the maths (results equal normalising on the CPU, tested); the
   model must then receive normalised floats only through this part, in every stage.
 
-Example:
+Examples:
     >>> import torch
     >>> norm = DeviceNormalizer(mean=(0.5,), std=(0.25,))
     >>> out = norm([torch.full((2, 1, 2, 2), 255, dtype=torch.uint8), torch.tensor([0, 1])])
@@ -61,7 +61,7 @@ def normalize_uint8(
         channel_dim: the channel dimension of ``x`` (1 for NCHW, -1 for NHWC).
         dtype: the floating dtype of the result.
 
-    Example:
+    Examples:
         >>> import torch
         >>> normalize_uint8(torch.tensor([[0, 255]], dtype=torch.uint8), 0.5, 0.5, channel_dim=0).tolist()
         [[-1.0, 1.0]]
@@ -103,7 +103,7 @@ class DeviceNormalizer:
         keys: dict keys or sequence positions to normalise; ``None`` finds uint8 images.
         min_dims: with ``keys=None``, the fewest dimensions a uint8 tensor needs to count as images.
 
-    Example:
+    Examples:
         >>> import torch
         >>> DeviceNormalizer(0.0, 1.0, keys=["x"])({"x": torch.tensor([[255]], dtype=torch.uint8)})["x"].tolist()
         [[1.0]]
@@ -217,7 +217,7 @@ class InputStats:
 def input_stats(t: torch.Tensor) -> InputStats:
     """Mean, standard deviation, minimum and maximum of a tensor, computed in float64.
 
-    Example:
+    Examples:
         >>> import torch
         >>> s = input_stats(torch.tensor([0.0, 2.0]))
         >>> s.mean, s.std, s.max
@@ -261,7 +261,7 @@ def normalisation_problems(
         mean_tol: the largest ``|mean|`` that counts as centred.
         std_range: the standard deviations that count as roughly unit scale.
 
-    Example:
+    Examples:
         >>> normalisation_problems(InputStats(mean=120.0, std=60.0, min=0.0, max=255.0, count=10))[0]
         'values span 0..255 like raw pixels (convert with x / 255 and normalise, or use DeviceNormalize)'
     """

@@ -144,7 +144,7 @@ def judge(summary: Optional[VariantSummary], goal: str, min_gain: float, noise: 
     A speed tip pays when :func:`~lightning_speedups.bench.stats.pick_verdict` would let bench pick it;
     a memory tip pays when it trains in at most ``1 - min_gain`` of the baseline's memory and still runs.
 
-    Example:
+    Examples:
         >>> from lightning_speedups.bench.stats import VariantSummary
         >>> s = VariantSummary.empty(); s.speedup, s.speedup_ci = 0.80, (0.75, 0.85)
         >>> judge(s, "speed", 0.02).verdict

@@ -64,16 +64,13 @@ def adaptive_clip_grad_(
 ) -> None:
     """Clip the gradients of ``parameters`` in place, unit-wise, relative to the parameters' norms.
 
-    Card:
-        What: adaptive gradient clipping (AGC) of Brock et al., 2021 ("High-Performance
-        Large-Scale Image Recognition Without Normalization"): each unit's gradient norm is capped at
-        ``clipping`` times that unit's weight norm (at least ``eps``). Seed tip: T15 (A#14, gradient
-        clipping). Expected gain: stable training at large batch sizes and learning rates, notably
-        without batch norm; the paper trains NFNets at batch 4096. When it hurts: the clipping factor
-        must shrink as the batch grows (the paper uses 0.01 up to batch 4096, larger for small
-        batches); clipping the final classifier hurts (exclude it); it costs two norms per parameter
-        per step (a few percent of a step on small models, negligible on large ones). No host-device
-        synchronisation: the decision is a ``torch.where`` on the device.
+    What it does: adaptive gradient clipping (AGC) of Brock et al., 2021 ("High-Performance Large-Scale Image
+    Recognition Without Normalization"): each unit's gradient norm is capped at ``clipping`` times that unit's
+    weight norm (at least ``eps``). No host-device synchronisation: the decision is a ``torch.where`` on the
+    device.
+
+    Card: tip T15 ``grad-clipping``; its seeds, expected gain and when it hurts are stated once, in the tip's
+    record (``python -m lightning_speedups tips``).
 
     Args:
         parameters: a tensor or an iterable of tensors whose ``.grad`` is clipped; tensors without a

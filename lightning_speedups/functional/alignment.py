@@ -7,12 +7,10 @@ Card
   the batch size and the input's sequence / spatial sizes) that are not multiples of ``multiple``, each
   with the next multiple as a suggestion. :func:`pad_embedding` and :func:`pad_linear_out` pad a
   vocabulary / output-class dimension with the outputs for the real classes unchanged.
-* **Seed tip.** B#9, B#10 ("sizes multiples of 8 for fp16").
-* **Expected gain.** On tensor-core GPUs with fp16/bf16, a GEMM whose sizes are multiples of 8 (16 for
-  int8; 64 helps more on A100+) uses the tensor-core kernels; a vocabulary of 50257 padded to 50304
-  speeds up the output layer of a GPT-2 by several percent. Nothing on CPU.
-* **When it hurts.** Padding adds compute for the padded rows (tiny) and changes parameter shapes, so
+* **Caveats.** Padding adds compute for the padded rows (tiny) and changes parameter shapes, so
   checkpoints of the unpadded layer are padded on load (the padded modules do it themselves).
+* **Card.** Tip T23 ``multiple-of-8``: its seeds, expected gain and when it hurts are stated once, in the
+  tip's record (``python -m lightning_speedups tips``).
 
 Padded logits (design choice): :func:`pad_linear_out` defaults to ``logits="slice"``: the matmul runs
 with the aligned size and the extra columns are sliced away, so the module's output has exactly the
@@ -22,7 +20,7 @@ keeps the aligned width and adds ``-inf`` to the padded logits through a non-per
 cross-entropy over the real classes are unchanged, but label smoothing (which gives mass to every
 column) and code that reads the class count from ``logits.shape[-1]`` are not: use ``"slice"`` there.
 
-Example:
+Examples:
     >>> from torch import nn
     >>> model = nn.Sequential(nn.Embedding(50257, 768), nn.Linear(768, 50257))
     >>> [str(f) for f in find_misaligned(model, batch_size=12)]  # doctest: +NORMALIZE_WHITESPACE
@@ -60,7 +58,7 @@ __all__ = [
 def round_up(value: int, multiple: int = 8) -> int:
     """Smallest multiple of ``multiple`` that is ``>= value``.
 
-    Example:
+    Examples:
         >>> round_up(50257, 64)
         50304
     """
@@ -121,7 +119,7 @@ def find_misaligned(
     Returns:
         One :class:`Misalignment` per size, in module order, then batch and input sizes.
 
-    Example:
+    Examples:
         >>> find_misaligned(nn.Linear(64, 10))[0].suggested
         16
     """
@@ -277,7 +275,7 @@ def pad_embedding(embedding: nn.Embedding, multiple: int = 8) -> nn.Embedding:
     Returns:
         A :class:`PaddedEmbedding` (or ``embedding`` itself when already aligned).
 
-    Example:
+    Examples:
         >>> emb = pad_embedding(nn.Embedding(10, 4))
         >>> emb.num_embeddings, emb.real_num_embeddings
         (16, 10)
@@ -325,7 +323,7 @@ def pad_linear_out(linear: nn.Linear, multiple: int = 8, *, logits: str = "slice
     Returns:
         A :class:`PaddedLinear` (or ``linear`` itself when already aligned).
 
-    Example:
+    Examples:
         >>> head = pad_linear_out(nn.Linear(16, 10), logits="mask")
         >>> head(torch.zeros(2, 16)).shape
         torch.Size([2, 16])

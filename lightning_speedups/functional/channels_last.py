@@ -1,18 +1,14 @@
 """T24 channels-last: store 4D (NCHW) tensors as NHWC and 5D (NCDHW) tensors as NDHWC.
 
-Card:
-    What: converts the model's 4D parameters and buffers to ``torch.channels_last`` and its 5D ones
-    to ``torch.channels_last_3d``, and the floating-point 4D / 5D tensors of each batch likewise.
-    Only the memory layout changes: the logical shape and every value stay the same, so outputs are
-    equal to the contiguous model's (up to the kernel's summation order, i.e. the dtype tolerance).
-    Seed tip: B#16 ("channels_last memory format for 4D NCHW tensors").
-    Expected gain: 8% to 35% on convolution-heavy models on tensor-core GPUs with AMP (cuDNN's NHWC
-    kernels avoid layout transposes); about neutral in fp32, and on CPU it depends on the kernels.
-    When it hurts: models with few convolutions and many ops that expect contiguous NCHW (views,
-    ``flatten`` followed by custom kernels) pay extra layout copies; on CPU without oneDNN-friendly
-    shapes it can be slower. Measure with the bench. Random ops on 4D activations (dropout) draw
-    their random numbers in memory order, so in training the masks differ from the contiguous
-    model's (same distribution, different elements); everything deterministic is equal.
+What it does: converts the model's 4D parameters and buffers to ``torch.channels_last`` and its 5D ones to
+``torch.channels_last_3d``, and the floating-point 4D / 5D tensors of each batch likewise. Only the memory
+layout changes: the logical shape and every value stay the same, so outputs are equal to the contiguous
+model's (up to the kernel's summation order, i.e. the dtype tolerance). Measure with the bench. Random ops on
+4D activations (dropout) draw their random numbers in memory order, so in training the masks differ from the
+contiguous model's (same distribution, different elements); everything deterministic is equal.
+
+Card: tip T24 ``channels-last``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 
 Example::
 
@@ -125,7 +121,7 @@ def to_channels_last_undoable(model: nn.Module) -> Callable[[], None]:
     The start-up probe tries channels_last on the user's model this way and undoes it when it is not
     faster.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
         >>> undo = to_channels_last_undoable(net)
         >>> net[0].weight.is_contiguous(memory_format=torch.channels_last), net[0].weight.is_contiguous()

@@ -1,17 +1,13 @@
 """T09 activation checkpointing: recompute chosen sub-modules' activations in the backward pass.
 
-Card:
-    What: the chosen sub-modules run under non-reentrant :func:`torch.utils.checkpoint.checkpoint`
-    (``use_reentrant=False``): their inner activations are freed after the forward pass and
-    recomputed during the backward pass, so only each block's inputs stay in memory. Outputs and
-    gradients are unchanged (the RNG state is replayed, so dropout draws the same mask; BatchNorm
-    running statistics are updated once, not again during the recomputation).
-    Seed tip: A#8 (gradient / activation checkpointing).
-    Expected gain: memory, not speed: activation memory of the wrapped blocks drops to about their
-    inputs (roughly half of a small transformer's training memory), at the cost of one more forward
-    pass of those blocks (~1.2x to 1.5x step time). Spend the memory on a larger batch or model.
-    When it hurts: when memory is not the limit it only costs time; wrapping tiny modules (single
-    layers) saves little and still pays the recomputation.
+What it does: the chosen sub-modules run under non-reentrant :func:`torch.utils.checkpoint.checkpoint`
+(``use_reentrant=False``): their inner activations are freed after the forward pass and recomputed during the
+backward pass, so only each block's inputs stay in memory. Outputs and gradients are unchanged (the RNG state
+is replayed, so dropout draws the same mask; BatchNorm running statistics are updated once, not again during
+the recomputation). Spend the memory on a larger batch or model.
+
+Card: tip T09 ``activation-checkpointing``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 
 How the wrapping works: the module object stays where it is, with its class and its parameter
 names; only its ``forward`` is replaced by an instance attribute that calls the original under
@@ -58,7 +54,8 @@ def normalize_targets(targets: Any, argument: str = "targets") -> list[Target]:
     """Validate ``targets`` (a class, a string, or a list of them) and return them as a list.
 
     Raises:
-        TypeError / ValueError naming ``argument`` for anything else, or for an empty list.
+        TypeError: a target that is neither a class nor a string (the message names ``argument``).
+        ValueError: an empty list (the message names ``argument``).
     """
     if isinstance(targets, (str, type)):
         targets = [targets]

@@ -1,17 +1,13 @@
 """T22 fusion: ``torch.compile`` the model's inner modules, with a fallback to eager.
 
-Card:
-    What: compiles chosen sub-modules in place with :func:`torch.compile` (through
-    ``nn.Module.compile``, so parameter names and ``state_dict`` keys do not change: no
-    ``_orig_mod.`` prefix reaches a checkpoint). Inductor fuses chains of element-wise ops
-    (activation, bias, residual add, normalisation epilogues) into single kernels.
-    Seed tip: B#8 ("fuse element-wise ops with the JIT: gelu 4x faster from 5 kernels in 1").
-    Expected gain: 1.1x to 2x step time on GPUs for transformer-like models dominated by
-    element-wise ops; on CPU smaller and model dependent. The first steps pay the compile time
-    (tens of seconds per module), and each new input shape may recompile.
-    When it hurts: short runs (compile time never paid back), shapes that change every batch
-    without ``dynamic=True``, and code Dynamo cannot trace (graph breaks; ``fullgraph=True`` turns
-    them into errors).
+What it does: compiles chosen sub-modules in place with :func:`torch.compile` (through ``nn.Module.compile``,
+so parameter names and ``state_dict`` keys do not change: no ``_orig_mod.`` prefix reaches a checkpoint).
+Inductor fuses chains of element-wise ops (activation, bias, residual add, normalisation epilogues) into
+single kernels. The first steps pay the compile time (tens of seconds per module), and each new input shape
+may recompile.
+
+Card: tip T22 ``fusion``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 
 Why inner modules and not the LightningModule: compiling the whole LightningModule also traces
 ``training_step`` with ``self.log`` and the trainer's machinery, which breaks or graph-breaks; the

@@ -7,12 +7,11 @@ Card
   ``SyncBatchNorm``, lazy ones once materialised; affine or not; with or without running statistics;
   any momentum, including ``momentum=None``), removes the convolution's bias and folds it into the
   BatchNorm's ``running_mean``.
-* **Seed tip.** A#15, B#17 ("no bias in a conv right before BatchNorm").
-* **Expected gain.** One parameter vector per such conv: less optimizer state, one add kernel less
-  per conv in forward and backward (a few percent on small CNNs, nothing dramatic).
-* **When it hurts.** Never changes the maths; but the model's parameter set changes, so checkpoints of
+* **Caveats.** Never changes the maths; but the model's parameter set changes, so checkpoints of
   the unchanged model need the fold on load (done automatically, see below) and a model without the
   change cannot load a checkpoint of the changed one without :func:`unfold_conv_bias_state_dict`.
+* **Card.** Tip T16 ``conv-bias``: its seeds, expected gain and when it hurts are stated once, in the
+  tip's record (``python -m lightning_speedups tips``).
 
 Why the maths is unchanged
 --------------------------
@@ -58,7 +57,7 @@ so that ``model.load_state_dict(state_dict_of_the_unchanged_model)`` folds the o
 running means on load. The same fold as a plain function: :func:`fold_conv_bias_state_dict`; the
 inverse (a changed checkpoint into an unchanged model): :func:`unfold_conv_bias_state_dict`.
 
-Example:
+Examples:
     >>> import torch
     >>> from torch import Tensor, nn
     >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
@@ -185,7 +184,7 @@ def remove_conv_bias(model: nn.Module, example_input: Any = None, *, fold_on_loa
     Returns:
         Qualified names of the convolutions changed by this call.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Conv3d(3, 8, 3, groups=1), nn.BatchNorm3d(8))
         >>> remove_conv_bias(net), remove_conv_bias(net)
         (['0'], [])
@@ -229,7 +228,7 @@ def fold_conv_bias_state_dict(
     Returns:
         A new dict (tensors not listed are shared with the input).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Conv2d(1, 2, 1), nn.BatchNorm2d(2))
         >>> old = net.state_dict()
         >>> plan = plan_conv_bias_removal(net); _ = apply_conv_bias_plan(net, plan)

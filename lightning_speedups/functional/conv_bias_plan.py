@@ -266,7 +266,7 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
     Returns:
         A :class:`ConvBiasPlan`: accepted ``pairs`` and the ``skipped`` convs with their reasons.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Conv1d(2, 4, 3), nn.BatchNorm1d(4))
         >>> plan_conv_bias_removal(net).pairs
         {'0': '1'}

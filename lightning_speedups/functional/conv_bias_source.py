@@ -111,7 +111,7 @@ def dead_methods(module: nn.Module, trees: list[ast.AST], referenced: frozenset[
     ``prune_intermediate_layers`` are such methods: feature-extraction APIs a plain training step does
     not run. Nothing is dead when the class calls methods by a computed name (``getattr(self, name)``).
 
-    Example:
+    Examples:
         >>> import ast
         >>> from torch import nn
         >>> class Net(nn.Module):

@@ -4,18 +4,15 @@ The plain core that :class:`~lightning_speedups.callbacks.DebugToolsCheck` and t
 It returns structured findings (:class:`DebugTool`: ``tip``, ``slug``, ``severity``, ``evidence``, ``fix``
 and what it costs), never prints.
 
-Card (T14 ``debug-off``, seed A#13 "turn debugging tools off when not debugging"):
-    What it does: :func:`find_debug_tools` lists the debugging switches that are on in this process
-    (anomaly detection, the autograd / torch profiler, NVTX or ITT ranges, a Lightning profiler,
-    deterministic algorithms, cuDNN switches, sync-debug mode, ``CUDA_LAUNCH_BLOCKING`` and
-    similar environment variables, a Python tracer such as a debugger or coverage), each with what
-    it costs and the fix.
-    Expected gain: anomaly detection alone often makes the backward pass several times slower;
-    ``CUDA_LAUNCH_BLOCKING=1`` removes all CPU/GPU overlap.
-    When it hurts: never by itself; the tools are right while debugging (use the ``debug`` preset,
-    :class:`~lightning_speedups.callbacks.DebugMode`, to turn them on deliberately).
+What it does: :func:`find_debug_tools` lists the debugging switches that are on in this process (anomaly
+detection, the autograd / torch profiler, NVTX or ITT ranges, a Lightning profiler, deterministic algorithms,
+cuDNN switches, sync-debug mode, ``CUDA_LAUNCH_BLOCKING`` and similar environment variables, a Python tracer
+such as a debugger or coverage), each with what it costs and the fix.
 
-Example:
+Card: tip T14 ``debug-off``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
+
+Examples:
     >>> from lightning_speedups.functional.debug_tools import find_debug_tools
     >>> import torch
     >>> with torch.autograd.set_detect_anomaly(True):
@@ -156,7 +153,7 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
         One :class:`DebugTool` per tool found, in the order of :data:`DEBUG_TOOL_IDS`; empty when
         nothing is on.
 
-    Example:
+    Examples:
         >>> import os
         >>> os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
         >>> [t.id for t in find_debug_tools() if t.id == "cuda_launch_blocking"]

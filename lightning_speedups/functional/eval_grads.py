@@ -18,7 +18,7 @@ __all__ = ["EvalGradEvent", "EvalGradWatch", "tensors_requiring_grad"]
 def tensors_requiring_grad(obj: Any, prefix: str = "outputs") -> list[tuple[str, torch.Tensor]]:
     """The tensors inside ``obj`` that carry an autograd graph (``requires_grad``).
 
-    Example:
+    Examples:
         >>> w = torch.ones(2, requires_grad=True)
         >>> [p for p, _ in tensors_requiring_grad({"loss": (w * 2).sum(), "n": torch.ones(1)})]
         ["outputs['loss']"]
@@ -48,7 +48,7 @@ class EvalGradWatch:
     Args:
         module: the model to watch; hooks go on every sub-module that owns parameters.
 
-    Example:
+    Examples:
         >>> model = torch.nn.Linear(2, 2)
         >>> with EvalGradWatch(model) as watch, torch.no_grad():
         ...     _ = model(torch.ones(1, 2))

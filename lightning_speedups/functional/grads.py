@@ -7,15 +7,13 @@ Card
   every gradient that is a tensor instead, with how many are all zeros and how many bytes they hold.
   The :class:`~lightning_speedups.callbacks.grads.GradsToNoneCheck` callback calls it at that moment
   of a real training run.
-* **Seed tip.** A#11, B#12 (``zero_grad(set_to_none=True)``).
-* **Expected gain.** With ``set_to_none=True`` there is no memset kernel per parameter and ``backward``
-  writes the first gradient instead of adding to zeros; the gradient memory is also free between
-  ``zero_grad`` and ``backward``. A few percent on small-kernel-bound models.
-* **When it hurts.** Code that reads ``p.grad`` before ``backward`` and expects a tensor (e.g.
+* **Caveats.** Code that reads ``p.grad`` before ``backward`` and expects a tensor (e.g.
   ``p.grad.add_(...)``) needs a ``None`` check; a few optimizers treat a ``None`` gradient as "skip this
   parameter" (which is what you want for frozen parts).
+* **Card.** Tip T12 ``grads-to-none``: its seeds, expected gain and when it hurts are stated once, in the
+  tip's record (``python -m lightning_speedups tips``).
 
-Example:
+Examples:
     >>> import torch
     >>> model = torch.nn.Linear(4, 2)
     >>> model(torch.randn(3, 4)).sum().backward()

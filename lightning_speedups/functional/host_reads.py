@@ -176,7 +176,7 @@ class HostReadCounter:
     Mark what lives on the device (:meth:`mark_module`, :meth:`mark_all`), then run each training
     step inside :meth:`window` (or :meth:`start` / :meth:`stop`).
 
-    Example:
+    Examples:
         >>> import torch
         >>> counter = HostReadCounter()
         >>> w = torch.nn.Parameter(torch.ones(2))
@@ -451,7 +451,7 @@ def _describe(read: HostRead) -> str:
 def count_host_reads(*device_values: Any) -> Iterator[HostReadCounter]:
     """Count the host reads of one block of code; ``device_values`` are modules or tensors on the device.
 
-    Example:
+    Examples:
         >>> import torch
         >>> model = torch.nn.Linear(2, 1)
         >>> with count_host_reads(model) as reads:

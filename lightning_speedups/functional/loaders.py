@@ -1,6 +1,7 @@
 """Loader decisions that need no Trainer: usable CPUs, ``num_workers="auto"``, pinning, pickling.
 
-Card (tips T02 ``loader-workers``, T03 ``pin-memory``, T21 ``non-blocking``):
+Card: tip T02 ``loader-workers``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 
 * **What it does.** :func:`available_cpus` counts the CPUs this process may really use (scheduler
   affinity and the cgroup CPU quota, v1 and v2 — not the host's count). :func:`auto_num_workers`
@@ -8,15 +9,11 @@ Card (tips T02 ``loader-workers``, T03 ``pin-memory``, T21 ``non-blocking``):
   :func:`unpinned_tensors` lists the tensors of a batch that a CUDA copy could not overlap
   (``non_blocking=True`` only overlaps from pinned memory). :func:`worker_pickle_problem` says
   why a loader's dataset cannot be sent to worker processes, if it cannot.
-* **Seed tips.** "``num_workers`` = 4 x GPUs" (A#2, B#2); ``pin_memory=True`` (A#2, B#3);
-  ``.to(non_blocking=True)`` (B#7).
-* **Expected gain.** Up to 2x per epoch on a GPU when the step waits for data; none on a CPU-only
-  machine with few cores.
-* **When it hurts.** Workers compete with the training step for the same cores: on a 2-core CPU
+* **Caveats.** Workers compete with the training step for the same cores: on a 2-core CPU
   machine, 1 or 2 workers were 10% to 55% slower than 0 (benchmarks/data.md). Pinned memory on a
   machine without CUDA only costs. This is why ``auto`` looks at the machine, not at a rule.
 
-Example:
+Examples:
     >>> choice = auto_num_workers(accelerator="cuda", devices=1, cpus=16)
     >>> choice.num_workers
     4
@@ -95,7 +92,7 @@ def cgroup_cpu_quota(
         proc_cgroup: the file that names this process's cgroups (for tests).
         cgroup_root: where the cgroup file systems are mounted (for tests).
 
-    Example:
+    Examples:
         >>> q = cgroup_cpu_quota()
         >>> q is None or q > 0
         True
@@ -155,7 +152,7 @@ def available_cpus() -> CpuCount:
     A fractional quota is rounded down (1.5 CPUs leave one CPU's worth of full-time work), and
     the result is at least 1.
 
-    Example:
+    Examples:
         >>> available_cpus().count >= 1
         True
     """
@@ -183,7 +180,7 @@ def launcher_processes_per_node(env: Any = None) -> int | None:
     """Training processes on this node as the launcher says: torchrun's ``LOCAL_WORLD_SIZE``, else
     SLURM's ``SLURM_NTASKS_PER_NODE`` (srun starts one task per rank), else ``None``.
 
-    Example:
+    Examples:
         >>> launcher_processes_per_node({"LOCAL_WORLD_SIZE": "4"}), launcher_processes_per_node({})
         (4, None)
     """
@@ -248,7 +245,7 @@ def auto_num_workers(
     Returns:
         The choice and a one-line reason.
 
-    Example:
+    Examples:
         >>> auto_num_workers(accelerator="cuda", devices=8, cpus=32).num_workers
         3
     """
@@ -321,7 +318,7 @@ def worker_pickle_problem(loader: DataLoader, start_method: str | None = None) -
     Only ``spawn`` and ``forkserver`` workers receive the dataset, ``collate_fn`` and
     ``worker_init_fn`` by pickling; ``fork`` workers inherit them, so nothing is checked then.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch.utils.data import TensorDataset
         >>> worker_pickle_problem(DataLoader(TensorDataset(torch.zeros(2))), "spawn") is None
@@ -388,7 +385,7 @@ def unpinned_tensors(batch: Any, device: str | torch.device) -> list[str]:
     A host-to-CUDA copy with ``non_blocking=True`` is asynchronous only from page-locked (pinned)
     memory; from pageable memory the host waits for it. Nothing is reported for other devices.
 
-    Example:
+    Examples:
         >>> import torch
         >>> unpinned_tensors([torch.zeros(2)], "cuda")
         ['batch[0]']

@@ -5,7 +5,7 @@ loss at each. The test itself is run by Lightning's ``LearningRateFinder`` (see
 :class:`lightning_speedups.callbacks.LRSchedule` with ``max_lr="auto"``); this module only reads its
 ``lr`` / ``loss`` lists, so the choice is testable on made-up curves.
 
-Example:
+Examples:
     >>> lrs = [10 ** (-5 + i / 10) for i in range(50)]            # 1e-5 .. ~8e-1
     >>> losses = [2.3 - 1.5 * min(1.0, max(0.0, (i - 10) / 25)) + (0.5 * (i - 40) if i > 40 else 0) for i in range(50)]
     >>> pick = pick_peak_lr(lrs, losses)
@@ -71,7 +71,7 @@ def steepest_lr(
 ) -> Optional[float]:
     """The learning rate where the loss falls fastest per decade (``None`` with too few points).
 
-    Example:
+    Examples:
         >>> steepest_lr([1e-4, 1e-3, 1e-2, 1e-1], [2.0, 1.9, 1.0, 3.0], skip_begin=0, skip_end=0)
         0.001
     """
@@ -99,7 +99,7 @@ def pick_peak_lr(lrs: Sequence[float], losses: Sequence[float], divisor: float =
     Fashion-MNIST reference, one seed's loss kept falling to lr 0.50 with its steepest drop at 0.44;
     peaking there is at the edge of divergence.)
 
-    Example:
+    Examples:
         >>> lrs = [10 ** (-4 + i / 10) for i in range(40)]               # 1e-4 .. ~8e-1
         >>> losses = [2.0 - 0.02 * i for i in range(38)] + [1.0, 1.5]     # steepest drop at i=37: 0.5 -> 0.63
         >>> pick_peak_lr(lrs, losses).lr < 0.1                            # not 0.5: half a decade from the edge
@@ -221,7 +221,7 @@ class TrainingSnapshot:
     ``functools.partial`` optimizers, their own classes) are never pickled. Attributes that are neither
     state nor copied (modules, callables, config objects) are kept as they are.
 
-    Example:
+    Examples:
         >>> class Net(torch.nn.Module):  # a user's module: its plain attributes are training state
         ...     def __init__(self):
         ...         super().__init__()

@@ -1,17 +1,14 @@
 """T05 amp and TF32: pick the precision that is fastest (or leanest) on the hardware at hand.
 
-Card:
-    What: ``resolve_precision("auto")`` returns a Lightning ``precision`` value with a one-line reason.
-    Seed tip: A#4 / B#11, automatic mixed precision ("2.75x faster, 37% less memory" on BERT-size
-    models, on GPUs with tensor cores).
-    Expected gain: 1.5x to 3x on tensor-core GPUs. On CPUs it depends on the bf16 units: with Intel
-    AMX bf16 is fast; on AMD Zen 4+ (avx512_bf16) bf16 autocast measured 1.31x on a small
-    transformer and 1.74x on a small CNN (benchmarks/RESULTS.md, 2-core EPYC); on an Intel Xeon with
-    avx512_bf16 but no AMX it measured 0.83x (slower) on a small transformer. So ``auto`` picks bf16
-    on CPUs with AMX or with AMD's avx512_bf16, and keeps fp32 elsewhere. ``bench`` measures it on
-    your own setup.
-    When it hurts: fp16 without a loss scaler underflows (Lightning's ``16-mixed`` brings one);
-    ops with no low-precision kernel fall back and add casts.
+What it does: ``resolve_precision("auto")`` returns a Lightning ``precision`` value with a one-line reason. On
+CPUs it depends on the bf16 units: with Intel AMX bf16 is fast; on AMD Zen 4+ (avx512_bf16) bf16 autocast
+measured 1.31x on a small transformer and 1.74x on a small CNN (benchmarks/RESULTS.md, 2-core EPYC); on an
+Intel Xeon with avx512_bf16 but no AMX it measured 0.83x (slower) on a small transformer. So ``auto`` picks
+bf16 on CPUs with AMX or with AMD's avx512_bf16, and keeps fp32 elsewhere. ``bench`` measures it on your own
+setup.
+
+Card: tip T05 ``amp``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ How it measures (the timer and the pairing rule are bench's, :mod:`~lightning_sp
   option is kept when :func:`gain_verdict` says its gain counts, and of several options of one axis the
   fastest is kept.
 
-Example:
+Examples:
     >>> now, state = [0.0], {"fast": False}
     >>> def step(options):  # a fake step: 1 s, or 0.5 s with "fast" on
     ...     now[0] += 0.5 if state["fast"] else 1.0
@@ -120,7 +120,7 @@ class ProbeResult:
 def probe_plan(n_options: int, rounds: int, steps: int, warmup: int) -> int:
     """Training steps a probe's rounds run (after its calibration): per round the baseline twice and every option.
 
-    Example:
+    Examples:
         >>> probe_plan(n_options=3, rounds=5, steps=3, warmup=1)
         100
     """
@@ -131,7 +131,7 @@ def least_planned_steps(n_options: int, steps: int, warmup: int, max_fraction: O
     """The shortest planned run (in steps) whose ``max_fraction`` holds the probe's :data:`MIN_ROUNDS` rounds,
     or ``None`` with no such limit. The step time cancels out: it is known before any step runs.
 
-    Example:
+    Examples:
         >>> least_planned_steps(n_options=2, steps=3, warmup=1, max_fraction=0.05)
         960.0
     """

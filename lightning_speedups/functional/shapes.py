@@ -16,7 +16,7 @@ __all__ = ["ShapeTracker", "batch_shape_signature"]
 def batch_shape_signature(batch: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """The shapes of a batch's floating-point tensors, with their paths (all tensors if none float).
 
-    Example:
+    Examples:
         >>> batch_shape_signature((torch.zeros(8, 3, 32, 32), torch.zeros(8, dtype=torch.long)))
         (('batch[0]', (8, 3, 32, 32)),)
     """
@@ -35,7 +35,7 @@ class ShapeTracker:
             smaller one). More than that with ``cudnn.benchmark`` on is a finding.
         limit: stop storing new shapes after this many (the count keeps growing).
 
-    Example:
+    Examples:
         >>> tracker = ShapeTracker()
         >>> for n in (8, 8, 5, 7):
         ...     _ = tracker.update(torch.zeros(n, 3))

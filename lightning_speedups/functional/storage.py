@@ -1,6 +1,7 @@
 """Where a dataset's files live, and how fast they read.
 
-Card (tip T19 ``fast-storage``):
+Card: tip T19 ``fast-storage``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 
 * **What it does.** :func:`storage_report` finds the mount that holds a data root (from
   ``/proc/mounts``), its file system type, whether it is a network file system (NFS, CIFS/SMB,
@@ -9,11 +10,9 @@ Card (tip T19 ``fast-storage``):
   read rate of a sample of the files (dropping them from the page cache first where the kernel
   allows, so the figure is the disk's, not the RAM's). :func:`find_data_root` finds the root from
   a dataset's attributes (``root``, ``data_dir``, ``samples``, ``files``, ...).
-* **Seed tip.** Keep the data on an SSD (B#1).
-* **Expected gain.** None by itself: it tells you when the input pipeline starts at a slow disk.
-* **When it hurts.** The measurement reads up to ``max_bytes`` (64 MiB by default) once.
+* **Caveats.** The measurement reads up to ``max_bytes`` (64 MiB by default) once.
 
-Example:
+Examples:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "a.bin").write_bytes(b"x" * 4096)
@@ -123,7 +122,7 @@ def _read_mounts(mounts_file: str | Path) -> list[MountInfo]:
 def find_mount(path: str | Path, mounts_file: str | Path = "/proc/mounts") -> MountInfo | None:
     """The mount that holds ``path``: the longest mount point that is a prefix of its real path.
 
-    Example:
+    Examples:
         >>> find_mount("/").mount_point
         '/'
     """
@@ -144,7 +143,7 @@ def is_rotational(path: str | Path, sys_root: str | Path = "/sys") -> bool | Non
     partition, the parent disk's ``queue/rotational``. Overlay, tmpfs and network file systems
     have no block device and give ``None``.
 
-    Example:
+    Examples:
         >>> is_rotational("/") in (True, False, None)
         True
     """
@@ -195,7 +194,7 @@ def find_data_root(dataset: Any, _depth: int = 0) -> Path | None:
     (``samples``, ``imgs``, ``files``, ...), and follows ``Subset.dataset`` and
     ``ConcatDataset.datasets``.
 
-    Example:
+    Examples:
         >>> class D: root = "/tmp"
         >>> str(find_data_root(D()))
         '/tmp'

@@ -342,7 +342,7 @@ class SyncWatcher:
             :attr:`new_user_sites` for the caller to report; ``"error"`` raises :class:`SyncError`
             at the first sync made by the user's code (Lightning's own syncs are only counted).
 
-    Example:
+    Examples:
         >>> watcher = SyncWatcher("count")
         >>> watcher.install()
         >>> # with watcher.window(): run_one_training_step()
@@ -484,7 +484,7 @@ class SyncWatcher:
 def watch_syncs(mode: Literal["count", "warn", "error"] = "count") -> Iterator[SyncWatcher]:
     """Count the device syncs of a block of code (on CUDA; a no-op watcher elsewhere).
 
-    Example:
+    Examples:
         >>> with watch_syncs() as w:
         ...     pass  # a few training steps
         >>> w.total

@@ -32,7 +32,7 @@ class Timeline:
         device: the device the work runs on; a CUDA device gets CUDA events.
         clock: the host clock (seconds) for every other device; injectable for tests.
 
-    Example:
+    Examples:
         >>> ticks = iter([1.0, 1.5, 3.0])
         >>> line = Timeline(clock=lambda: next(ticks))
         >>> a, b, c = line.mark(), line.mark(), line.mark()
@@ -119,7 +119,7 @@ def ratio_interval(ratios: Sequence[float]) -> tuple[Optional[float], Optional[f
     are independent draws; the interval is Student's t on their logarithms, back-transformed (a ratio
     of 2 and one of 0.5 are equally far from 1). One ratio gives no interval (``None``s).
 
-    Example:
+    Examples:
         >>> g, lo, hi = ratio_interval([1.10, 1.12, 1.08])
         >>> round(g, 3), round(lo, 3), round(hi, 3)
         (1.1, 1.051, 1.151)
@@ -139,7 +139,7 @@ def ratio_interval(ratios: Sequence[float]) -> tuple[Optional[float], Optional[f
 def noise_of(aa_ratio: Optional[float]) -> float:
     """The noise floor an A/A ratio (the baseline against itself) gives: its distance from 1.0.
 
-    Example:
+    Examples:
         >>> round(noise_of(0.97), 2), noise_of(None)
         (0.03, 0.0)
     """
@@ -161,7 +161,7 @@ def gain_verdict(
     """Whether a measured gain counts, and why (not): its 95% interval lies above 1.0 and it clears both
     ``min_gain`` and the A/A ``noise`` floor.
 
-    Example:
+    Examples:
         >>> gain_verdict(1.05, 1.01, 1.09, min_gain=0.02, noise=0.06)
         (False, 'gain 1.05x is within the noise floor (A/A pair off by 6.0%)')
         >>> gain_verdict(1.05, 1.01, 1.09, min_gain=0.02, noise=0.01)

@@ -17,7 +17,7 @@ Under FSDP with N processes, parameters, gradients and optimizer state are shard
 activations are not. The estimate leaves out allocator fragmentation, kernel workspaces and the
 framework's own buffers, so a model "fits" only below :data:`FIT_SHARE` of the device.
 
-Example:
+Examples:
     >>> from torch import nn
     >>> import torch
     >>> est = estimate_fit(nn.Linear(1000, 1000), optimizers=[torch.optim.Adam(nn.Linear(1, 1).parameters())],

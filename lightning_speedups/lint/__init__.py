@@ -4,7 +4,7 @@
 files with :mod:`ast` (nothing is imported or executed, torch is not needed) and reports each finding
 as ``path:line:col: CODE [Txx] severity (how often it runs): message (fix: ...)``. See ``lint/README.md`` for the rules.
 
-Example:
+Examples:
     >>> from lightning_speedups.lint import lint_source
     >>> src = "import torch\\nclass M(torch.nn.Module):\\n    def forward(self, x):\\n        return torch.zeros(3).cuda()\\n"
     >>> [(f.line, f.code, f.tip, f.severity, f.runs) for f in lint_source(src)]

@@ -8,7 +8,7 @@ only digests of contents (BLAKE2b, 128 bits), no paths and no code, one a line, 
 ``XDG_CACHE_HOME`` is unset). ``LIGHTNING_SPEEDUPS_LINT_CACHE=0`` (or ``--no-cache``) turns it off;
 a cache that cannot be read or written is simply not used.
 
-Example:
+Examples:
     >>> import tempfile, pathlib
     >>> cache = SyntaxCache(pathlib.Path(tempfile.mkdtemp()) / "syntax.txt")
     >>> cache.known(b"x = 1\\n")

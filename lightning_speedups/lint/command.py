@@ -64,7 +64,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Run the linter; returns the exit code (0 clean, 1 findings, 2 errors).
 
-    Example:
+    Examples:
         >>> main(["src/", "--select", "LS2", "--json"])  # doctest: +SKIP
     """
     parser = build_parser(prog)

@@ -1,15 +1,12 @@
 """T11 ddp: Lightning's own DDPStrategy with the pack's settings, and static graph kept away from accumulation.
 
-Card:
-    What: one process per device, gradients all-reduced in buckets that overlap the backward pass
-    (seed tips A#10 / B#18: DistributedDataParallel, never DataParallel). ``gradient_as_bucket_view``
-    lets gradients live inside the communication buckets (no copy, less memory); ``static_graph``
-    lets DDP skip the unused-parameter search after the first iteration; a bf16 / fp16 compression
-    hook halves the bytes all-reduced on CUDA (NCCL).
-    Expected gain: near-linear scaling across GPUs; compression helps when the network is the limit.
-    When it hurts: ``static_graph`` is wrong for models whose set of used parameters changes between
-    steps (turn it off); compression hooks only run on CUDA: on CPU (gloo) they are skipped, and
-    this module says so instead of staying silent.
+What it does: one process per device, gradients all-reduced in buckets that overlap the backward pass.
+``gradient_as_bucket_view`` lets gradients live inside the communication buckets (no copy, less memory);
+``static_graph`` lets DDP skip the unused-parameter search after the first iteration; a bf16 / fp16
+compression hook halves the bytes all-reduced on CUDA (NCCL).
+
+Card: tip T11 ``ddp``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 
 Static graph and gradient accumulation: Lightning runs the non-final micro-batches of an
 accumulation window under ``DistributedDataParallel.no_sync()``, and a static-graph DDP whose first

@@ -1,19 +1,18 @@
 """T11 under FSDP: Lightning's own FSDPStrategy, wrapped at the model's repeated blocks.
 
-Card:
-    What: Fully Sharded Data Parallel shards parameters, gradients and optimizer state across the
-    processes (ZeRO-3), so a model that does not fit one device trains on several. The wrap policy
-    puts each repeated block (the blocks checkpointing's ``auto`` finds,
-    :func:`~lightning_speedups.functional.checkpointing.auto_checkpoint_targets`) in its own FSDP
-    unit, so only one block's full parameters live at a time; activation checkpointing of those
-    blocks is T09's ``ActivationCheckpointing`` (``speedups.checkpointing.targets: [auto]``), applied
-    in ``setup`` before the blocks are wrapped. The mixed-precision policy follows the Trainer's
-    precision (``speedups.precision``): parameters and buffers in bf16 / fp16, gradients reduced in
-    fp32. Checkpoints are sharded (one file per rank, resumable with ``ckpt_path``) unless
-    ``state_dict_type="full"``; ``cpu_offload`` keeps the sharded parameters in host memory.
-    Expected gain: memory per device about 1/N of parameters, gradients and optimizer state.
-    When it hurts: every block's parameters are all-gathered in forward and backward: slower than
-    DDP for a model that fits one device; AGC (a norm per parameter tensor) does not apply to shards.
+What it does: Fully Sharded Data Parallel shards parameters, gradients and optimizer state across the
+processes (ZeRO-3), so a model that does not fit one device trains on several. The wrap policy puts each
+repeated block (the blocks checkpointing's ``auto`` finds,
+:func:`~lightning_speedups.functional.checkpointing.auto_checkpoint_targets`) in its own FSDP unit, so only
+one block's full parameters live at a time; activation checkpointing of those blocks is T09's
+``ActivationCheckpointing`` (``speedups.checkpointing.targets: [auto]``), applied in ``setup`` before the
+blocks are wrapped. The mixed-precision policy follows the Trainer's precision (``speedups.precision``):
+parameters and buffers in bf16 / fp16, gradients reduced in fp32. Checkpoints are sharded (one file per rank,
+resumable with ``ckpt_path``) unless ``state_dict_type="full"``; ``cpu_offload`` keeps the sharded parameters
+in host memory.
+
+Card: tip T11 ``ddp``; its seeds, expected gain and when it hurts are stated once, in the tip's
+record (``python -m lightning_speedups tips``).
 
 Clipping: the Trainer's norm clipping (the user's ``gradient_clip_val`` or ``speedups.grad_clip``), which
 Lightning's ``FSDPPrecision`` refuses, goes through FSDP's own ``clip_grad_norm_`` on the root unit
@@ -79,7 +78,7 @@ class BlockWrapPolicy:
     """An FSDP auto-wrap policy (the ``(module, recurse, nonwrapped_numel) -> bool`` form) that wraps
     the model's repeated blocks, found when the model is known (:meth:`resolve`).
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> model = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3)])
         >>> policy = BlockWrapPolicy()
@@ -113,7 +112,7 @@ class BlockWrapPolicy:
 def owning_children(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The top-level sub-modules of ``model`` that own parameters, in registration order.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> m = nn.Module(); m.g = nn.Linear(2, 2); m.act = nn.ReLU(); m.d = nn.Linear(2, 1)
         >>> [n for n, _ in owning_children(m)]
@@ -127,7 +126,7 @@ def twin_children(model: nn.Module) -> list[str]:
     as another one: a DQN's ``net`` and ``target_net``, a student and its teacher, an encoder and its
     momentum copy. Single layers (two ``nn.Linear(8, 8)`` of a flat MLP) are not twins.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> def mlp(): return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
         >>> m = nn.Module(); m.net = mlp(); m.target_net = mlp(); m.fc1 = nn.Linear(2, 2); m.fc2 = nn.Linear(2, 2)
@@ -170,7 +169,7 @@ def fsdp_mixed_precision(precision: str) -> tuple[Optional[Any], str]:
     in fp32 (Lightning's own default reduces in the low dtype). Other precisions: ``None`` (full
     precision, or Lightning converts the module for ``*-true``).
 
-    Example:
+    Examples:
         >>> policy, why = fsdp_mixed_precision("bf16-mixed")
         >>> policy.param_dtype, policy.reduce_dtype
         (torch.bfloat16, torch.float32)
@@ -275,7 +274,7 @@ def requires_grad_toggles(model: nn.Module) -> list[str]:
     inside ``training_step`` are views of a flat parameter, not leaves, and torch refuses ("you can only
     change requires_grad flags of leaf variables"), with ``use_orig_params`` true or false (measured).
 
-    Example:
+    Examples:
         >>> requires_grad_toggles(nn.Linear(2, 2))
         []
     """
@@ -293,7 +292,7 @@ def input_gradient_methods(model: nn.Module) -> list[str]:
     step (measured: 0.05 after 4 steps, with ``use_orig_params`` true or false and with
     ``backward_prefetch=None``; DDP matches to 3e-8), silently.
 
-    Example:
+    Examples:
         >>> input_gradient_methods(nn.Linear(2, 2))
         []
     """

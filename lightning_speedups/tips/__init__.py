@@ -12,7 +12,7 @@ its doctor check and its shared-suite cases. Everything central is derived from 
 Adding a tip means adding its module here (and its parts in ``functional/`` / ``callbacks/``), then
 naming it in :data:`TIPS` below.
 
-Example:
+Examples:
     >>> from lightning_speedups.tips import get_tip
     >>> get_tip("conv-bias").id
     'T16'

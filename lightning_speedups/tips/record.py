@@ -43,7 +43,7 @@ class Bounds:
     """The range of a number setting (``None``, a string such as ``auto`` and booleans are not numbers
     and pass). Declared on a :class:`Setting` (``bounds=``) or on a group field (:func:`bounded`).
 
-    Example:
+    Examples:
         >>> Bounds(gt=0).problem(-1.0)
         'must be > 0'
         >>> Bounds(ge=0, lt=1).problem(0.5) is None
@@ -79,7 +79,7 @@ def bounded(default: Any = None, *, factory: Optional[Callable[[], Any]] = None,
     """A group dataclass field whose numbers must lie in a range (:class:`Bounds` keywords: ``gt``, ``ge``,
     ``lt``, ``le``); the ``speedups:`` section checks it when it is built.
 
-    Example:
+    Examples:
         >>> from dataclasses import dataclass, fields
         >>> @dataclass
         ... class S:
@@ -393,17 +393,15 @@ class Tip:
         return tuple(f"speedups.{s.path}" for s in self.settings) + tuple(f"speedups.{k}" for k in self.uses)
 
     def card(self) -> str:
-        """The card as Markdown lines."""
-        return "\n".join(
-            [
-                f"### {self.id} {self.slug}: {self.title}",
-                f"- Seeds: {', '.join(self.seeds)} (claim: {self.claim})",
-                f"- What it does: {self.does}",
-                f"- Expected gain: {self.gain}",
-                f"- When it hurts: {self.hurts}",
-                f"- Turned on by: {', '.join(self.preset_keys) or 'lint / doctor'}",
-            ]
-        )
+        """The card as its tip module's docstring states it (the one place it is written; a test keeps the
+        docstring equal to the record)."""
+        import textwrap
+
+        lines = [f"Seeds: {', '.join(self.seeds)} (claim: {self.claim})."]
+        for label, text in (("What it does", self.does), ("Expected gain", self.gain), ("When it hurts", self.hurts)):
+            lines.append(f"{label}: {text}" + ("" if text.endswith(".") else "."))
+        wrapped = [textwrap.fill(line, 100, initial_indent="    ", subsequent_indent="    ") for line in lines]
+        return "Card:\n" + "\n".join(wrapped)
 
 
 __all__ = [

@@ -3,11 +3,11 @@
 Card:
     Seeds: A#4, B#11 (claim: 2.75x faster, 37% less memory on BERT-size models).
     What it does: precision: auto picks bf16-mixed on Ampere+ GPUs, 16-mixed on older ones; on CPUs
-    with AMX or AMD avx512_bf16 the start-up probe times bf16 against fp32 on the model (ProbedPrecision),
-    fp32 elsewhere; half picks the leanest; fp8 adds torchao
-    float8 linears (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls
-    back to auto with a one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision,
-    restored after the fit).
+    with AMX or AMD avx512_bf16 the start-up probe times bf16 against fp32 on the model
+    (ProbedPrecision), fp32 elsewhere; half picks the leanest; fp8 adds torchao float8 linears
+    (Float8Training) on GPUs of compute capability 8.9+ with torchao, else falls back to auto with a
+    one-line reason; tf32 sets the float32 matmul precision (MatmulPrecision, restored after the
+    fit).
     Expected gain: 1.3x-1.7x measured on an AMD CPU with avx512_bf16; 2x-3x on tensor-core GPUs.
     When it hurts: 0.83x measured on a Xeon without AMX; fp16 needs loss scaling; reduced precision
     can change results.

@@ -3,9 +3,7 @@
 Card:
     Seeds: A#9, B#13 (claim: simulates a big batch).
     What it does: EffectiveBatchSize sets accumulate_grad_batches so that batch size x devices x
-    nodes x accumulation reaches the effective batch asked for (every rank of every node, as
-    Lightning's launchers, torchrun and SLURM set the world size; tests/distributed runs 2 nodes).
-    Under the ddp preset, accumulation turns DDP's static graph off (pytorch issue 143580).
+    nodes x accumulation reaches the effective batch asked for, counting every rank of every node.
     Expected gain: the optimisation of a big batch on a device that only fits a small one.
     When it hurts: it changes the optimisation (fewer optimizer steps); BatchNorm still sees the
     small batch.
