@@ -14,8 +14,8 @@ import torch
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
+from lightning_speedups.callbacks.trial_steps import trial_steps
 from lightning_speedups.errors import SettingError
-from lightning_speedups.functional.lr_range import TrainingSnapshot
 from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe, unprobed
 from lightning_speedups.functional.timing import Timeline
 
@@ -160,7 +160,8 @@ class AutoProbe(SpeedupCallback):
         strategy = trainer.strategy
         optimizer = trainer.optimizers[0]
         root = strategy.model if isinstance(strategy.model, torch.nn.Module) else pl_module
-        snapshot = TrainingSnapshot.capture(root, trainer.optimizers)
+        trial = contextlib.ExitStack()
+        trial.enter_context(trial_steps(root, trainer.optimizers))
         precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
         # a training_step that changes its batch in place must find the batch as the loader gave it
         inputs = _tensors(batch)
@@ -215,7 +216,7 @@ class AutoProbe(SpeedupCallback):
                     pl_module.__dict__.pop(name, None)
                 else:
                     object.__setattr__(pl_module, name, value)
-            snapshot.restore()
+            trial.close()  # weights, optimizer state, random generators: as before the probe
             trainer.precision_plugin.load_state_dict(precision_state)
             with torch.no_grad():
                 for t, saved in zip(inputs, saved_inputs):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
@@ -19,8 +20,9 @@ from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
+from lightning_speedups.callbacks.trial_steps import trial_steps
 from lightning_speedups.errors import SettingError
-from lightning_speedups.functional.lr_range import RangePick, TrainingSnapshot, pick_peak_lr, resmooth
+from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, resmooth
 
 #: the learning rates a range test (``max_lr="auto"``) sweeps, exponentially
 RANGE_MIN_LR, RANGE_MAX_LR = 1e-6, 1.0
@@ -230,9 +232,9 @@ def run_range_test(
     training), then put back everything those steps touched; returns ``(lrs, raw losses)`` (rank zero's,
     broadcast).
 
-    The state is kept in memory (:class:`~lightning_speedups.functional.lr_range.TrainingSnapshot`:
-    weights, buffers, module modes, plain attributes of the model and datamodule, optimizer state,
-    random generators), with the loops' progress, the precision plugin's state and the data loaders
+    The state is kept in host memory (:func:`~lightning_speedups.callbacks.trial_steps.trial_steps`:
+    weights, buffers, module modes, plain attributes of the model and datamodule, optimizer state;
+    the random generators isolated by Lightning's ``isolate_rng``), with the loops' progress, the precision plugin's state and the data loaders
     (built afresh, so the first epoch starts at its first batch in the order a run without the test
     draws). Lightning's own finder restores from a checkpoint with ``torch.load(weights_only=True)``,
     which refuses hyper-parameters holding config objects, ``functools.partial`` or user classes;
@@ -244,7 +246,8 @@ def run_range_test(
     root = trainer.strategy.model if isinstance(trainer.strategy.model, torch.nn.Module) else pl_module
     datamodule = getattr(trainer, "datamodule", None)  # a Trainer property Lightning's stubs do not declare
     extra = [datamodule] if datamodule is not None else []
-    snapshot = TrainingSnapshot.capture(root, trainer.optimizers, extra=extra)
+    trial = contextlib.ExitStack()
+    trial.enter_context(trial_steps(root, trainer.optimizers, extra=extra))
     loop = trainer.fit_loop
     loop_state = copy.deepcopy(loop.state_dict())
     precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
@@ -289,7 +292,7 @@ def run_range_test(
         loop.restarting = False
         loop.epoch_loop.restarting = False
         trainer.should_stop = False
-        snapshot.restore()
+        trial.close()  # weights, optimizer state, random generators: as before the test
         trainer.precision_plugin.load_state_dict(precision_state)
         # private: the loaders of the test are dropped, so the fit builds them afresh where a fit without
         # the test builds them (Lightning's own finder resets the same two attributes)

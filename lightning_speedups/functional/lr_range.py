@@ -15,19 +15,14 @@ Examples:
 
 from __future__ import annotations
 
-import collections
-import copy
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
-
-import torch
+from typing import Optional
 
 from lightning_speedups.errors import SettingError
 
-__all__ = ["PEAK_DIVISOR", "RangePick", "TrainingSnapshot", "pick_peak_lr", "resmooth", "steepest_lr"]
+__all__ = ["PEAK_DIVISOR", "RangePick", "pick_peak_lr", "resmooth", "steepest_lr"]
 
 #: the peak is the learning rate of the lowest loss divided by this (a decade below it: the classic "min/10")
 PEAK_DIVISOR = 10.0
@@ -125,165 +120,3 @@ def pick_peak_lr(lrs: Sequence[float], losses: Sequence[float], divisor: float =
     if steep is not None and steep > lr and steep <= min_lr / math.sqrt(divisor):
         lr, rule = steep, "the steepest descent (above the lowest loss's lr / divisor)"
     return RangePick(lr=lr, min_loss_lr=min_lr, steepest_lr=steep, points=len(pts), rule=rule)
-
-
-# ------------------------------------------------------------------ the state a range test must give back
-_MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "training"})
-
-
-def _copy_value(value: Any) -> Any:
-    """A copy of a plain attribute that training may change (tensors, numbers, containers of them),
-    or :data:`_KEEP` for anything else (modules, callables, the trainer, config objects): those are
-    references, not training state."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone() if not isinstance(value, torch.nn.Parameter) else _KEEP
-    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
-        return value
-    if isinstance(value, torch.Generator):
-        return ("generator", value.get_state())
-    if isinstance(value, (list, tuple, set, frozenset, collections.deque)):
-        items = [_copy_value(v) for v in value]
-        if any(v is _KEEP for v in items):
-            return _KEEP
-        if isinstance(value, collections.deque):
-            return collections.deque(items, maxlen=value.maxlen)
-        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
-    if type(value) in (dict, collections.OrderedDict):
-        copied = {k: _copy_value(v) for k, v in value.items()}
-        if any(v is _KEEP for v in copied.values()):
-            return _KEEP
-        return type(value)(copied)
-    try:
-        import numpy as np
-
-        if isinstance(value, np.ndarray):
-            return value.copy()
-    except ImportError:  # pragma: no cover
-        pass
-    return _KEEP
-
-
-_KEEP = object()
-
-
-def _plain_attributes(obj: Any) -> dict[str, Any]:
-    out = {}
-    for name, value in vars(obj).items():
-        if name in _MODULE_INTERNALS or isinstance(value, torch.nn.Module):
-            continue
-        copied = _copy_value(value)
-        if copied is not _KEEP:
-            out[name] = copied
-    return out
-
-
-def _set_attributes(obj: Any, attrs: dict[str, Any]) -> None:
-    for name, value in attrs.items():
-        if isinstance(value, tuple) and len(value) == 2 and value[0] == "generator":
-            getattr(obj, name).set_state(value[1])
-        else:
-            setattr(obj, name, _copy_value(value))  # a fresh copy: the snapshot stays restorable
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    try:
-        import numpy as np
-
-        state["numpy"] = np.random.get_state()
-    except ImportError:  # pragma: no cover
-        pass
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "numpy" in state:
-        import numpy as np
-
-        np.random.set_state(state["numpy"])
-
-
-@dataclass
-class TrainingSnapshot:
-    """Everything a few trial steps change, kept in memory and put back by :meth:`restore`: every
-    sub-module's parameters (values and ``requires_grad``), buffers (persistent or not), train / eval
-    mode and plain training attributes (tensors, numbers, lists / dicts / deques of them, generators,
-    numpy arrays: a sampler's replay buffer, a step counter); the optimizers' state and hyper-parameters;
-    the torch (CPU and CUDA), Python and numpy random generators.
-
-    Nothing goes through ``torch.save`` / ``torch.load``: the user's hyper-parameters (config objects,
-    ``functools.partial`` optimizers, their own classes) are never pickled. Attributes that are neither
-    state nor copied (modules, callables, config objects) are kept as they are.
-
-    Examples:
-        >>> class Net(torch.nn.Module):  # a user's module: its plain attributes are training state
-        ...     def __init__(self):
-        ...         super().__init__()
-        ...         self.body = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
-        ...         self.seen = [1, 2]
-        ...     def forward(self, x):
-        ...         return self.body(x)
-        >>> net = Net()
-        >>> opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-        >>> snap = TrainingSnapshot.capture(net, [opt])
-        >>> net(torch.randn(4, 2)).sum().backward(); opt.step(); net.seen.append(3); _ = net.eval()
-        >>> snap.restore()
-        >>> net.seen, net.training, opt.state_dict()["state"]
-        ([1, 2], True, {})
-    """
-
-    modules: list[tuple[torch.nn.Module, bool, dict[str, Any], dict[str, Any]]]
-    params: list[tuple[torch.nn.Parameter, torch.Tensor, bool]]
-    buffers: list[tuple[torch.nn.Module, str, Optional[torch.Tensor]]]
-    optimizers: list[tuple[torch.optim.Optimizer, dict[str, Any]]]
-    rng: dict[str, Any]
-    objects: list[tuple[Any, dict[str, Any]]]
-
-    @classmethod
-    def capture(
-        cls, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer] = (), extra: Sequence[Any] = ()
-    ) -> TrainingSnapshot:
-        """Snapshot ``module`` (and its sub-modules), ``optimizers``, the random generators and the plain
-        attributes of the ``extra`` objects (a DataModule)."""
-        mods = []
-        buffers = []
-        for m in module.modules():
-            # torch's own modules (layers, the DDP / FSDP wrappers) keep their state in parameters and
-            # buffers; their plain attributes are configuration and wrapper bookkeeping, left alone
-            attrs = {} if type(m).__module__.startswith("torch.") else _plain_attributes(m)
-            mods.append((m, m.training, attrs, dict(m._buffers)))
-            for name, buf in m._buffers.items():
-                buffers.append((m, name, None if buf is None else buf.detach().clone()))
-        params = [(p, p.detach().clone(), p.requires_grad) for p in module.parameters()]
-        opts = [(opt, copy.deepcopy(opt.state_dict())) for opt in optimizers]
-        return cls(mods, params, buffers, opts, _rng_state(), [(o, _plain_attributes(o)) for o in extra])
-
-    def restore(self) -> None:
-        with torch.no_grad():
-            for p, weights, requires_grad in self.params:
-                p.copy_(weights)
-                p.grad = None
-                p.requires_grad_(requires_grad)
-            for m, name, saved in self.buffers:
-                current = m._buffers.get(name)
-                if saved is None or current is None or current.shape != saved.shape:
-                    # reassigned (a queue grown by torch.cat): a copy of the saved one back
-                    m._buffers[name] = None if saved is None else saved.clone()
-                else:
-                    current.copy_(saved)
-        for m, training, attrs, registered in self.modules:
-            m.training = training
-            for name in set(m._buffers) - set(registered):
-                del m._buffers[name]  # a buffer registered during the trial steps
-            _set_attributes(m, attrs)
-        for obj, attrs in self.objects:
-            _set_attributes(obj, attrs)
-        for opt, state in self.optimizers:
-            opt.load_state_dict(copy.deepcopy(state))
-        _set_rng_state(self.rng)
