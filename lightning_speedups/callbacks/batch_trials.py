@@ -19,29 +19,9 @@ from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_set
 from lightning_speedups.callbacks.base import set_at_init
 from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
 from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
+from lightning_speedups.functional.snapshot import to_host
 
 _RANK_ZERO_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-
-
-def to_cpu(obj: Any) -> Any:
-    """A deep copy of a state dict with every tensor copied to the CPU (GPU memory stays untouched)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        items = [(k, to_cpu(v)) for k, v in obj.items()]
-        out: Any  # obj's own dict class: a state dict's OrderedDict carries `_metadata`, which dict does not declare
-        try:
-            out = type(obj)(items)
-        except TypeError:  # e.g. defaultdict
-            out = dict(items)
-        if hasattr(obj, "_metadata"):  # nn.Module.state_dict() versions
-            out._metadata = deepcopy(obj._metadata)
-        return out
-    if isinstance(obj, list):
-        return [to_cpu(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(to_cpu(v) for v in obj)
-    return deepcopy(obj)
 
 
 def _loops(loop: Any) -> list[Any]:
@@ -78,14 +58,15 @@ def train_set_length(trainer: pl.Trainer) -> Optional[int]:
 def enter_trials(
     trainer: pl.Trainer, pl_module: pl.LightningModule, batch_arg_name: str, steps_per_trial: int
 ) -> dict[str, Any]:
-    """Snapshot what the trial steps change (states, loggers, callbacks, limits) and set the trainer up for them."""
+    """Snapshot what the trial steps change beside the model and optimizers (schedulers, precision plugin,
+    loop progress, loggers, callbacks, limits) and set the trainer up for them. The model and optimizers are
+    :func:`~lightning_speedups.callbacks.trial_steps.trial_steps`' to keep (on the host, random generators
+    isolated), as for the LR range test and the start-up probe."""
     fit_loop = trainer.fit_loop
     snapshot: dict[str, Any] = {
         "batch_size": lightning_getattr(pl_module, batch_arg_name),
-        "model": to_cpu(pl_module.state_dict()),
-        "optimizers": [to_cpu(opt.state_dict()) for opt in trainer.optimizers],
-        "schedulers": [to_cpu(cfg.scheduler.state_dict()) for cfg in trainer.lr_scheduler_configs],
-        "precision": to_cpu(trainer.precision_plugin.state_dict()),
+        "schedulers": [to_host(cfg.scheduler.state_dict()) for cfg in trainer.lr_scheduler_configs],
+        "precision": to_host(trainer.precision_plugin.state_dict()),
         "loop": deepcopy(fit_loop.state_dict()),
         "loggers": trainer.loggers,
         "callbacks": set_at_init(trainer).callbacks,
@@ -106,11 +87,8 @@ def enter_trials(
 
 
 def restore_trial_state(trainer: pl.Trainer, pl_module: pl.LightningModule, snapshot: dict[str, Any]) -> None:
-    """Put model, optimizers, schedulers, precision plugin and loop progress back as in ``snapshot``."""
-    pl_module.zero_grad(set_to_none=True)
-    pl_module.load_state_dict(snapshot["model"])
-    for opt, state in zip(trainer.optimizers, snapshot["optimizers"]):
-        opt.load_state_dict(state)
+    """Put schedulers, precision plugin and loop progress back as in ``snapshot`` (the model and optimizers:
+    the :class:`~lightning_speedups.functional.snapshot.TrainingSnapshot` of ``trial_steps``)."""
     for cfg, state in zip(trainer.lr_scheduler_configs, snapshot["schedulers"]):
         cfg.scheduler.load_state_dict(state)
     trainer.precision_plugin.load_state_dict(snapshot["precision"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import lightning.pytorch as pl
+import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.parsing import (
@@ -30,6 +31,7 @@ from lightning_speedups.callbacks.batch_trials import (
     train_set_length,
 )
 from lightning_speedups.callbacks.namespace import is_lightning
+from lightning_speedups.callbacks.trial_steps import trial_steps
 from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional.batch_size import (
     find_largest_batch_size,
@@ -437,7 +439,8 @@ class LargestBatch(SpeedupCallback):
         snapshot = enter_trials(trainer, pl_module, self.batch_arg_name, self.steps_per_trial)
         try:
             # eager trials: compiled modules would recompile at every trial size (see eager_while)
-            with isolate_rng(), eager_while(pl_module):
+            root = trainer.strategy.model if isinstance(trainer.strategy.model, torch.nn.Module) else pl_module
+            with trial_steps(root, trainer.optimizers) as state, eager_while(pl_module):
 
                 def fits(batch: int) -> bool:
                     accumulate = self._trial_accumulation(batch, old_accumulate, per_process)
@@ -452,10 +455,12 @@ class LargestBatch(SpeedupCallback):
                     # trial's activations) are gone, so the memory can really be given back now
                     if out_of_memory:
                         self.trials.append((batch, None))
+                        state.restore()
                         restore_trial_state(trainer, pl_module, snapshot)
                         release_device_memory(device)
                         return False
                     self.trials.append((batch, peak))
+                    state.restore()
                     restore_trial_state(trainer, pl_module, snapshot)
                     return limit is None or peak <= limit
 

@@ -21,8 +21,8 @@ __all__ = ["TrainingSnapshot", "to_host"]
 
 
 def to_host(value: Any) -> Any:
-    """``value`` (a tensor, or a dict / list / tuple of them, e.g. an optimizer's ``state_dict()``) with every
-    tensor copied to the host memory.
+    """A deep copy of ``value`` (a tensor, or a state dict / list / tuple of them, e.g. an optimizer's
+    ``state_dict()``) with every tensor copied to the host memory (device memory stays untouched).
 
     Examples:
         >>> state = {"state": {0: {"momentum_buffer": torch.ones(2)}}, "param_groups": [{"lr": 0.1}]}
@@ -32,10 +32,20 @@ def to_host(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
-        return type(value)((k, to_host(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        items = [to_host(v) for v in value]
-        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
+        items = [(k, to_host(v)) for k, v in value.items()]
+        out: Any  # the dict's own class: a state dict's OrderedDict carries `_metadata`, which dict does not declare
+        try:
+            out = type(value)(items)
+        except TypeError:  # e.g. defaultdict
+            out = dict(items)
+        if hasattr(value, "_metadata"):  # nn.Module.state_dict() versions
+            out._metadata = copy.deepcopy(value._metadata)
+        return out
+    if isinstance(value, list):
+        return [to_host(v) for v in value]
+    if isinstance(value, tuple):
+        items_t = [to_host(v) for v in value]
+        return type(value)(*items_t) if hasattr(value, "_fields") else tuple(items_t)
     return copy.deepcopy(value)
 
 
