@@ -121,8 +121,9 @@ def _config_files(argv: Sequence[str]) -> list[str]:
     return files
 
 
-def _find_key(files: Sequence[str], dotted: str) -> Optional[str]:
-    """The last config file that sets ``dotted`` (e.g. ``speedups.precision``), if any."""
+def _lookup(files: Sequence[str], dotted: str) -> Optional[tuple[str, Any]]:
+    """``(file, value)`` of the last config file that sets ``dotted`` (e.g. ``speedups.precision``; a class's
+    ``init_args`` are looked through), or ``None``."""
     import yaml
 
     found = None
@@ -140,8 +141,14 @@ def _find_key(files: Sequence[str], dotted: str) -> Optional[str]:
             else:
                 break
         else:
-            found = path
+            found = (path, node)
     return found
+
+
+def _find_key(files: Sequence[str], dotted: str) -> Optional[str]:
+    """The last config file that sets ``dotted``, if any."""
+    found = _lookup(files, dotted)
+    return found[0] if found else None
 
 
 _SCALARS = {"<class 'bool'>": "true, false", "<class 'int'>": "an integer", "<class 'float'>": "a number"}
@@ -259,20 +266,8 @@ def _setting_choices(key: Optional[str]) -> list[str]:
 
 def _file_value(files: Sequence[str], key: str) -> Optional[str]:
     """The value a config file sets for the dotted ``key`` (the last file that sets it)."""
-    import yaml
-
-    found = None
-    for path in files:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                node: Any = yaml.safe_load(fh)
-        except (OSError, yaml.YAMLError):  # the parser reports a config that does not read
-            continue
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None:
-            found = str(node)
-    return found
+    found = _lookup(files, key)
+    return None if found is None or found[1] is None else str(found[1])
 
 
 def _speedups_keys() -> list[str]:
