@@ -208,3 +208,47 @@ def test_each_tip_card_is_written_once_in_its_record():
             for where, doc in docs:
                 found = claims.search(doc or "")
                 assert not found, f"{tip.id}: {where} restates the card ({found.group(0)}): point to the record"
+
+
+def test_a_callback_refuses_what_its_record_refuses_at_every_declared_bound():
+    """Issue 30: a range is declared once, in the record; a callback that checks the same argument must draw the
+    line at the same place (range_test_steps was >= 10 in the record and >= 5 in LRSchedule; div_factor,
+    final_div_factor and base_lr were refused at 0 by the record and taken by the callback)."""
+    import dataclasses
+    import inspect
+
+    from lightning_speedups.callbacks.base import SpeedupCallback
+
+    checked, differ = 0, []
+    for tip in TIPS:
+        for setting in tip.settings:
+            if not dataclasses.is_dataclass(setting.type):
+                continue
+            for field in dataclasses.fields(setting.type):
+                bounds = field.metadata.get("bounds")
+                if bounds is None or "list" in str(field.type):
+                    continue
+                for part in tip.parts:
+                    if not (inspect.isclass(part) and issubclass(part, SpeedupCallback)):
+                        continue
+                    if field.name not in inspect.signature(part.__init__).parameters:
+                        continue
+                    for limit in ("ge", "gt", "le", "lt"):
+                        edge = getattr(bounds, limit)
+                        if edge is None:
+                            continue
+                        step = 1 if float(edge).is_integer() else 1e-3
+                        for value in (edge - step, edge, edge + step):
+                            value = int(value) if float(value).is_integer() and "int" in str(field.type) else value
+                            try:
+                                part(**{field.name: value})
+                                refused = False
+                            except ValueError as err:
+                                if "multiple" in str(err):  # a rule across two arguments (max_batch_size >= multiple)
+                                    continue
+                                refused = True
+                            checked += 1
+                            if refused != (bounds.problem(value) is not None):
+                                differ.append(f"{tip.id} {part.__name__}({field.name}={value!r})")
+    assert checked >= 20
+    assert not differ, "the callback and the record disagree: " + ", ".join(differ)

@@ -403,6 +403,9 @@ class LRSchedule(SpeedupCallback):
             raise SettingError(f"`pct_start` must be between 0 and 1; got {pct_start!r}.")
         if not isinstance(cycles, int) or cycles < 1:
             raise SettingError(f"`cycles` must be a positive integer; got {cycles!r}.")
+        for key, value in (("div_factor", div_factor), ("final_div_factor", final_div_factor), ("base_lr", base_lr)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise SettingError(f"`{key}` must be a positive number; got {value!r}.")
         if anneal_strategy not in ("cos", "linear"):
             raise SettingError(f"`anneal_strategy` must be 'cos' or 'linear'; got {anneal_strategy!r}.")
         if mode not in ("triangular", "triangular2", "exp_range"):
