@@ -4,7 +4,6 @@ trainer-level helpers of the callback (learning-rate scaling of its optimizers, 
 
 from __future__ import annotations
 
-import logging
 import math
 from copy import deepcopy
 from typing import Any, Optional
@@ -12,16 +11,13 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.loggers.logger import DummyLogger
 from lightning.pytorch.loops.loop import _Loop  # private: the loops' base class, to find every nested loop
 from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_setattr
 
-from lightning_speedups.callbacks.base import set_at_init
+from lightning_speedups.callbacks.trial_steps import TrainerSettings
 from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
 from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
 from lightning_speedups.functional.snapshot import to_host
-
-_RANK_ZERO_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
 
 
 def _loops(loop: Any) -> list[Any]:
@@ -68,21 +64,10 @@ def enter_trials(
         "schedulers": [to_host(cfg.scheduler.state_dict()) for cfg in trainer.lr_scheduler_configs],
         "precision": to_host(trainer.precision_plugin.state_dict()),
         "loop": deepcopy(fit_loop.state_dict()),
-        "loggers": trainer.loggers,
-        "callbacks": set_at_init(trainer).callbacks,
-        "max_steps": fit_loop.epoch_loop.max_steps,
-        "limit_train_batches": trainer.limit_train_batches,
-        "limit_val_batches": trainer.limit_val_batches,
-        "accumulate_grad_batches": trainer.accumulate_grad_batches,
-        "should_stop": trainer.should_stop,
-        "log_level": _RANK_ZERO_LOG.level,
+        "settings": TrainerSettings.dump(trainer),
     }
-    _RANK_ZERO_LOG.setLevel(logging.WARNING)  # no "`Trainer.fit` stopped: `max_steps=2` reached." per trial
-    trainer.loggers = [DummyLogger()] if trainer.loggers else []
-    set_at_init(trainer).callbacks = []
+    snapshot["settings"].reset(trainer, max_steps=steps_per_trial)
     trainer.limit_train_batches = 1.0
-    trainer.limit_val_batches = 0
-    fit_loop.epoch_loop.max_steps = steps_per_trial
     return snapshot
 
 
@@ -114,14 +99,7 @@ def exit_trials(
 ) -> None:
     """Undo :func:`enter_trials`: every state back as it was, loaders rebuilt on first use."""
     restore_trial_state(trainer, pl_module, snapshot)
-    trainer.loggers = snapshot["loggers"]
-    set_at_init(trainer).callbacks = snapshot["callbacks"]
-    trainer.fit_loop.epoch_loop.max_steps = snapshot["max_steps"]
-    trainer.limit_train_batches = snapshot["limit_train_batches"]
-    trainer.limit_val_batches = snapshot["limit_val_batches"]
-    trainer.accumulate_grad_batches = snapshot["accumulate_grad_batches"]
-    trainer.should_stop = snapshot["should_stop"]
-    _RANK_ZERO_LOG.setLevel(snapshot["log_level"])
+    snapshot["settings"].restore(trainer)
     lightning_setattr(pl_module, batch_arg_name, snapshot["batch_size"])
     reset_loaders(trainer)
     connector = trainer._logger_connector  # private: the trial steps' logged results must not leak into the run

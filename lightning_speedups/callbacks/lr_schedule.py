@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
-from lightning_speedups.callbacks.trial_steps import trial_steps
+from lightning_speedups.callbacks.trial_steps import TrainerSettings, trial_steps
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, resmooth
 
@@ -240,7 +240,6 @@ def run_range_test(
     which refuses hyper-parameters holding config objects, ``functools.partial`` or user classes;
     nothing here is pickled.
     """
-    from lightning.pytorch.loggers.logger import DummyLogger
 
     optimizer = trainer.optimizers[0]
     root = trainer.strategy.model if isinstance(trainer.strategy.model, torch.nn.Module) else pl_module
@@ -251,14 +250,8 @@ def run_range_test(
     loop = trainer.fit_loop
     loop_state = copy.deepcopy(loop.state_dict())
     precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
-    saved = (
-        trainer.strategy.optimizers,
-        trainer.strategy.lr_scheduler_configs,
-        set_at_init(trainer).callbacks,
-        trainer.loggers,
-        loop.epoch_loop.max_steps,
-        trainer.limit_val_batches,
-    )
+    saved = (trainer.strategy.optimizers, trainer.strategy.lr_scheduler_configs)
+    settings = TrainerSettings.dump(trainer)
     for group in optimizer.param_groups:
         group["lr"] = min_lr
     ratio = max_lr / min_lr
@@ -269,23 +262,14 @@ def run_range_test(
         bar.disable()
     try:
         trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(sweep_sched, interval="step")]
-        set_at_init(trainer).callbacks = [sweep]
-        trainer.logger = DummyLogger() if trainer.logger is not None else None
-        loop.epoch_loop.max_steps = steps + trainer.global_step
-        trainer.limit_val_batches = 0  # validation would be thrown away
+        settings.reset(trainer, max_steps=steps + trainer.global_step, callbacks=[sweep])
         loop.load_state_dict(copy.deepcopy(loop_state))
         loop.restarting = False
         loop.run()
         lrs, losses = trainer.strategy.broadcast((sweep.lrs, sweep.losses))
     finally:
-        (
-            trainer.strategy.optimizers,
-            trainer.strategy.lr_scheduler_configs,
-            set_at_init(trainer).callbacks,
-            trainer.loggers,
-            loop.epoch_loop.max_steps,
-            trainer.limit_val_batches,
-        ) = saved
+        trainer.strategy.optimizers, trainer.strategy.lr_scheduler_configs = saved
+        settings.restore(trainer)
         if bar is not None:
             bar.enable()
         loop.load_state_dict(copy.deepcopy(loop_state))

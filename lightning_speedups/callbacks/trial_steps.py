@@ -7,16 +7,82 @@ and the start-up probe (:class:`~lightning_speedups.callbacks.auto_probe.AutoPro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import lightning.pytorch as pl
 import torch
+from lightning.pytorch.loggers.logger import DummyLogger
 from lightning.pytorch.utilities.seed import isolate_rng
 
+from lightning_speedups.callbacks.base import set_at_init
 from lightning_speedups.functional.snapshot import TrainingSnapshot
 
-__all__ = ["trial_steps"]
+__all__ = ["TrainerSettings", "trial_steps"]
+
+_RANK_ZERO_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+
+
+@dataclass
+class TrainerSettings:
+    """The trainer settings trial steps change, dumped, reset for the trials and restored (the shape of
+    Lightning's own finders): callbacks, loggers, the step and batch limits, accumulation, ``should_stop``
+    and the rank-zero log level (no "``Trainer.fit`` stopped" line per trial).
+
+    Examples:
+        >>> trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        ...                      enable_model_summary=False, max_steps=1000)
+        >>> settings = TrainerSettings.dump(trainer)
+        >>> settings.reset(trainer, max_steps=5)
+        >>> trainer.fit_loop.epoch_loop.max_steps, trainer.callbacks, trainer.limit_val_batches
+        (5, [], 0)
+        >>> settings.restore(trainer)
+        >>> trainer.fit_loop.epoch_loop.max_steps, trainer.limit_val_batches
+        (1000, 1.0)
+    """
+
+    callbacks: list[Any]
+    loggers: list[Any]
+    max_steps: int
+    limit_train_batches: Any
+    limit_val_batches: Any
+    accumulate_grad_batches: int
+    should_stop: bool
+    log_level: int
+
+    @classmethod
+    def dump(cls, trainer: pl.Trainer) -> TrainerSettings:
+        return cls(
+            callbacks=set_at_init(trainer).callbacks,
+            loggers=trainer.loggers,
+            max_steps=trainer.fit_loop.epoch_loop.max_steps,
+            limit_train_batches=trainer.limit_train_batches,
+            limit_val_batches=trainer.limit_val_batches,
+            accumulate_grad_batches=trainer.accumulate_grad_batches,
+            should_stop=trainer.should_stop,
+            log_level=_RANK_ZERO_LOG.level,
+        )
+
+    def reset(self, trainer: pl.Trainer, max_steps: int, callbacks: Sequence[Any] = ()) -> None:
+        """Only ``callbacks`` run, loggers log nothing, no validation, at most ``max_steps`` steps, quietly."""
+        _RANK_ZERO_LOG.setLevel(logging.WARNING)
+        trainer.loggers = [DummyLogger()] if trainer.loggers else []
+        set_at_init(trainer).callbacks = list(callbacks)
+        trainer.limit_val_batches = 0  # validation would be thrown away
+        trainer.fit_loop.epoch_loop.max_steps = max_steps
+
+    def restore(self, trainer: pl.Trainer) -> None:
+        set_at_init(trainer).callbacks = self.callbacks
+        trainer.loggers = self.loggers
+        trainer.fit_loop.epoch_loop.max_steps = self.max_steps
+        trainer.limit_train_batches = self.limit_train_batches
+        trainer.limit_val_batches = self.limit_val_batches
+        trainer.accumulate_grad_batches = self.accumulate_grad_batches
+        trainer.should_stop = self.should_stop
+        _RANK_ZERO_LOG.setLevel(self.log_level)
 
 
 @contextmanager
