@@ -39,6 +39,11 @@ def test_flags_restored_after_a_fit_that_raised(entry: Entry, kind: str, runs: R
             apply_functions(model, parts)
             fit(model, parts, steps=3, root=str(tmp_path))
         if run.error is None:
-            assert model.batches_seen == 1, f"the deliberate failure came after {model.batches_seen} batches, not 1"
+            # the batch-size search's trial steps meet the failure first, and trial_steps puts the model's
+            # counters back as they were before the trial (issue 30): 0 real batches then
+            expected = 0 if entry.id.startswith("T04") and "search" in entry.id else 1
+            assert model.batches_seen == expected, (
+                f"the deliberate failure came after {model.batches_seen} batches, not {expected}"
+            )
     finally:
         flags.assert_restored(saved, f"after a fit of {entry.id} on {kind} that raised in training_step")
