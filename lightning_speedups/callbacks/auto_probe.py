@@ -15,9 +15,11 @@ from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
 from lightning_speedups.callbacks.trial_steps import trial_steps
-from lightning_speedups.errors import SettingError
+from lightning_speedups.errors import BadInput, SettingError
+from lightning_speedups.functional.failures import error_phrase
 from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe, unprobed
 from lightning_speedups.functional.timing import Timeline
+from lightning_speedups.functional.tree import tensors_in
 
 
 def _loss(outputs: Any) -> Optional[torch.Tensor]:
@@ -115,7 +117,7 @@ class AutoProbe(SpeedupCallback):
             return
         self._pending = False
         parts = [cb for cb in set_at_init(trainer).callbacks if isinstance(cb, SpeedupCallback) and cb is not self]
-        axes = [axis for cb in parts for axis in cb.probe_axes(trainer, pl_module)]
+        axes = [axis for cb in parts for axis in _axes_of(cb, trainer, pl_module)]
         if not axes:
             self.report(False, "skipped, no auto setting waits for it")
             return
@@ -136,7 +138,7 @@ class AutoProbe(SpeedupCallback):
                     f" {result.rounds} rounds, {1000 * (result.step_s or 0):.0f} ms a step, A/A noise"
                     f" {100 * result.noise:.1f}%)",
                 )
-        decide_axes(axes, decisions)
+        decide_axes(axes, decisions, failed=lambda axis, err: _aside(axis, trainer, pl_module, err))
 
     @staticmethod
     def _refusal(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str:
@@ -161,11 +163,21 @@ class AutoProbe(SpeedupCallback):
         optimizer = trainer.optimizers[0]
         root = strategy.model if isinstance(strategy.model, torch.nn.Module) else pl_module
         trial = contextlib.ExitStack()
-        trial.enter_context(trial_steps(root, trainer.optimizers))
-        precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
-        # a training_step that changes its batch in place must find the batch as the loader gave it
-        inputs = _tensors(batch)
-        saved_inputs = [t.detach().clone() for t in inputs]
+        wall = self.clock or time.perf_counter
+        start = wall()
+        try:
+            trial.enter_context(trial_steps(root, trainer.optimizers))
+            precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
+            # a training_step that changes its batch in place must find the batch as the loader gave it (read, never
+            # rebuilt: a batch class may validate its fields)
+            inputs = tensors_in(batch)
+            saved_inputs = [t.detach().clone() for t in inputs]
+        except Exception as err:  # the model's state cannot be kept aside: nothing is tried, nothing decided
+            trial.close()
+            why = f"its snapshot of the model raised {error_phrase(err)}"
+            failed = ProbeResult(skipped=why, seconds=wall() - start)
+            failed.decisions = unprobed(axes, why)
+            return failed
 
         def step(options: Sequence[Option]) -> None:
             data = batch
@@ -188,8 +200,6 @@ class AutoProbe(SpeedupCallback):
         patched = {name: pl_module.__dict__.get(name) for name in ("log", "log_dict")}
         for name in patched:
             object.__setattr__(pl_module, name, _drop)
-        wall = self.clock or time.perf_counter
-        start = wall()
         try:
             return run_probe(
                 step,
@@ -206,7 +216,7 @@ class AutoProbe(SpeedupCallback):
                 agree=strategy.broadcast,
             )
         except Exception as err:  # a model the steps cannot run outside the loop: nothing is decided
-            why = str(err) if isinstance(err, _NoLoss) else f"a probe step raised {type(err).__name__}: {err}"
+            why = str(err) if isinstance(err, _NoLoss) else f"a probe step raised {error_phrase(err)}"
             failed = ProbeResult(skipped=why, seconds=wall() - start)
             failed.decisions = unprobed(axes, why)
             return failed
@@ -224,12 +234,24 @@ class AutoProbe(SpeedupCallback):
                         t.copy_(saved)
 
 
-def _tensors(batch: Any) -> list[torch.Tensor]:
-    from lightning.fabric.utilities.apply_func import apply_to_collection
+def _axes_of(part: SpeedupCallback, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[Axis]:
+    """The part's candidates; a part that fails to name them steps aside (the others are still probed)."""
+    try:
+        return part.probe_axes(trainer, pl_module)
+    except BadInput:
+        raise
+    except Exception as err:
+        part.step_aside(trainer, pl_module, f"{error_phrase(err)} (naming its candidates for the start-up probe)", err)
+        return []
 
-    found: list[torch.Tensor] = []
-    apply_to_collection(batch, torch.Tensor, found.append)
-    return found
+
+def _aside(axis: Axis, trainer: pl.Trainer, pl_module: pl.LightningModule, err: Exception) -> None:
+    """An axis whose part failed to take the probe's decision: the part steps aside."""
+    part = getattr(axis.decide, "__self__", None)
+    if isinstance(part, SpeedupCallback):
+        part.step_aside(trainer, pl_module, f"{error_phrase(err)} (taking the start-up probe's decision)", err)
+    else:
+        raise err
 
 
 class _NoLoss(RuntimeError):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
+from lightning_speedups.callbacks.base import SpeedupCallback, no_op, probe_pending
 from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.callbacks.namespace import is_overridden
 from lightning_speedups.errors import SettingTypeError
@@ -18,7 +18,6 @@ from lightning_speedups.functional.channels_last import (
     DEFAULT_EXCLUDE_KEYS,
     batch_to_channels_last,
     channels_last_candidates,
-    to_channels_last,
     to_channels_last_undoable,
 )
 from lightning_speedups.functional.probe import Axis, Option
@@ -81,6 +80,8 @@ class ChannelsLast(SpeedupCallback):
             )
         self.exclude_keys = tuple(exclude_keys)
         self._wrapped: list[Any] = []
+        self._paused = False
+        self._back: Optional[Callable[[], None]] = None
 
     def _wrap_hook(self, owner: Any) -> None:
         current = getattr(owner, _HOOK)
@@ -90,7 +91,10 @@ class ChannelsLast(SpeedupCallback):
 
         @functools.wraps(current)
         def on_after_batch_transfer(batch: Any, dataloader_idx: int) -> Any:
-            return batch_to_channels_last(current(batch, dataloader_idx), exclude_keys=exclude)
+            batch = current(batch, dataloader_idx)
+            if self._paused:  # suspended or stepped aside: the batch as the user's hook gave it
+                return batch
+            return batch_to_channels_last(batch, exclude_keys=exclude)
 
         setattr(on_after_batch_transfer, _MARK, True)
         # a plain instance attribute shadows the class method; ``teardown`` deletes it again
@@ -162,7 +166,8 @@ class ChannelsLast(SpeedupCallback):
         self._convert(trainer, pl_module, reason)
 
     def _convert(self, trainer: pl.Trainer, pl_module: pl.LightningModule, reason: str) -> None:
-        to_channels_last(pl_module, warn=False)
+        self._back = to_channels_last_undoable(pl_module)
+        self._paused = False
         self._wrap_hook(pl_module)
         datamodule: pl.LightningDataModule | None = getattr(trainer, "datamodule", None)
         if datamodule is not None and is_overridden(_HOOK, datamodule):
@@ -173,10 +178,28 @@ class ChannelsLast(SpeedupCallback):
             f"model ({n} modules with 4D/5D weights) and batches in channels_last" + (f"; {reason}" if reason else ""),
         )
 
+    @property
+    def changes_step(self) -> bool:
+        return self.active and not self._paused and self._back is not None
+
+    @override
+    def suspend(self, trainer: Any, pl_module: Any) -> Callable[[], None]:
+        back, self._back = self._back, None
+        if back is None or self._paused:
+            return no_op
+        back()  # the model's tensors in the layout they had
+        self._paused = True
+
+        def resume() -> None:
+            self._back = to_channels_last_undoable(pl_module)
+            self._paused = False
+
+        return resume
+
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         forget_after_configure_model(pl_module, self)
-        self._awaiting, self._where, self._undo = False, None, None
+        self._awaiting, self._where, self._undo, self._back = False, None, None, None
         for owner in self._wrapped:
             hook = owner.__dict__.get(_HOOK)
             if hook is not None and getattr(hook, _MARK, False):

@@ -198,6 +198,16 @@ def batch_to_channels_last(batch: Any, *, exclude_keys: Iterable[str] = DEFAULT_
 
 def _convert(obj: Any, words: tuple[str, ...]) -> Any:
     if isinstance(obj, torch.Tensor):
+        return _convert_inner(obj, words)
+    try:
+        return _convert_inner(obj, words)
+    except Exception:  # swallowed on purpose: a container whose class will not be rebuilt (its own constructor,
+        # validators) is left as the loader gave it; its tensors keep their layout, which only costs speed
+        return obj
+
+
+def _convert_inner(obj: Any, words: tuple[str, ...]) -> Any:
+    if isinstance(obj, torch.Tensor):
         fmt = _format_for(obj)
         if fmt is None or obj.is_contiguous(memory_format=fmt):
             return obj
@@ -210,8 +220,8 @@ def _convert(obj: Any, words: tuple[str, ...]) -> Any:
             out = obj.copy() if hasattr(obj, "copy") else dict(obj)
             out.update(items)
             return out
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(v if _excluded(f, words) else _convert(v, words) for f, v in zip(obj._fields, obj)))
+    if isinstance(obj, tuple) and hasattr(obj, "_fields") and hasattr(obj, "_make"):  # namedtuple
+        return obj._make(v if _excluded(f, words) else _convert(v, words) for f, v in zip(obj._fields, obj))
     if isinstance(obj, (list, tuple)):
         converted = [_convert(v, words) for v in obj]
         try:

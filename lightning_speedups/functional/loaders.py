@@ -27,7 +27,8 @@ import math
 import multiprocessing as mp
 import os
 import pickle
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -358,24 +359,46 @@ def named_tensors(batch: Any, prefix: str = "batch") -> list[tuple[str, torch.Te
 
 
 def non_tensor_leaves(batch: Any, prefix: str = "batch") -> list[tuple[str, str]]:
-    """Leaves of a batch that are not tensors (numpy arrays, PIL images, lists of numbers...)."""
+    """Leaves of a batch that hold array data outside tensors (numpy arrays, PIL images, lists of numbers), which
+    pinning and the device transfer pass over.
+
+    The batch is read, never rebuilt: mappings, sequences and dataclass fields are walked; an object with its own
+    ``.to()`` (a graph batch, a tokenizer's encoding, a tensordict) is moved by Lightning as a whole and is not a
+    leaf to report; scalars, strings and objects of unknown kinds are not reported either.
+
+    Examples:
+        >>> import numpy as np
+        >>> non_tensor_leaves({"x": torch.zeros(2), "y": np.zeros(3), "id": 7, "name": "a"})
+        [("batch['y']", 'numpy.ndarray')]
+    """
     out: list[tuple[str, str]] = []
 
-    def walk(x: Any, name: str) -> None:
-        if isinstance(x, torch.Tensor):
-            return
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, f"{name}[{k!r}]")
-        elif isinstance(x, (list, tuple)):
-            for i, v in enumerate(x):
-                walk(v, f"{name}[{i}]")
-        elif isinstance(x, (str, bytes, type(None))):
-            return  # names, paths, ids: nothing to pin or transfer
-        else:
-            out.append((name, type(x).__module__ + "." + type(x).__qualname__))
+    def kind(x: Any) -> str:
+        return type(x).__module__ + "." + type(x).__qualname__
 
-    walk(batch, prefix)
+    def walk(x: Any, name: str, depth: int) -> None:
+        if isinstance(x, torch.Tensor) or depth > 6 or len(out) >= 16:
+            return
+        if isinstance(x, Mapping):
+            if callable(getattr(x, "to", None)):
+                return
+            for k, v in x.items():
+                walk(v, f"{name}[{k!r}]", depth + 1)
+        elif isinstance(x, (list, tuple)):
+            if x and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x):
+                out.append((name, f"a list of {len(x)} numbers"))
+                return
+            for i, v in enumerate(x):
+                walk(v, f"{name}[{i}]", depth + 1)
+        elif is_dataclass(x) and not isinstance(x, type):
+            for field in fields(x):
+                walk(getattr(x, field.name, None), f"{name}.{field.name}", depth + 1)
+        elif type(x).__module__.split(".")[0] == "numpy" and getattr(x, "ndim", 0) > 0:
+            out.append((name, kind(x)))
+        elif type(x).__module__.split(".")[0] == "PIL":
+            out.append((name, kind(x)))
+
+    walk(batch, prefix, 0)
     return out
 
 

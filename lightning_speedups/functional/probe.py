@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from lightning_speedups.errors import SettingError
+from lightning_speedups.functional.failures import error_phrase
 from lightning_speedups.functional.timing import Timeline, gain_verdict, noise_of, ratio_interval
 
 #: the fewest rounds a probe runs: with two, Student's t (12.7) makes every interval include 1.0
@@ -268,6 +269,8 @@ def run_probe(
     variants += [(_variant_key(axis, option), [option]) for axis, option in options]
     variants.append(("A2", []))
     timings: dict[str, list[float]] = {key: [] for key, _ in variants}
+    # an option whose steps raise (an op with no kernel for it here) is out; the others are still timed
+    broken: dict[str, str] = {}
     started = wall()
     for r in range(rounds):
         # a machine that stalls makes rounds dearer than the calibration said: no round starts that would end
@@ -277,8 +280,15 @@ def run_probe(
             break
         shift = r % len(variants)
         for key, active in variants[shift:] + variants[:shift]:
-            with _applied(active):
-                timings[key].append(timed(active))
+            if key in broken:
+                continue
+            try:
+                with _applied(active):
+                    timings[key].append(timed(active))
+            except Exception as err:
+                if not active:  # the model's own step fails: nothing can be timed
+                    raise
+                broken[key] = error_phrase(err)
     result.rounds = rounds
 
     base = timings["A"]
@@ -289,6 +299,9 @@ def run_probe(
         best: Optional[tuple[float, Option, str]] = None
         lines = []
         for option in axis.options:
+            if _variant_key(axis, option) in broken:
+                lines.append(f"{option.label} failed ({broken[_variant_key(axis, option)]})")
+                continue
             g, lo, hi = ratio_interval(result.ratios[_variant_key(axis, option)])
             ok, why = gain_verdict(g, lo, hi, min_gain, result.noise, min_gain_name="the minimum gain")
             figure = f"{option.label} {g:.2f}x" + (f" [{lo:.2f}-{hi:.2f}]" if lo is not None and hi is not None else "")
@@ -316,13 +329,23 @@ def unprobed(axes: Sequence[Axis], why: str) -> dict[str, tuple[str, str]]:
     return {axis.name: (axis.keep, f"not probed ({why}): stays {axis.keep}") for axis in axes}
 
 
-def decide_axes(axes: Sequence[Axis], decisions: dict[str, tuple[str, str]]) -> None:
+def decide_axes(
+    axes: Sequence[Axis],
+    decisions: dict[str, tuple[str, str]],
+    failed: Optional[Callable[[Axis, Exception], None]] = None,
+) -> None:
     """Call each axis's ``decide`` with the option its decision names (``None``: keep) and the reason; an
-    axis with no decision keeps what it has."""
+    axis with no decision keeps what it has. With ``failed``, an axis whose ``decide`` raises is handed to it (its
+    part steps aside) and the other axes are still decided."""
     for axis in axes:
         label, reason = decisions.get(axis.name, (axis.keep, f"not probed: stays {axis.keep}"))
         option = next((o for o in axis.options if o.label == label), None)
-        axis.decide(option, reason)
+        try:
+            axis.decide(option, reason)
+        except Exception as err:
+            if failed is None:
+                raise
+            failed(axis, err)
 
 
 @contextlib.contextmanager

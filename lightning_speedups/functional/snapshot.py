@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -33,11 +34,8 @@ def to_host(value: Any) -> Any:
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
         items = [(k, to_host(v)) for k, v in value.items()]
-        out: Any  # the dict's own class: a state dict's OrderedDict carries `_metadata`, which dict does not declare
-        try:
-            out = type(value)(items)
-        except TypeError:  # e.g. defaultdict
-            out = dict(items)
+        out: Any  # a state dict's OrderedDict carries `_metadata`, which dict does not declare
+        out = collections.OrderedDict(items) if isinstance(value, collections.OrderedDict) else dict(items)
         if hasattr(value, "_metadata"):  # nn.Module.state_dict() versions
             out._metadata = copy.deepcopy(value._metadata)
         return out
@@ -45,46 +43,71 @@ def to_host(value: Any) -> Any:
         return [to_host(v) for v in value]
     if isinstance(value, tuple):
         items_t = [to_host(v) for v in value]
-        return type(value)(*items_t) if hasattr(value, "_fields") else tuple(items_t)
+        kind = type(value)
+        return kind._make(items_t) if hasattr(kind, "_make") and hasattr(kind, "_fields") else tuple(items_t)
     return copy.deepcopy(value)
 
 
 _MODULE_INTERNALS = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "training"})
 
 
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+
+
+class _Saved:
+    """A saved plain attribute that is not its own copy: a tensor on the host (with its device), a generator's
+    state, or an immutable object kept as it is."""
+
+    __slots__ = ("kind", "payload", "device")
+
+    def __init__(self, kind: str, payload: Any, device: Any = None) -> None:
+        self.kind, self.payload, self.device = kind, payload, device
+
+
+def _immutable(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` cannot change in place: scalars, and tuples / frozensets of them (any tuple subclass:
+    an irreducible-representation tuple, a shape), so keeping the object itself keeps its value."""
+    if isinstance(value, _SCALARS):
+        return True
+    if depth < 8 and isinstance(value, (tuple, frozenset)):
+        return all(_immutable(v, depth + 1) for v in value)
+    return False
+
+
 def _copy_value(value: Any) -> Any:
     """A copy of a plain attribute that training may change (tensors, numbers, containers of them),
     or :data:`_KEEP` for anything else (modules, callables, the trainer, config objects): those are
-    references, not training state."""
+    references, not training state.
+
+    Containers are copied only when they are of the exact built-in type (``list``, ``dict``, ``tuple``, a named
+    tuple, ...): a subclass may have a constructor of its own (a tuple of irreducible representations built from a
+    string), so it is never rebuilt, only kept as it is (when immutable) or left out of the snapshot.
+    """
     if isinstance(value, torch.Tensor):  # on the host, with the device to go back to
-        return (
-            ("tensor", value.device, value.detach().to("cpu", copy=True))
-            if not isinstance(value, torch.nn.Parameter)
-            else _KEEP
-        )
-    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
-        return value
+        if isinstance(value, torch.nn.Parameter) or type(value) not in (torch.Tensor,):
+            return _KEEP  # parameters are snapshot as such; tensor subclasses may not survive a copy
+        return _Saved("tensor", value.detach().to("cpu", copy=True), value.device)
+    if _immutable(value):
+        return value if isinstance(value, _SCALARS) else _Saved("same", value)
     if isinstance(value, torch.Generator):
-        return ("generator", value.get_state())
-    if isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+        return _Saved("generator", value.get_state())
+    kind = type(value)
+    named = isinstance(value, tuple) and hasattr(kind, "_make") and hasattr(kind, "_fields")
+    if kind in (list, tuple, set, collections.deque) or named:
         items = [_copy_value(v) for v in value]
         if any(v is _KEEP for v in items):
             return _KEEP
-        if isinstance(value, collections.deque):
+        if kind is collections.deque:
             return collections.deque(items, maxlen=value.maxlen)
-        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
-    if type(value) in (dict, collections.OrderedDict):
+        return kind._make(items) if named else kind(items)
+    if kind in (dict, collections.OrderedDict):
         copied = {k: _copy_value(v) for k, v in value.items()}
         if any(v is _KEEP for v in copied.values()):
             return _KEEP
-        return type(value)(copied)
-    try:
-        import numpy as np
-
-        if isinstance(value, np.ndarray):
-            return value.copy()
-    except ImportError:  # pragma: no cover
-        pass
+        return kind(copied)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and type(value) is numpy.ndarray:
+        return value.copy()
     return _KEEP
 
 
@@ -104,24 +127,35 @@ def _plain_attributes(obj: Any) -> dict[str, Any]:
 
 def _set_attributes(obj: Any, attrs: dict[str, Any]) -> None:
     for name, value in attrs.items():
-        if isinstance(value, tuple) and len(value) == 2 and value[0] == "generator":
-            getattr(obj, name).set_state(value[1])
+        if isinstance(value, _Saved) and value.kind == "generator":
+            getattr(obj, name).set_state(value.payload)
         else:
-            setattr(obj, name, _restored(value))  # a fresh copy: the snapshot stays restorable
+            # a fresh copy (the snapshot stays restorable), through the instance dict when the class guards the
+            # attribute with a property of its own (nn.Module's __setattr__ is kept for tensors and modules)
+            new = _restored(value)
+            if isinstance(getattr(type(obj), name, None), property):
+                vars(obj)[name] = new
+            else:
+                setattr(obj, name, new)
 
 
 def _restored(value: Any) -> Any:
     """A saved plain attribute back in its original form (tensors on their device again)."""
-    if isinstance(value, tuple) and len(value) == 3 and value[0] == "tensor":
-        return value[2].to(value[1], copy=True)
-    if isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+    if isinstance(value, _Saved):
+        if value.kind == "tensor":
+            return value.payload.to(value.device, copy=True)
+        return value.payload  # "same": an immutable object, kept as it was
+    kind = type(value)
+    named = isinstance(value, tuple) and hasattr(kind, "_make") and hasattr(kind, "_fields")
+    if kind in (list, tuple, set, collections.deque) or named:
         items = [_restored(v) for v in value]
-        if isinstance(value, collections.deque):
+        if kind is collections.deque:
             return collections.deque(items, maxlen=value.maxlen)
-        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
-    if type(value) in (dict, collections.OrderedDict):
-        return type(value)({k: _restored(v) for k, v in value.items()})
-    if hasattr(value, "copy") and type(value).__module__ == "numpy":
+        return kind._make(items) if named else kind(items)
+    if kind in (dict, collections.OrderedDict):
+        return kind({k: _restored(v) for k, v in value.items()})
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and kind is numpy.ndarray:
         return value.copy()
     return value
 
@@ -157,17 +191,25 @@ class TrainingSnapshot:
     """
 
     modules: list[tuple[torch.nn.Module, bool, dict[str, Any], dict[str, Any]]]
-    params: list[tuple[torch.nn.Parameter, torch.Tensor, bool]]
+    params: list[tuple[torch.nn.Parameter, Optional[torch.Tensor], bool]]
     buffers: list[tuple[torch.nn.Module, str, Optional[torch.Tensor], Optional[torch.device]]]
     optimizers: list[tuple[torch.optim.Optimizer, dict[str, Any]]]
     objects: list[tuple[Any, dict[str, Any]]]
 
     @classmethod
     def capture(
-        cls, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer] = (), extra: Sequence[Any] = ()
+        cls,
+        module: torch.nn.Module,
+        optimizers: Sequence[torch.optim.Optimizer] = (),
+        extra: Sequence[Any] = (),
+        weights: bool = True,
     ) -> TrainingSnapshot:
         """Snapshot ``module`` (and its sub-modules), ``optimizers`` and the plain attributes of the ``extra``
-        objects (a DataModule), on the host."""
+        objects (a DataModule), on the host.
+
+        With ``weights=False`` the parameters' values are not copied (a trial that takes no optimizer step leaves
+        them as they are; only their gradients are cleared on restore): a forward and backward pass can be tried
+        without a host copy of the model."""
         mods = []
         buffers = []
         for m in module.modules():
@@ -178,13 +220,15 @@ class TrainingSnapshot:
             for name, buf in m._buffers.items():
                 saved = None if buf is None else buf.detach().to("cpu", copy=True)
                 buffers.append((m, name, saved, None if buf is None else buf.device))
-        params = [(p, p.detach().to("cpu", copy=True), p.requires_grad) for p in module.parameters()]
+        params = [
+            (p, p.detach().to("cpu", copy=True) if weights else None, p.requires_grad) for p in module.parameters()
+        ]
         opts = [(opt, to_host(opt.state_dict())) for opt in optimizers]
         return cls(mods, params, buffers, opts, [(o, _plain_attributes(o)) for o in extra])
 
     def device_tensors(self) -> list[torch.Tensor]:
         """The tensors the snapshot holds off the host (none: it never doubles the run's device memory)."""
-        held: list[Any] = [w for _, w, _ in self.params] + [b for _, _, b, _ in self.buffers]
+        held: list[Any] = [w for _, w, _ in self.params if w is not None] + [b for _, _, b, _ in self.buffers]
         held += [t for _, state in self.optimizers for t in _tensors_in(state)]
         held += [t for _, attrs in self.objects for t in _tensors_in(attrs)]
         held += [t for _, _, attrs, _ in self.modules for t in _tensors_in(attrs)]
@@ -193,7 +237,8 @@ class TrainingSnapshot:
     def restore(self) -> None:
         with torch.no_grad():
             for p, weights, requires_grad in self.params:
-                p.copy_(weights)
+                if weights is not None:
+                    p.copy_(weights)
                 p.grad = None
                 p.requires_grad_(requires_grad)
             for m, name, saved, device in self.buffers:
@@ -215,6 +260,8 @@ class TrainingSnapshot:
 
 
 def _tensors_in(value: Any) -> list[Any]:
+    if isinstance(value, _Saved):
+        return [value.payload] if value.kind == "tensor" else []
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
