@@ -30,6 +30,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.advisor import SpeedAdvisor
 from lightning_speedups.callbacks import AutomaticOptimizationFlags, AutoProbe, SpeedupCallback, SpeedupsSummary
+from lightning_speedups.callbacks.safeguard import Safeguard
 from lightning_speedups.errors import SettingError
 from lightning_speedups.tips import TIPS
 from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting
@@ -52,6 +53,7 @@ PACK_SETTINGS: tuple[Setting, ...] = (
 DEFERRED_ORDER = 0
 PROBE_ORDER = 1
 ADVISOR_ORDER = 900
+SAFEGUARD_ORDER = 950
 SUMMARY_ORDER = 1000
 
 
@@ -190,6 +192,9 @@ class SpeedupsBase:
             placed.append((PROBE_ORDER, AutoProbe()))
         if self.monitors.advisor:
             placed.append((ADVISOR_ORDER, SpeedAdvisor()))
+        # after every part: what changes the step is tried on the first batch and watched in the first steps
+        chosen = self._build_context(accelerator, "auto", model).trainer_kwargs.get("precision")
+        placed.append((SAFEGUARD_ORDER, Safeguard(precision=None if chosen is None else str(chosen))))
         if self.summary:
             placed.append((SUMMARY_ORDER, SpeedupsSummary(ctx.notes)))
         # a stable sort: parts at the same order keep the records' order

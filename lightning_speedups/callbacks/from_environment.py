@@ -17,6 +17,7 @@ from lightning_speedups.callbacks.namespace import (
     namespace_of,
     refuse_mixed_namespaces,
 )
+from lightning_speedups.callbacks.safeguard import Safeguard
 from lightning_speedups.callbacks.summary import without_theirs
 from lightning_speedups.callbacks.trainer_flags import (
     FOLLOWS,
@@ -98,6 +99,9 @@ class SpeedupsFromEnvironment(SpeedupCallback):
         wanted = {**kwargs, **{k: v for k, v in self.preset.trainer.items() if k != "callbacks"}}
         notes = self._set_flags(trainer, wanted, list(notes))
         parts = self.preset.speedups.callbacks(notes, accelerator=accelerator, model=pl_module)
+        for part in parts:  # a preset's precision that fails here falls back on the one the Trainer had
+            if isinstance(part, Safeguard) and "precision" in self._restore:
+                part.plain_precision = self._restore["precision"]
         self.added = without_theirs(parts, trainer.callbacks, "the Trainer's callbacks")
         # right after this callback: Lightning's hook loop walks this list, so they join this very setup
         at = trainer.callbacks.index(self) + 1

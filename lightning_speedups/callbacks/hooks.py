@@ -20,6 +20,7 @@ class HookPatches:
 
     def __init__(self) -> None:
         self._undo: list[tuple[Any, str, bool, Any]] = []
+        self._originals: dict[tuple[int, str], Callable] = {}
 
     def wrap(self, obj: Any, name: str, make: Callable[[Callable], Callable]) -> None:
         had = name in vars(obj)
@@ -29,11 +30,17 @@ class HookPatches:
         vars(wrapper)[_PATCHED] = True
         setattr(obj, name, wrapper)
         self._undo.append((obj, name, had, old))
+        self._originals.setdefault((id(obj), name), original)
+
+    def original(self, obj: Any, name: str) -> Callable:
+        """What ``obj.name`` was before this object wrapped it (the attribute itself when it did not)."""
+        return self._originals.get((id(obj), name)) or getattr(obj, name)
 
     def is_patched(self, obj: Any, name: str) -> bool:
         return getattr(vars(obj).get(name), _PATCHED, False)
 
     def undo(self) -> None:
+        self._originals.clear()
         while self._undo:
             obj, name, had, old = self._undo.pop()
             if had:

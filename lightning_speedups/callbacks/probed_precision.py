@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
+from lightning_speedups.callbacks.base import SpeedupCallback, no_op, probe_pending
 from lightning_speedups.callbacks.namespace import package_of
 from lightning_speedups.functional.probe import Axis, Option
 
@@ -37,6 +38,7 @@ class ProbedPrecision(SpeedupCallback):
         super().__init__()
         self._awaiting = False
         self._trainer: Any = None
+        self._plain: Any = None
 
     @property
     def uses_probe(self) -> bool:
@@ -76,12 +78,33 @@ class ProbedPrecision(SpeedupCallback):
             return
         # the Trainer's own package's plugin: lightning.pytorch's skips clipping for a pytorch_lightning module
         plugins = importlib.import_module(f"{package_of(self._trainer).__name__}.plugins.precision")
+        self._plain = self._trainer.strategy.precision_plugin
         self._trainer.strategy.precision_plugin = plugins.MixedPrecision(precision="bf16-mixed", device="cpu")
         self.report(True, reason)
 
+    @property
+    def changes_step(self) -> bool:
+        return self.active and self._plain is not None
+
+    @override
+    def suspend(self, trainer: Any, pl_module: Any) -> Callable[[], None]:
+        if self._plain is None or trainer.strategy.precision_plugin is self._plain:
+            return no_op
+        chosen = trainer.strategy.precision_plugin
+        trainer.strategy.precision_plugin = self._plain
+
+        def resume() -> None:
+            trainer.strategy.precision_plugin = chosen
+
+        return resume
+
+    @property
+    def aside_advice(self) -> str:
+        return ": 32-true (keep speedups.precision: auto, or set 32-true)"
+
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._awaiting, self._trainer = False, None
+        self._awaiting, self._trainer, self._plain = False, None, None
 
 
 def _nothing() -> None:

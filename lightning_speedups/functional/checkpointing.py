@@ -28,16 +28,19 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import inspect
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Union
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from lightning_speedups.errors import SettingError, SettingTypeError
+from lightning_speedups.functional.tree import tensors_in
 
 __all__ = ["Target", "auto_checkpoint_targets", "checkpoint_modules", "is_checkpointed", "match_modules"]
 
@@ -161,16 +164,17 @@ def describe_unmatched(model: nn.Module, unmatched: Sequence[Target], argument: 
 # --------------------------------------------------------------------------------------------------
 
 
-def auto_checkpoint_targets(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def auto_checkpoint_targets(model: nn.Module, trainable_only: bool = True) -> list[tuple[str, nn.Module]]:
     """The blocks that ``targets="auto"`` checkpoints.
 
     Rule: look at the children of every ``nn.ModuleList`` / ``nn.Sequential`` in the model. A
-    *block* is such a child that has sub-modules of its own and parameters (so a single
-    ``Linear`` or ``Conv2d`` is never a block). Among the block classes that occur at least twice
+    *block* is such a child that has sub-modules of its own and trainable parameters (so a single
+    ``Linear`` or ``Conv2d`` is never a block, nor a block of a frozen backbone). Among the block classes that occur at least twice
     as siblings in one container, pick the class with the most instances overall (ties: the most
     parameters), and return all its instances found in those containers, outermost only.
     Transformers get their layers (``encoder.layers.0``, ...), ResNets all their residual blocks
-    (across ``layer1`` ... ``layer4``). An empty list means nothing repeats.
+    (across ``layer1`` ... ``layer4``). An empty list means nothing repeats. ``trainable_only=False`` counts frozen
+    blocks too (to say why a frozen backbone gets none).
     """
     per_class: dict[type, list[tuple[str, nn.Module]]] = {}
     for cname, container in model.named_modules():
@@ -182,8 +186,8 @@ def auto_checkpoint_targets(model: nn.Module) -> list[tuple[str, nn.Module]]:
             cls = type(child)
             if counts[cls] < 2 or not any(True for _ in child.children()):
                 continue
-            if not any(True for _ in child.parameters()):
-                continue
+            if not any(p.requires_grad or not trainable_only for p in child.parameters()):
+                continue  # frozen (or no parameters): recomputing it saves no memory a trained block would
             qual = f"{cname}.{child_name}" if cname else child_name
             per_class.setdefault(cls, []).append((qual, child))
     if not per_class:
@@ -246,6 +250,120 @@ def _has_batchnorm(module: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._NormBase) for m in module.modules())
 
 
+class CheckpointWatch:
+    """What a trial step saw of the checkpointed modules (:func:`watch_checkpointed`): which change their inputs in
+    place (the recomputation in backward would see other inputs than the forward did), whose recomputed output
+    differs from the first, and whose output takes no gradient (recomputing it saves nothing).
+
+    Attributes:
+        problems: per module, why checkpointing it is not safe or does not pay.
+        seen: the modules that ran under checkpointing in the trial.
+    """
+
+    def __init__(self) -> None:
+        self.problems: dict[nn.Module, str] = {}
+        self.seen: list[nn.Module] = []
+        self._first: dict[int, list[torch.Tensor]] = {}
+        self._calls: dict[int, int] = {}
+
+    def flag(self, module: nn.Module, why: str) -> None:
+        self.problems.setdefault(module, why)
+
+    def forward_ran(self, module: nn.Module, outputs: list[torch.Tensor]) -> None:
+        """``_forward`` of ``module`` returned ``outputs``: the first call is the forward, the second the
+        recomputation in backward, compared with the first."""
+        calls = self._calls.get(id(module), 0) + 1
+        self._calls[id(module)] = calls
+        if calls == 1:
+            self._first[id(module)] = [t.detach().clone() for t in outputs]
+            return
+        first = self._first.get(id(module), [])
+        same = len(first) == len(outputs) and all(
+            a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b.detach(), *_tolerance(a.dtype))
+            for a, b in zip(first, outputs)
+        )
+        if not same:
+            self.flag(module, "its recomputed output differs from its first (the forward depends on state it changes)")
+
+
+def _tolerance(dtype: torch.dtype) -> tuple[float, float, bool]:
+    """``(rtol, atol, equal_nan)`` for comparing a recomputed output with the first, in ``dtype``."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return 1e-2, 1e-3, True
+    return 1e-5, 1e-6, True
+
+
+_WATCH: list[CheckpointWatch] = []
+
+
+@contextlib.contextmanager
+def watch_checkpointed() -> Iterator[CheckpointWatch]:
+    """Inside, every checkpointed module's call is checked (:class:`CheckpointWatch`), and recomputation runs whole
+    (no early stop) so that its output can be compared with the first.
+
+    Examples:
+        >>> class Mutating(nn.Module):  # updates the dict it is given
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.lin = nn.Linear(4, 4)
+        ...     def forward(self, data):
+        ...         data["h"] = data["h"] + self.lin(data["h"])
+        ...         return data
+        >>> model = nn.Sequential(Mutating(), Mutating())
+        >>> _ = checkpoint_modules(model, "auto")
+        >>> with watch_checkpointed() as watch:
+        ...     _ = model({"h": torch.randn(2, 4, requires_grad=True)})
+        >>> sorted(set(watch.problems.values()))
+        ["changes its inputs in place (data['h'] replaced): recomputing it in backward would see other inputs"]
+    """
+    watch = CheckpointWatch()
+    _WATCH.append(watch)
+    try:
+        with torch.utils.checkpoint.set_checkpoint_early_stop(False):
+            yield watch
+    finally:
+        _WATCH.remove(watch)
+
+
+def _argument_names(module: nn.Module, inner: Any) -> list[str]:
+    try:
+        params = inspect.signature(inner if inner is not None else type(module).forward).parameters
+    except (TypeError, ValueError):  # a builtin or an odd callable: positions are named by number
+        return []
+    return [name for name in params if name != "self"]
+
+
+def _inputs_signature(names: list[str], args: Any, kwargs: Any) -> dict[str, tuple[int, int]]:
+    """``{path: (id, version)}`` of what a call was given: the objects in its containers and the tensors' version
+    counters (an in-place op bumps them), read without rebuilding anything."""
+    out: dict[str, tuple[int, int]] = {}
+    stack: list[tuple[str, Any, int]] = [
+        (names[i] if i < len(names) else f"args[{i}]", value, 0) for i, value in enumerate(args)
+    ]
+    stack += [(key, value, 0) for key, value in kwargs.items()]
+    while stack and len(out) < 10_000:
+        path, item, depth = stack.pop()
+        if isinstance(item, torch.Tensor):
+            out[path] = (id(item), item._version)
+            continue
+        if depth > 6:
+            continue
+        if isinstance(item, dict):
+            for key, value in list(item.items()):
+                out[f"{path}[{key!r}]"] = (id(value), -1)
+                stack.append((f"{path}[{key!r}]", value, depth + 1))
+        elif isinstance(item, (list, tuple)):
+            for i, value in enumerate(list(item)):
+                out[f"{path}[{i}]"] = (id(value), -1)
+                stack.append((f"{path}[{i}]", value, depth + 1))
+    return out
+
+
+def _changed(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    paths = sorted(set(before) | set(after))
+    return [p for p in paths if before.get(p) != after.get(p)]
+
+
 class _CheckpointedForward:
     """The replacement ``forward``: the original forward under non-reentrant checkpointing.
 
@@ -260,8 +378,12 @@ class _CheckpointedForward:
 
     def _forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.inner is not None:
-            return self.inner(*args, **kwargs)
-        return type(self.module).forward(self.module, *args, **kwargs)
+            out = self.inner(*args, **kwargs)
+        else:
+            out = type(self.module).forward(self.module, *args, **kwargs)
+        if _WATCH:
+            _WATCH[-1].forward_ran(self.module, tensors_in(out))
+        return out
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
@@ -272,7 +394,23 @@ class _CheckpointedForward:
             # applies the running-statistics update once anyway.
             module = self.module
             extra["context_fn"] = lambda: (contextlib.nullcontext(), _recompute_context(module))
-        return checkpoint(self._forward, *args, use_reentrant=False, **extra, **kwargs)
+        if not _WATCH:
+            return checkpoint(self._forward, *args, use_reentrant=False, **extra, **kwargs)
+        watch = _WATCH[-1]
+        watch.seen.append(self.module)
+        names = _argument_names(self.module, self.inner)
+        before = _inputs_signature(names, args, kwargs)
+        out = checkpoint(self._forward, *args, use_reentrant=False, **extra, **kwargs)
+        changed = _changed(before, _inputs_signature(names, args, kwargs))
+        if changed:
+            shown = ", ".join(changed[:3]) + (", ..." if len(changed) > 3 else "")
+            watch.flag(
+                self.module,
+                f"changes its inputs in place ({shown} replaced): recomputing it in backward would see other inputs",
+            )
+        elif not any(t.requires_grad for t in tensors_in(out)):
+            watch.flag(self.module, "its output takes no gradient: recomputing it saves no memory")
+        return out
 
 
 def is_checkpointed(module: nn.Module) -> bool:
@@ -333,26 +471,43 @@ def checkpoint_modules(model: nn.Module, targets: Target | Iterable[Target] = "a
 
     names = []
     for name, module in chosen:
-        if not is_checkpointed(module):
-            inner = module.__dict__.get("forward")
-            # nn.Module.__setattr__ would not register a plain callable; store it as an instance attribute
-            object.__setattr__(module, "forward", _CheckpointedForward(module, inner))
+        wrap_module(module)
         names.append(name)
     return names
 
 
+def wrap_module(module: nn.Module) -> None:
+    """Run one module under checkpointing (what :func:`checkpoint_modules` does to each module it chose)."""
+    if not is_checkpointed(module):
+        inner = module.__dict__.get("forward")
+        # nn.Module.__setattr__ would not register a plain callable; store it as an instance attribute
+        object.__setattr__(module, "forward", _CheckpointedForward(module, inner))
+
+
+def unwrap_module(module: nn.Module) -> bool:
+    """Undo :func:`wrap_module` on one module; ``False`` when it was not checkpointed."""
+    fwd = module.__dict__.get("forward")
+    if fwd is None or not getattr(fwd, _MARK, False):
+        return False
+    if fwd.inner is not None:
+        object.__setattr__(module, "forward", fwd.inner)
+    else:
+        del module.__dict__["forward"]
+    return True
+
+
 def uncheckpoint_modules(model: nn.Module) -> list[str]:
     """Undo :func:`checkpoint_modules` on every wrapped sub-module; returns their names."""
-    names = []
-    for name, module in model.named_modules():
-        fwd = module.__dict__.get("forward")
-        if getattr(fwd, _MARK, False):
-            if fwd.inner is not None:
-                object.__setattr__(module, "forward", fwd.inner)
-            else:
-                del module.__dict__["forward"]
-            names.append(name)
-    return names
+    return [name for name, module in model.named_modules() if unwrap_module(module)]
 
 
-__all__ += ["describe_unmatched", "module_class_names", "normalize_targets", "uncheckpoint_modules"]
+__all__ += [
+    "CheckpointWatch",
+    "describe_unmatched",
+    "module_class_names",
+    "normalize_targets",
+    "uncheckpoint_modules",
+    "unwrap_module",
+    "watch_checkpointed",
+    "wrap_module",
+]
