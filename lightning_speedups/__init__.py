@@ -71,11 +71,30 @@ _PUBLIC: dict[str, str] = {
 __all__ = sorted(_PUBLIC) + ["__version__"]
 
 
+def _keep_lightning_quiet() -> None:
+    """In a program that runs ``pytorch_lightning`` (a library built on it), the pack's first import of
+    ``lightning.pytorch`` would repoint the rank-zero logger the two packages share and undo the program's own
+    logging settings: it is imported now, under :func:`~lightning_speedups.messages.keep_rank_zero_logger`."""
+    import sys
+
+    if "pytorch_lightning" in sys.modules and "lightning.pytorch" not in sys.modules:
+        from lightning_speedups.messages import keep_rank_zero_logger
+
+        with keep_rank_zero_logger():
+            importlib.import_module("lightning.pytorch")
+
+
+_keep_lightning_quiet()
+
+
 def __getattr__(name: str) -> Any:
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'lightning_speedups' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    from lightning_speedups.messages import keep_rank_zero_logger
+
+    with keep_rank_zero_logger():  # Lightning's shared start-up logger stays the one the program chose
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -35,6 +35,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from lightning_speedups.errors import SettingError
+
 if TYPE_CHECKING:  # the factory runs at every Trainer's construction: nothing heavy is imported while unset
     from lightning_speedups.presets import Preset
 
@@ -44,7 +46,7 @@ ENV_VAR = "LIGHTNING_SPEEDUPS"
 BUILT_BY_PACK = "_lightning_speedups_built"
 
 
-class EnvironmentSettingError(ValueError):
+class EnvironmentSettingError(SettingError):
     """``LIGHTNING_SPEEDUPS`` holds something that is neither presets nor a preset file."""
 
 
@@ -84,12 +86,17 @@ def callbacks_factory() -> list[Any]:
     value = os.environ.get(ENV_VAR)
     if value is None or not value.strip():  # unset, or set empty to switch it off
         return []
-    try:
-        chosen = preset_from_environment(value)
-    except EnvironmentSettingError as err:
-        print(f"lightning_speedups: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return [_from_environment(chosen, value)]
+    from lightning_speedups.messages import keep_rank_zero_logger
+
+    # a pytorch_lightning library's Trainer: importing lightning.pytorch here must not repoint the rank-zero logger
+    # that library may have silenced
+    with keep_rank_zero_logger():
+        try:
+            chosen = preset_from_environment(value)
+        except EnvironmentSettingError as err:
+            print(f"lightning_speedups: error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+        return [_from_environment(chosen, value)]
 
 
 def _from_environment(chosen: Preset, value: str) -> Any:

@@ -16,6 +16,7 @@ LAYERS: dict[str, int] = {
     "functional": 0,
     "lint": 0,
     "errors": 0,
+    "messages": 0,  # the pack's logger and what it leaves of Lightning's (no import of Lightning at module level)
     "commands": 0,  # the package's folder and command names: plain constants  # whose error it is: bad input (one line, exit 2) or a bug of the pack
     "demo": 0,
     "catalog": 0,  # the tips table written out (no import of the registry: `tips` answers without torch)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
@@ -274,7 +274,7 @@ class DataWaitMonitor(SpeedupCallback):
         if f > self.input_bound_threshold:
             rank_zero_warn(f"DataWaitMonitor: {verdict}.", category=PossibleUserWarning)
         else:
-            rank_zero_info(f"DataWaitMonitor: {verdict}.")
+            self.tell(f"{verdict}.")
 
     @override
     def state_dict(self) -> dict[str, Any]:

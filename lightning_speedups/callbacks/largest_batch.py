@@ -7,7 +7,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.parsing import (
     lightning_getattr,
     lightning_hasattr,
@@ -373,7 +373,7 @@ class LargestBatch(SpeedupCallback):
             lr_text = "learning rates unchanged"
         self.report(True, f"batch {old_batch} -> {new_batch} ({how}{mem}){acc}, {lr_text}", echo=True)
         if changed:
-            rank_zero_info(f"largest_batch: schedule lengths x{length_factor:.4g}: {', '.join(changed)}")
+            self.tell(f"schedule lengths x{length_factor:.4g}: {', '.join(changed)}")
         self._log(trainer)
 
     @override
@@ -476,7 +476,7 @@ class LargestBatch(SpeedupCallback):
         if limit is None and self.margin > 0:  # out-of-memory search: keep a margin of batch
             found = max(self.multiple, round_down(int(found * (1 - self.margin)), self.multiple))
         tried = ", ".join(f"{b}:{format_bytes(p) if p is not None else 'over'}" for b, p in self.trials)
-        rank_zero_info(f"largest_batch: trials {tried}; largest that fits: {found}")
+        self.tell(f"trials {tried}; largest that fits: {found}")
         return found
 
     def _trial_accumulation(self, batch: int, old_accumulate: int, per_process: int) -> int:

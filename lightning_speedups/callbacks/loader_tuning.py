@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader
 from typing_extensions import override
@@ -225,7 +225,7 @@ class LoaderTuning(SpeedupCallback):
                     f", no workers added: {shared}, which training fills (a worker would sample a stale copy)"
                 )
             self._changed_any = self._changed_any or new is not loader
-            rank_zero_info(f"LoaderTuning: {line}")
+            self.tell(line)
             grouped: dict[str, list[str]] = {}
             for name, short in self._short.items():
                 grouped.setdefault(short, []).append(name)

@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional, Union
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
@@ -515,8 +515,8 @@ class LRSchedule(SpeedupCallback):
             rank_zero_warn(f"lr_schedule: {err} Keeping the optimizer's learning rate as the peak.")
             return None
         steep = "-" if pick.steepest_lr is None else f"{pick.steepest_lr:.3g}"
-        rank_zero_info(
-            f"lr_schedule: LR range test ({pick.points} steps, lr {RANGE_MIN_LR:g} to {RANGE_MAX_LR:g}) chose peak lr"
+        self.tell(
+            f"LR range test ({pick.points} steps, lr {RANGE_MIN_LR:g} to {RANGE_MAX_LR:g}) chose peak lr"
             f" {pick.lr:.3g} ({pick.rule}; lowest loss at lr {pick.min_loss_lr:.3g}, steepest descent at {steep})"
         )
         return pick

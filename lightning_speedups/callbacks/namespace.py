@@ -29,6 +29,8 @@ from typing import Any, Optional
 
 from lightning_utilities.core.overrides import is_overridden as _is_overridden
 
+from lightning_speedups.errors import SettingTypeError
+
 #: the two names Lightning's trainer package is installed under
 NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
 #: the classes whose methods a user overrides, by name
@@ -119,8 +121,9 @@ def foreign_objects(trainer: Any, own: type) -> list[tuple[str, Any]]:
     return out
 
 
-class MixedLightningError(TypeError):
-    """A Lightning built-in callback, model or data module of the other Lightning package than the Trainer's."""
+class MixedLightningError(SettingTypeError):
+    """A Lightning built-in callback, model or data module of the other Lightning package than the Trainer's (bad
+    input: the user's import to fix, never a part stepping aside)."""
 
 
 def refuse_mixed_namespaces(trainer: Any) -> None:

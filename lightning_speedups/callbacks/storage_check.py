@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
@@ -93,7 +93,6 @@ class StorageCheck(SpeedupCallback):
         except (OSError, ValueError) as ex:
             self.report(False, f"could not inspect {root}: {ex}")
             return
-        self.report(True, self.result.summary())
-        rank_zero_info(f"StorageCheck: {self.result.summary()}")
+        self.report(True, self.result.summary(), echo=True)
         for p in self.result.problems:
             rank_zero_warn(f"StorageCheck: {p}.", category=PossibleUserWarning)

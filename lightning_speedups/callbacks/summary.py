@@ -7,11 +7,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending, set_at_init
+from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init, summary_pending
 from lightning_speedups.callbacks.namespace import refuse_mixed_namespaces
+from lightning_speedups.messages import say
 
 
 class SpeedupsSummary(SpeedupCallback):
@@ -36,27 +36,52 @@ class SpeedupsSummary(SpeedupCallback):
 
     def summarize(self, trainer: pl.Trainer) -> list[str]:
         rows = [(name, active, reason) for name, active, reason in self.notes]
+        told: dict[str, list[str]] = {}
         for cb in set_at_init(trainer).callbacks:
-            if isinstance(cb, SpeedupCallback) and cb is not self and cb.status is not None:
+            if isinstance(cb, SpeedupCallback) and cb is not self and cb.status is not None and cb.shown_in_summary:
                 state, reason = cb.status
                 tip = f" ({cb.tip})" if cb.tip else ""
                 rows.append((f"{cb.part}{tip}", state == "active", reason))
+                told.setdefault(rows[-1][0], []).extend(cb.told)
         rows = merge_kept(rows, trainer)
         width = max((len(name) for name, _, _ in rows), default=0)
-        return [f"  {'on ' if active else 'off'}  {name:<{width}}  {reason}" for name, active, reason in rows]
+        lines = []
+        for name, active, reason in rows:
+            lines.append(f"  {'on ' if active else 'off'}  {name:<{width}}  {reason}")
+            # what the part told while the block waited: under its own line, indented past the names
+            lines.extend(f"       {'':<{width}}  - {said}" for said in told.get(name, ()))
+        return lines
 
     def _print(self, trainer: pl.Trainer) -> None:
         if self._shown:
             return
         self._shown = True
         self.lines = self.summarize(trainer)
+        for cb in set_at_init(trainer).callbacks:
+            if isinstance(cb, SpeedupCallback):
+                cb._summarized = True  # what a part tells from now on goes into the closing block
         if self.lines:
-            rank_zero_info("lightning_speedups:\n" + "\n".join(self.lines))
+            say("lightning_speedups:\n" + "\n".join(self.lines))
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # what the parts measured through the fit (the data wait, the syncs): one closing block, when there is any
+        late = [
+            f"  {cb.part}: {said}"
+            for cb in set_at_init(trainer).callbacks
+            if isinstance(cb, SpeedupCallback) and cb is not self
+            for said in cb.told_late
+        ]
+        for cb in set_at_init(trainer).callbacks:
+            if isinstance(cb, SpeedupCallback):
+                cb.told_late.clear()
+        if late:
+            say("lightning_speedups, at the end of the run:\n" + "\n".join(late))
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # the start-up probe decides its parts at the first batch: the summary waits for its figures
-        if not probe_pending(trainer):
+        # the start-up probe decides its parts at the first batch, the Safeguard tries them there: the summary waits
+        if not summary_pending(trainer):
             self._print(trainer)
 
     @override

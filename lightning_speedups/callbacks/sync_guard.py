@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any, Literal
 
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
@@ -138,7 +138,7 @@ class SyncGuard(SpeedupCallback):
         if not self._enabled:
             return
         self._watcher.stop()
-        rank_zero_info(f"SyncGuard: {self._watcher.summary()}")
+        self.tell(self._watcher.summary())
         self.report(True, f"{self._watcher.total} device syncs in {self.steps} steps, {self.user_syncs} in your code")
 
     @override

@@ -23,7 +23,12 @@ from lightning_speedups.functional.snapshot import TrainingSnapshot
 
 __all__ = ["TrainerSettings", "trial_steps"]
 
-_RANK_ZERO_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+
+def _rank_zero_log() -> logging.Logger:
+    """The logger Lightning's start-up and stop lines go through now (the two packages share it)."""
+    import lightning_utilities.core.rank_zero as shared
+
+    return shared.log
 
 
 @dataclass
@@ -63,12 +68,12 @@ class TrainerSettings:
             limit_val_batches=trainer.limit_val_batches,
             accumulate_grad_batches=trainer.accumulate_grad_batches,
             should_stop=trainer.should_stop,
-            log_level=_RANK_ZERO_LOG.level,
+            log_level=_rank_zero_log().level,
         )
 
     def reset(self, trainer: pl.Trainer, max_steps: int, callbacks: Sequence[Any] = ()) -> None:
         """Only ``callbacks`` run, loggers log nothing, no validation, at most ``max_steps`` steps, quietly."""
-        _RANK_ZERO_LOG.setLevel(logging.WARNING)
+        _rank_zero_log().setLevel(max(logging.WARNING, _rank_zero_log().level))
         trainer.loggers = [DummyLogger()] if trainer.loggers else []
         set_at_init(trainer).callbacks = list(callbacks)
         trainer.limit_val_batches = 0  # validation would be thrown away
@@ -82,7 +87,7 @@ class TrainerSettings:
         trainer.limit_val_batches = self.limit_val_batches
         trainer.accumulate_grad_batches = self.accumulate_grad_batches
         trainer.should_stop = self.should_stop
-        _RANK_ZERO_LOG.setLevel(self.log_level)
+        _rank_zero_log().setLevel(self.log_level)
 
 
 @contextmanager
