@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_speedups.errors import BadInput
 from lightning_speedups.functional.failures import error_phrase
-from lightning_speedups.messages import say
+from lightning_speedups.messages import say, warn_once
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from lightning_speedups.functional.probe import Axis
@@ -232,6 +232,9 @@ class SpeedupCallback(Callback):
             except Exception as err:  # swallowed on purpose: the part is off either way; say it in the line
                 why = f"{why}; undoing it raised {error_phrase(err)}"
         self._status = ("skipped", f"stepped aside: {why}; the run goes on without it{self.aside_advice}")
+        if self._summarized:  # the start-up summary has printed this part's line already: say it now, once
+            tip = f" ({self.tip})" if self.tip else ""
+            warn_once(f"lightning_speedups: {self.part}{tip} {self._status[1]}")
 
     @property
     def aside_advice(self) -> str:

@@ -271,10 +271,8 @@ class DataWaitMonitor(SpeedupCallback):
             else f"not input-bound: {f:.0%} of step time waited for data over {self.steps} steps"
         ) + f" ({self.timed_with})"
         self.report(True, verdict)
-        if f > self.input_bound_threshold:
+        if f > self.input_bound_threshold:  # only a finding is said; "not input-bound" stays in the part's status
             rank_zero_warn(f"DataWaitMonitor: {verdict}.", category=PossibleUserWarning)
-        else:
-            self.tell(f"{verdict}.")
 
     @override
     def state_dict(self) -> dict[str, Any]:

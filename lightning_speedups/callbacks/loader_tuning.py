@@ -225,7 +225,8 @@ class LoaderTuning(SpeedupCallback):
                     f", no workers added: {shared}, which training fills (a worker would sample a stale copy)"
                 )
             self._changed_any = self._changed_any or new is not loader
-            self.tell(line)
+            if why:  # the status line says the settings; the reasons for them go under it
+                self.tell(f"{stage}: {why}")
             grouped: dict[str, list[str]] = {}
             for name, short in self._short.items():
                 grouped.setdefault(short, []).append(name)

@@ -242,7 +242,7 @@ class Safeguard(SpeedupCallback):
         self.trial_seconds = time.perf_counter() - start
         self.report(
             True,
-            f"tried {names} on the first batch before the run took them: {outcome} ({self.trial_seconds:.2f} s,"
+            f"tried {names} on the first batch before the run took {'it' if len(tried) == 1 else 'them'}: {outcome} ({self.trial_seconds:.2f} s,"
             " one forward and backward pass, nothing kept)",
         )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from functools import lru_cache
@@ -77,8 +78,24 @@ def cpu_vendor() -> str:
     return cpuinfo_field("vendor_id")
 
 
+#: the pack's view of this CPU's bf16 kernels, forced: ``1`` as if it had them (AMX, AMD avx512_bf16), ``0`` as if
+#: not; for trying the other precision path on one machine (the test suite runs both)
+CPU_BF16_ENV = "LIGHTNING_SPEEDUPS_CPU_BF16"
+
+
 def cpu_fast_bf16() -> Optional[str]:
-    """Why bf16 autocast is faster than fp32 on this CPU, or ``None`` when it is not expected to be."""
+    """Why bf16 autocast is faster than fp32 on this CPU, or ``None`` when it is not expected to be.
+
+    ``LIGHTNING_SPEEDUPS_CPU_BF16=1`` (or ``0``) forces the answer: the start-up probe still times bf16 and the
+    Safeguard still tries it on the first batch, so a forced view never makes a run crash or slower than fp32.
+    """
+    forced = os.environ.get(CPU_BF16_ENV, "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return f"forced by {CPU_BF16_ENV}={os.environ[CPU_BF16_ENV]}"
+    if forced in ("0", "false", "no", "off"):
+        return None
+    if forced:
+        raise SettingError(f"{CPU_BF16_ENV}={os.environ[CPU_BF16_ENV]!r}: expected 1 or 0 (or unset it)")
     if cpu_has_amx_bf16():
         return "the CPU has AMX bf16 matrix units"
     if "avx512_bf16" in cpu_flags() and cpu_vendor() == "AuthenticAMD":
