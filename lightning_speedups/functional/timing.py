@@ -166,11 +166,15 @@ def gain_verdict(
         (False, 'gain 1.05x is within the noise floor (A/A pair off by 6.0%)')
         >>> gain_verdict(1.05, 1.01, 1.09, min_gain=0.02, noise=0.01)
         (True, 'gain 1.05x, 95% CI 1.01-1.09')
+        >>> gain_verdict(0.63, 0.58, 0.67, min_gain=0.02)
+        (False, 'slower: 95% CI 0.58-0.67 lies below 1.0')
     """
     if gain is None:
         return False, "no ratio to the baseline"
     if low is None or high is None:
         return False, f"gain {gain:.2f}x has no confidence interval (one paired repeat; {repeats_hint})"
+    if high < 1.0:
+        return False, f"slower: 95% CI {low:.2f}-{high:.2f} lies below 1.0"
     if low <= 1.0:
         return False, f"95% CI {low:.2f}-{high:.2f} includes 1.0"
     if gain < 1.0 + min_gain:

@@ -1,5 +1,7 @@
-"""Issue 27 item 5: every single-device preset inside real libraries from PyPI, once through the library's own
-documented way of passing callbacks and Trainer flags, once through ``LIGHTNING_SPEEDUPS`` (zero code).
+"""Issue 27 item 5 and issue 35 item 6: every single-device preset inside real libraries from PyPI, once through
+the library's own documented way of passing callbacks and Trainer flags, once through ``LIGHTNING_SPEEDUPS`` (zero
+code), and the precision presets once more on the other precision path (this CPU's bf16 kernels forced to the
+opposite). With any preset, a run that plain Lightning completes completes.
 
 A run passes when it trains (every planned step, finite losses), its losses equal the library's plain run
 within the noise when the preset keeps the maths (fp32 throughout, the library's clipping and accumulation,
@@ -24,6 +26,7 @@ from clients.libraries import LIBRARIES, Library, Seen
 from lightning_speedups.callbacks import SpeedupCallback, SpeedupsSummary
 from lightning_speedups.callbacks.from_environment import SpeedupsFromEnvironment
 from lightning_speedups.environment import ENV_VAR
+from lightning_speedups.functional.precision import CPU_BF16_ENV, cpu_fast_bf16
 from lightning_speedups.presets import list_presets, preset
 
 STEPS = 4
@@ -123,6 +126,13 @@ def check(seen: Seen, base: Seen, what: str) -> None:
 
 
 CASES = [pytest.param(lib, name, id=f"{lib.name}-{name}") for lib in LIBRARIES for name in PRESETS]
+#: the other precision path: this CPU's view of its bf16 kernels forced to the opposite (a CPU with bf16 kernels
+#: where this one has none), under the presets whose precision follows it (fast's probe, transformer's auto) and
+#: memory's 16-bit activations
+OTHER_PATH = "0" if cpu_fast_bf16() else "1"
+PRECISION_CASES = [
+    pytest.param(lib, name, id=f"{lib.name}-{name}") for lib in LIBRARIES for name in ("fast", "memory", "transformer")
+]
 
 
 @pytest.mark.slow
@@ -161,6 +171,22 @@ def test_fast_with_a_plan_long_enough_for_the_probe(lib: Library, monkeypatch: p
     probe = next(cb for cb in seen.trainer.callbacks if type(cb).__name__ == "AutoProbe")
     assert probe.result is not None and probe.result.steps > 0, probe.status
     check(seen, base, f"{lib.name} + {ENV_VAR}=fast over a {PLAN}-step plan")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("lib", "name"), PRECISION_CASES)
+def test_the_other_precision_path(lib: Library, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same runs as if this CPU's bf16 kernels were the opposite of what they are
+    (``LIGHTNING_SPEEDUPS_CPU_BF16``), over a plan the start-up probe can repay: the probe times bf16 on the
+    library's model (an op with no bf16 kernel here makes that candidate fail, not the run), the Safeguard tries
+    what is chosen, and the summary is true to what the steps ran."""
+    lib = _installed(lib)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    base = lib.run([], {}, STEPS, plan=PLAN)
+    monkeypatch.setenv(CPU_BF16_ENV, OTHER_PATH)
+    monkeypatch.setenv(ENV_VAR, name)
+    seen = lib.run([], {}, STEPS, plan=PLAN)
+    check(seen, base, f"{lib.name} + {ENV_VAR}={name} with {CPU_BF16_ENV}={OTHER_PATH}")
 
 
 @pytest.mark.parametrize("lib", LIBRARIES, ids=[lib.name for lib in LIBRARIES])

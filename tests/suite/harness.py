@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from lightning_speedups.callbacks import SpeedupCallback, SpeedupsSummary
+from lightning_speedups.callbacks.safeguard import Safeguard
 from lightning_speedups.presets import parse_speedups
 from lightning_speedups.tips.record import SuiteCase
 from suite.kinds import SuiteModel, seeded
@@ -86,8 +87,13 @@ class Parts:
 
     @property
     def pack_callbacks(self) -> list[SpeedupCallback]:
-        """The pack's part callbacks (the start-up summary is not a part: it never reports a status)."""
-        return [cb for cb in self.callbacks if isinstance(cb, SpeedupCallback) and not isinstance(cb, SpeedupsSummary)]
+        """The pack's part callbacks (the start-up summary is not a part: it never reports a status; the Safeguard
+        is not a tip's part either: it acts only where a part needs a trial, and tests/test_never_worse.py holds it)."""
+        return [
+            cb
+            for cb in self.callbacks
+            if isinstance(cb, SpeedupCallback) and not isinstance(cb, (SpeedupsSummary, Safeguard))
+        ]
 
 
 def build_parts(*cases: SuiteCase) -> Parts:
