@@ -20,7 +20,7 @@ import platform
 from importlib import metadata
 from typing import Optional
 
-__all__ = ["BadInput", "SettingError", "SettingTypeError", "bad_input", "bug_report"]
+__all__ = ["BadInput", "SettingError", "SettingTypeError", "bad_input", "bug_report", "refuses_the_run"]
 
 #: Where to report a bug of the pack.
 ISSUES = "the project's issue tracker"
@@ -36,6 +36,13 @@ class SettingError(BadInput, ValueError):
 
 class SettingTypeError(BadInput, TypeError):
     """A value the user gave has the wrong type (the message names the setting and the fix)."""
+
+
+def refuses_the_run(err: BaseException) -> bool:
+    """Whether ``err`` says the user's setup is wrong, so that a part raising it must stop the run rather than
+    step aside: the pack's :class:`BadInput`, or Lightning's own ``MisconfigurationException`` (of either
+    Lightning package; matched by name, this module imports no Lightning)."""
+    return isinstance(err, BadInput) or any(c.__name__ == "MisconfigurationException" for c in type(err).__mro__)
 
 
 def bad_input(err: BaseException) -> Optional[BadInput]:

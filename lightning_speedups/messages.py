@@ -21,7 +21,6 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 __all__ = ["LOGGER", "keep_rank_zero_logger", "say", "warn_once"]
 
@@ -29,16 +28,15 @@ __all__ = ["LOGGER", "keep_rank_zero_logger", "say", "warn_once"]
 LOGGER = "lightning_speedups"
 
 
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _CurrentStderr(logging.Handler):
     """A handler that writes to whatever ``sys.stderr`` is when it emits (a test's capture, a notebook's)."""
 
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:  # StreamHandler.__init__ sets it
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # swallowed on purpose, as logging.StreamHandler does: a handler never raises
+            self.handleError(record)
 
 
 _log = logging.getLogger(LOGGER)

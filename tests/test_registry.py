@@ -106,6 +106,7 @@ def test_callbacks_are_placed_in_the_records_order():
         "DebugToolsCheck",
         "NoGradEvalCheck",
         "GradsToNoneCheck",
+        "Safeguard",  # tries what changes the step on the first batch, after every part
         "SpeedupsSummary",
     ]
     assert all(isinstance(cb, Callback) for cb in s.callbacks())
@@ -183,6 +184,7 @@ def test_adding_a_tip_is_one_record(monkeypatch):
         "ConvBiasRemoval",
         "Marker",
         "ChannelsLast",
+        "Safeguard",  # tries what changes the step on the first batch, after every part
         "SpeedupsSummary",
     ]
     assert PACK_SETTINGS[-1].path == "summary"

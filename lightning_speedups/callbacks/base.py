@@ -19,7 +19,7 @@ from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_speedups.errors import BadInput
+from lightning_speedups.errors import refuses_the_run
 from lightning_speedups.functional.failures import error_phrase
 from lightning_speedups.messages import say, warn_once
 
@@ -79,7 +79,8 @@ _log = logging.getLogger("lightning_speedups")
 
 def _guarded(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
     """``hook`` of a part, such that an exception of its own turns the part off for the run instead of ending the
-    fit. Bad input (:class:`~lightning_speedups.errors.BadInput`) still stops the run: it is the user's to fix."""
+    fit. Bad input (:func:`~lightning_speedups.errors.refuses_the_run`: the pack's ``BadInput``, Lightning's
+    ``MisconfigurationException``) still stops the run: it is the user's to fix."""
 
     @functools.wraps(hook)
     def guarded(self: SpeedupCallback, *args: Any, **kwargs: Any) -> Any:
@@ -89,10 +90,8 @@ def _guarded(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
             self._quiet = any(type(cb).__name__ == "SpeedupsSummary" for cb in getattr(args[0], "callbacks", ()) or ())
         try:
             return hook(self, *args, **kwargs)
-        except BadInput:
-            raise
         except Exception as err:
-            if os.environ.get(TRACEBACK_ENV):
+            if refuses_the_run(err) or os.environ.get(TRACEBACK_ENV):
                 raise
             trainer = args[0] if args else None
             pl_module = args[1] if len(args) > 1 else None

@@ -15,6 +15,7 @@ from lightning.pytorch.loops.loop import _Loop  # private: the loops' base class
 from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_setattr
 
 from lightning_speedups.callbacks.trial_steps import TrainerSettings
+from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
 from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
 from lightning_speedups.functional.snapshot import to_host
@@ -188,7 +189,7 @@ def too_small_error(
         if peak
         else "needs more than that"
     )
-    return ValueError(
+    return SettingError(
         f"`memory_budget={memory_budget!r}` ({format_bytes(budget_bytes or 0)}, "
         f"{format_bytes(limit)} after the margin of {margin:g}) is too small for a batch of {multiple}: "
         f"one training step {need}. Raise `memory_budget`, lower `margin` or `multiple`."

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Optional
@@ -36,12 +37,14 @@ from typing_extensions import override
 from lightning_speedups.callbacks.base import TRACEBACK_ENV, SpeedupCallback, no_op, set_at_init
 from lightning_speedups.callbacks.hooks import HookPatches
 from lightning_speedups.callbacks.namespace import package_of
-from lightning_speedups.errors import BadInput
+from lightning_speedups.errors import BadInput, refuses_the_run
 from lightning_speedups.functional.failures import error_phrase, raising_op
 from lightning_speedups.functional.snapshot import TrainingSnapshot
 from lightning_speedups.functional.tree import tensors_in
 
 __all__ = ["Safeguard"]
+
+_log = logging.getLogger("lightning_speedups")
 
 #: full precisions: nothing to fall back from
 _FULL = ("32-true", "32", "64-true", "64")
@@ -234,8 +237,8 @@ class Safeguard(SpeedupCallback):
             try:
                 self._recover(trainer, pl_module, error, trial, "in a trial step of the first batch")
                 outcome = "failed; what failed stepped aside"
-            except Exception:  # the step fails without any part too: the user's own error, met again in the step
-                outcome = "failed without the parts too (the model's own error)"
+            except Exception as own:  # the step fails without any part too: the user's own error, met in the step
+                outcome = f"failed without the parts too (the model's own error: {error_phrase(own)})"
             else:  # what the passing trial saw, for the parts still on
                 for p in self.parts(trainer):
                     p.after_trial(trainer, pl_module, None)
@@ -300,7 +303,7 @@ class Safeguard(SpeedupCallback):
         """``retry()`` without the part that makes it fail: each part taken off in turn (and put back when its
         absence does not help), then all of them. The part whose absence lets it pass steps aside; if nothing
         helps, the error is the user's and the last one is raised as it is."""
-        if getattr(error, _JUDGED, False) or isinstance(error, BadInput):
+        if getattr(error, _JUDGED, False) or refuses_the_run(error):
             raise error
         parts = self.parts(trainer)
         if not parts or _os_traceback():
@@ -314,8 +317,9 @@ class Safeguard(SpeedupCallback):
             except BadInput:
                 resume()
                 raise
-            except Exception:
+            except Exception as still:
                 resume()
+                _log.debug("without %s the step still fails: %s", part.part, error_phrase(still))
                 continue
             part.step_aside(trainer, pl_module, why, error)
             return out

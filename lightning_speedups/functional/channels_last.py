@@ -201,8 +201,9 @@ def _convert(obj: Any, words: tuple[str, ...]) -> Any:
         return _convert_inner(obj, words)
     try:
         return _convert_inner(obj, words)
-    except Exception:  # swallowed on purpose: a container whose class will not be rebuilt (its own constructor,
-        # validators) is left as the loader gave it; its tensors keep their layout, which only costs speed
+    except (TypeError, ValueError, AttributeError, KeyError, AssertionError):
+        # a container whose class will not be rebuilt (its own constructor, validators) is left as the loader gave
+        # it; its tensors keep their layout, which only costs speed (anything else: the part steps aside)
         return obj
 
 

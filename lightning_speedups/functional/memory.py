@@ -41,7 +41,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode  # private: no public dispatch-mode base
 from torch.utils._pytree import tree_flatten  # private: no public pytree flatten guaranteed since torch 2.4
 
-from lightning_speedups.errors import SettingTypeError
+from lightning_speedups.errors import SettingError, SettingTypeError
 
 __all__ = [
     "release_device_memory",
@@ -130,8 +130,8 @@ def total_memory_bytes(device: Union[str, torch.device, None] = None) -> int:
     return int(total)
 
 
-def _budget_error(budget: Any, why: str) -> ValueError:
-    return ValueError(
+def _budget_error(budget: Any, why: str) -> SettingError:
+    return SettingError(
         f"`memory_budget={budget!r}` {why}. Pass a positive number of bytes (an int, or a string such as "
         "'2GiB' or '512MB') or a fraction of the memory in (0, 1] (a float such as 0.25, or '25%')."
     )

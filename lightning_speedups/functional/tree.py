@@ -87,8 +87,8 @@ def tensors_in(obj: Any) -> list[torch.Tensor]:
         if isinstance(item, Mapping):
             try:
                 children = list(item.values())
-            except Exception:  # swallowed on purpose: a mapping that cannot list its values holds nothing we read
-                children = []
+            except (TypeError, KeyError, AttributeError, NotImplementedError, RuntimeError):
+                children = []  # a mapping that cannot list its values holds nothing we read
         elif isinstance(item, (list, tuple, set, frozenset)):
             children = list(item)
         elif dataclasses.is_dataclass(item):
