@@ -17,7 +17,7 @@ Examples:
     >>> sorted(s.active_parts())
     ['channels_last', 'conv_bias']
     >>> [type(cb).__name__ for cb in s.callbacks()]
-    ['ConvBiasRemoval', 'ChannelsLast', 'SpeedupsSummary']
+    ['ConvBiasRemoval', 'ChannelsLast', 'Safeguard', 'SpeedupsSummary']
 """
 
 from __future__ import annotations
