@@ -11,6 +11,7 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Union, cast
 
@@ -88,6 +89,7 @@ def _guarded(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
             return None
         if (name == "setup" or self._quiet is None) and args and hasattr(args[0], "callbacks"):
             self._quiet = any(type(cb).__name__ == "SpeedupsSummary" for cb in getattr(args[0], "callbacks", ()) or ())
+        start = time.perf_counter()
         try:
             return hook(self, *args, **kwargs)
         except Exception as err:
@@ -97,6 +99,8 @@ def _guarded(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
             pl_module = args[1] if len(args) > 1 else None
             self.step_aside(trainer, pl_module, f"{error_phrase(err)} (in its {name})", error=err)
             return None
+        finally:  # the part's own time, which the summary adds up (what the pack cost the run)
+            vars(self)["hook_seconds"] = vars(self).get("hook_seconds", 0.0) + time.perf_counter() - start
 
     vars(guarded)[_GUARD] = True
     return guarded
@@ -133,6 +137,8 @@ class SpeedupCallback(Callback):
         self._status: Optional[tuple[str, str]] = None
         self._printed: set[tuple[str, str]] = set()
         self._aside: Optional[str] = None
+        #: seconds this part's hooks took so far (timed by the guard around each hook)
+        self.hook_seconds = 0.0
         self._quiet: Optional[bool] = None  # whether a start-up summary in the Trainer says what the part says
         #: lines said with :meth:`tell` while a start-up summary waits to print them under this part's line
         self.told: list[str] = []

@@ -61,7 +61,10 @@ class SpeedupsSummary(SpeedupCallback):
             if isinstance(cb, SpeedupCallback):
                 cb._summarized = True  # what a part tells from now on goes into the closing block
         if self.lines:
-            say("lightning_speedups:\n" + "\n".join(self.lines))
+            say(
+                f"lightning_speedups: (its parts took {_seconds(spent_by_parts(trainer))} so far)\n"
+                + "\n".join(self.lines)
+            )
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -102,6 +105,15 @@ class SpeedupsSummary(SpeedupCallback):
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._print(trainer)
+
+
+def spent_by_parts(trainer: pl.Trainer) -> float:
+    """Seconds the pack's callbacks in ``trainer`` spent in their hooks so far (their trials and probes included)."""
+    return sum(cb.hook_seconds for cb in set_at_init(trainer).callbacks if isinstance(cb, SpeedupCallback))
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
 def without_theirs(pack: Sequence[Any], theirs: Iterable[Any], where: str) -> list[Any]:
