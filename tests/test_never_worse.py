@@ -21,6 +21,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from helpers import QUIET
 from zoo_models import (
     ZOO,
     DataclassBatchCNN,
@@ -43,14 +44,6 @@ from lightning_speedups.presets import list_presets, preset
 STEPS = 4
 #: the presets for one device, from the registry (ddp and fsdp start several processes: tests/distributed)
 PRESETS = [name for name in list_presets() if name not in ("ddp", "fsdp")]
-QUIET: dict[str, Any] = dict(
-    accelerator="cpu",
-    devices=1,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-)
 
 
 class Watch(pl.Callback):
@@ -76,9 +69,7 @@ def made(make: Any, *args: Any) -> Any:
 def fit(module: pl.LightningModule, callbacks: list[Any] = (), plan: int = 0, **flags: Any) -> tuple[pl.Trainer, Watch]:
     torch.manual_seed(0)
     watch = Watch(STEPS)
-    trainer = pl.Trainer(
-        **{**QUIET, "max_steps": plan or STEPS, **flags}, callbacks=[*callbacks, watch], num_sanity_val_steps=0
-    )
+    trainer = pl.Trainer(**{**QUIET, "max_steps": plan or STEPS, **flags}, callbacks=[*callbacks, watch])
     trainer.fit(module)
     return trainer, watch
 

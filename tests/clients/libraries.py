@@ -80,25 +80,17 @@ def seed(value: int = 0) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- darts
-def run_darts(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
+def _darts_fit(make: Callable[..., Any], callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int) -> Seen:
+    """A darts forecasting model built by ``make(n_epochs=..., pl_trainer_kwargs=...)``, fit on a small series."""
     from darts import TimeSeries
-    from darts.models import NBEATSModel
 
     seen = Seen(stop_at=steps if plan else 0)
     steps = plan or steps
     t = np.arange(120, dtype=np.float32)
     series = TimeSeries.from_values((np.sin(t / 6) + 0.1 * np.cos(t / 2)).astype(np.float32))
     seed()
-    model = NBEATSModel(
-        input_chunk_length=12,
-        output_chunk_length=4,
-        num_stacks=2,
-        num_blocks=1,
-        num_layers=2,
-        layer_widths=32,
-        batch_size=16,
+    model = make(
         n_epochs=1 if not seen.stop_at else 10_000,  # a long plan: max_steps decides
-        random_state=0,
         pl_trainer_kwargs={
             **QUIET,
             "logger": False,
@@ -112,11 +104,33 @@ def run_darts(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int
     return seen
 
 
+def run_darts(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
+    from darts.models import NBEATSModel
+
+    def make(**kwargs: Any) -> Any:
+        return NBEATSModel(
+            input_chunk_length=12,
+            output_chunk_length=4,
+            num_stacks=2,
+            num_blocks=1,
+            num_layers=2,
+            layer_widths=32,
+            batch_size=16,
+            random_state=0,
+            **kwargs,
+        )
+
+    return _darts_fit(make, callbacks, flags, steps, plan)
+
+
 # ----------------------------------------------------------------------------------------------- gluonts
-def run_gluonts(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
+def _gluonts_train(
+    make: Callable[..., Any], callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int
+) -> Seen:
+    """A gluonts estimator built by ``make(num_batches_per_epoch=..., trainer_kwargs=...)``, trained on four small
+    hourly series."""
     import pandas as pd
     from gluonts.dataset.common import ListDataset
-    from gluonts.torch import SimpleFeedForwardEstimator
 
     seen = Seen(stop_at=steps if plan else 0)
     steps = plan or steps
@@ -132,22 +146,30 @@ def run_gluonts(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: i
         freq="h",
     )
     seed()
-    estimator = SimpleFeedForwardEstimator(
-        prediction_length=6,
-        context_length=24,
-        hidden_dimensions=[16, 16],
-        batch_size=8,
+    estimator = make(
         num_batches_per_epoch=steps,
         trainer_kwargs={
             **QUIET,
             "logger": False,
             "max_epochs": 1,
+            "default_root_dir": tempfile.mkdtemp(prefix="gluonts-"),  # the estimator checkpoints every epoch
             **flags,
             "callbacks": [*callbacks, watch("lightning.pytorch", seen)],
         },
     )
     estimator.train(data, cache_data=True)
     return seen
+
+
+def run_gluonts(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
+    from gluonts.torch import SimpleFeedForwardEstimator
+
+    def make(**kwargs: Any) -> Any:
+        return SimpleFeedForwardEstimator(
+            prediction_length=6, context_length=24, hidden_dimensions=[16, 16], batch_size=8, **kwargs
+        )
+
+    return _gluonts_train(make, callbacks, flags, steps, plan)
 
 
 # ------------------------------------------------------------------------------------------------ PyG
@@ -222,77 +244,41 @@ def run_mlcolvar(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: 
 # ----------------------------------------------------------------------------------------- darts, recurrent
 def run_darts_rnn(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
     """darts' recurrent model (an LSTM): the kind whose bf16 kernels a CPU may lack."""
-    from darts import TimeSeries
     from darts.models import RNNModel
 
-    seen = Seen(stop_at=steps if plan else 0)
-    steps = plan or steps
-    t = np.arange(120, dtype=np.float32)
-    series = TimeSeries.from_values((np.sin(t / 6) + 0.1 * np.cos(t / 2)).astype(np.float32))
-    seed()
-    model = RNNModel(
-        model="LSTM",
-        input_chunk_length=12,
-        training_length=16,
-        hidden_dim=16,
-        n_rnn_layers=1,
-        batch_size=16,
-        n_epochs=1 if not seen.stop_at else 10_000,
-        random_state=0,
-        pl_trainer_kwargs={
-            **QUIET,
-            "logger": False,
-            "enable_checkpointing": False,
-            "max_steps": steps,
-            **flags,
-            "callbacks": [*callbacks, watch("pytorch_lightning", seen)],
-        },
-    )
-    model.fit(series)
-    return seen
+    def make(**kwargs: Any) -> Any:
+        return RNNModel(
+            model="LSTM",
+            input_chunk_length=12,
+            training_length=16,
+            hidden_dim=16,
+            n_rnn_layers=1,
+            batch_size=16,
+            random_state=0,
+            **kwargs,
+        )
+
+    return _darts_fit(make, callbacks, flags, steps, plan)
 
 
 # --------------------------------------------------------------------------------------- gluonts, DeepAR
 def run_gluonts_deepar(callbacks: list[Any], flags: dict[str, Any], steps: int, plan: int = 0) -> Seen:
     """gluonts' DeepAR: an LSTM over lagged features, trained by the estimator's own Trainer."""
-    import pandas as pd
-    from gluonts.dataset.common import ListDataset
     from gluonts.torch import DeepAREstimator
 
-    seen = Seen(stop_at=steps if plan else 0)
-    steps = plan or steps
-    rng = np.random.default_rng(0)
-    data = ListDataset(
-        [
-            {
-                "start": pd.Period("2024-01-01", freq="h"),
-                "target": np.sin(np.arange(200) / 8 + k) + rng.normal(0, 0.1, 200),
-            }
-            for k in range(4)
-        ],
-        freq="h",
-    )
-    seed()
-    estimator = DeepAREstimator(
-        freq="h",
-        prediction_length=6,
-        context_length=24,
-        num_layers=1,
-        hidden_size=16,
-        lags_seq=[1, 2, 24],
-        batch_size=8,
-        num_batches_per_epoch=steps,
-        trainer_kwargs={
-            **QUIET,
-            "logger": False,
-            "max_epochs": 1,
-            "default_root_dir": tempfile.mkdtemp(prefix="deepar-"),  # the estimator checkpoints every epoch
-            **flags,
-            "callbacks": [*callbacks, watch("lightning.pytorch", seen)],
-        },
-    )
-    estimator.train(data, cache_data=True)
-    return seen
+    def make(**kwargs: Any) -> Any:
+        return DeepAREstimator(
+            freq="h",
+            prediction_length=6,
+            context_length=24,
+            num_layers=1,
+            hidden_size=16,
+            lags_seq=[1, 2, 24],
+            batch_size=8,
+            **kwargs,
+        )
+
+    return _gluonts_train(make, callbacks, flags, steps, plan)
 
 
 # ------------------------------------------------------------------------------ Hugging Face transformers
