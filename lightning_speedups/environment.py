@@ -18,7 +18,7 @@ valid presets. The factory adds one callback, :class:`SpeedupsFromEnvironment`, 
 - the Trainer-level settings the preset passes as Trainer arguments (precision, accumulation, clipping) are
   set on the Trainer there, before the strategy sets up and the fit loop starts; a value the Trainer holds
   that turns something on (a library's ``gradient_clip_val=0.5``) wins, one that means "off" does not
-  block (:func:`~lightning_speedups.callbacks.trainer_flags.merge_flags`); what cannot change on a built
+  block (:func:`~lightning_speedups.trainer.trainer_flags.merge_flags`); what cannot change on a built
   Trainer (its strategy) is named in the start-up summary with the reason;
 - with the pack's CLI or the pack's callbacks already in the Trainer it adds nothing (said in the summary).
 

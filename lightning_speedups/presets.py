@@ -198,7 +198,7 @@ class Preset:
                 older one): a strategy (``ddp``, ``fsdp``) is built on that package's classes.
             overrides: Trainer arguments that win over the preset's.
         """
-        from lightning_speedups.callbacks.trainer_flags import merge_flags
+        from lightning_speedups.trainer.trainer_flags import merge_flags
 
         accel = overrides.get("accelerator", accelerator or self.trainer.get("accelerator", "auto"))
         kwargs, notes = self.speedups.trainer_kwargs(accelerator=accel, model=model, lightning=lightning)

@@ -26,14 +26,14 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.rank_zero import rank_zero_debug
 
-from lightning_speedups.callbacks.namespace import NAMESPACES, for_namespace, lightning_base, namespace_of
 from lightning_speedups.callbacks.summary import without_theirs
-from lightning_speedups.callbacks.trainer_flags import merge_flags
 from lightning_speedups.commands import PACKAGE_DIR, TRAINER_COMMANDS
 from lightning_speedups.config import Speedups
 from lightning_speedups.environment import BUILT_BY_PACK
 from lightning_speedups.errors import BadInput
 from lightning_speedups.presets import PresetError, resolve_config
+from lightning_speedups.trainer.namespace import NAMESPACES, for_namespace, lightning_base, namespace_of
+from lightning_speedups.trainer.trainer_flags import merge_flags
 
 DEFAULT_MODEL = "lightning_speedups.demo.digits.DigitsCNN"
 DEFAULT_DATA = "lightning_speedups.demo.digits.DigitsDataModule"

@@ -426,7 +426,7 @@ def test_search_trials_run_eager_and_the_run_compiles_once() -> None:
 
     class Linear(LargestBatch):  # real trial steps, memory faked as proportional to the batch
         def measure_peak(self, trainer, pl_module, batch_size, accumulate_grad_batches, limit):
-            from lightning_speedups.callbacks.batch_trials import measure_trial_peak
+            from lightning_speedups.trainer.batch_trials import measure_trial_peak
 
             measure_trial_peak(trainer, pl_module, self.batch_arg_name, batch_size, accumulate_grad_batches, None)
             tried.extend(pl_module.seen)  # what the trial's steps saw (trial_steps puts model.seen back after)

@@ -34,7 +34,7 @@ def test_the_readme_is_short_and_its_links_resolve():
     blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
     assert blocks and blocks[0].strip().splitlines() == [
         "pip install torch==2.13.0 . && python -m lightning_speedups fit --config fast.yaml",
-        "pip install torch==2.13.0 -e '.[test]' && python -m pytest -q",
+        "pip install torch==2.13.0 -e '.[test,clients]' && python -m pytest -q",
     ], "the quick start is exactly two commands"
     for target in re.findall(r"\]\(([^)#]+)\)", text):
         if not target.startswith(("http://", "https://")):

@@ -24,9 +24,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_speedups.callbacks import SpeedupCallback, SpeedupsSummary
 from lightning_speedups.callbacks.from_environment import SpeedupsFromEnvironment
-from lightning_speedups.callbacks.namespace import MixedLightningError, is_overridden, namespace_of
 from lightning_speedups.environment import ENV_VAR, callbacks_factory, preset_from_environment
 from lightning_speedups.presets import preset
+from lightning_speedups.trainer.namespace import MixedLightningError, is_overridden, namespace_of
 
 pl_old = pytest.importorskip("pytorch_lightning", reason="pytorch-lightning is in the test extra (both namespaces)")
 NAMESPACES = ["lightning.pytorch", "pytorch_lightning"]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_speedups.callbacks.trial_steps import trial_steps
 from lightning_speedups.functional.snapshot import TrainingSnapshot
+from lightning_speedups.trainer.trial_steps import trial_steps
 
 
 class Net(torch.nn.Module):

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from lightning_speedups.errors import BadInput
+
 __all__ = ["BASELINES", "DEVICES", "ISOLATIONS", "MIN_BUDGET_S", "BenchError", "BenchOptions"]
 
 ISOLATIONS = ("forkserver", "subprocess")
@@ -16,7 +18,7 @@ DEVICES = ("auto", "cpu", "cuda")
 MIN_BUDGET_S = 20.0
 
 
-class BenchError(Exception):
+class BenchError(BadInput):
     """Bad input or a setup that cannot be benched: printed as one message, exit code 2."""
 
 

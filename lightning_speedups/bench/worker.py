@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from lightning_speedups.bench.args import override_args
 from lightning_speedups.callbacks import AutoProbe, SpeedupCallback
-from lightning_speedups.callbacks.base import set_at_init
+from lightning_speedups.trainer.attributes import set_at_init
 
 __all__ = ["child_main", "main", "run_variant"]
 

@@ -13,13 +13,14 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
-from lightning_speedups.callbacks.trial_steps import trial_steps
+from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.errors import BadInput, SettingError
 from lightning_speedups.functional.failures import error_phrase
 from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe, unprobed
 from lightning_speedups.functional.timing import Timeline
 from lightning_speedups.functional.tree import tensors_in
+from lightning_speedups.trainer.attributes import set_at_init
+from lightning_speedups.trainer.trial_steps import trial_steps
 
 
 def _loss(outputs: Any) -> Optional[torch.Tensor]:

@@ -18,8 +18,8 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.trainer_flags import LIGHTNING_DEFAULTS, apply_flag, flags_set_on, merge_flags
 from lightning_speedups.errors import SettingError
+from lightning_speedups.trainer.trainer_flags import LIGHTNING_DEFAULTS, apply_flag, flags_set_on, merge_flags
 
 #: The values Lightning accepts under manual optimization (the Trainer's defaults).
 DEFAULTS: dict[str, Any] = {

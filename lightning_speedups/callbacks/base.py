@@ -13,38 +13,19 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Union, cast
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
-from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_speedups.errors import refuses_the_run
 from lightning_speedups.functional.failures import error_phrase
 from lightning_speedups.messages import say, warn_once
+from lightning_speedups.trainer.namespace import MixedLightningError, mixed_namespace_error
 
 if TYPE_CHECKING:  # pragma: no cover - types only
     from lightning_speedups.functional.probe import Axis
-
-
-class TrainerSetAtInit(Protocol):
-    """The attributes Lightning's connectors set on every ``Trainer`` in its ``__init__``, which the class
-    does not declare (so the type checker does not know them)."""
-
-    #: CallbackConnector
-    callbacks: list[Callback]
-    #: DataConnector (``None`` until a fit / validate / test / predict is given one)
-    datamodule: Optional[LightningDataModule]
-    #: Trainer._init_debugging_flags
-    fast_dev_run: Union[int, bool]
-    #: LoggerConnector
-    log_every_n_steps: int
-
-
-def set_at_init(trainer: Trainer) -> TrainerSetAtInit:
-    """``trainer`` typed with the attributes Lightning sets on it at init (:class:`TrainerSetAtInit`)."""
-    return cast(TrainerSetAtInit, trainer)  # every constructed Trainer has them
 
 
 def on_cuda(trainer) -> bool:
@@ -280,3 +261,12 @@ class SpeedupCallback(Callback):
 def no_op() -> None:
     """Nothing to put back (what :meth:`SpeedupCallback.suspend` returns for a part with nothing to take off)."""
     return None
+
+
+def refuse_mixed_namespaces(trainer: Any) -> None:
+    """Raise :class:`~lightning_speedups.trainer.namespace.MixedLightningError` (one line, with the fix) when
+    ``trainer`` holds a Lightning object of the other package (the pack's own callbacks, which work in either, are
+    never named)."""
+    mixed = mixed_namespace_error(trainer, SpeedupCallback)
+    if mixed:
+        raise MixedLightningError(f"lightning_speedups: {mixed}")

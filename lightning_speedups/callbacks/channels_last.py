@@ -11,8 +11,6 @@ import torch
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, no_op, probe_pending
-from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
-from lightning_speedups.callbacks.namespace import is_overridden
 from lightning_speedups.errors import SettingTypeError
 from lightning_speedups.functional.channels_last import (
     DEFAULT_EXCLUDE_KEYS,
@@ -21,6 +19,8 @@ from lightning_speedups.functional.channels_last import (
     to_channels_last_undoable,
 )
 from lightning_speedups.functional.probe import Axis, Option
+from lightning_speedups.trainer.hooks import forget_after_configure_model, run_after_configure_model
+from lightning_speedups.trainer.namespace import is_overridden
 
 _HOOK = "on_after_batch_transfer"
 _MARK = "_lightning_speedups_channels_last"

@@ -11,7 +11,6 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.functional.checkpointing import (
     CheckpointWatch,
     Target,
@@ -22,6 +21,7 @@ from lightning_speedups.functional.checkpointing import (
     watch_checkpointed,
     wrap_module,
 )
+from lightning_speedups.trainer.hooks import forget_after_configure_model, run_after_configure_model
 
 
 class ActivationCheckpointing(SpeedupCallback):

@@ -9,7 +9,6 @@ import lightning.pytorch as pl
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.functional.checkpointing import Target, normalize_targets
 from lightning_speedups.functional.compile import (
     compile_modules,
@@ -17,6 +16,7 @@ from lightning_speedups.functional.compile import (
     default_compile_targets,
     validate_compile_options,
 )
+from lightning_speedups.trainer.hooks import forget_after_configure_model, run_after_configure_model
 
 
 class CompileModules(SpeedupCallback):

@@ -32,10 +32,10 @@ from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.hooks import forget_after_configure_model, run_after_configure_model
 from lightning_speedups.errors import SettingTypeError
 from lightning_speedups.functional.conv_bias import apply_conv_bias_plan, remap_optimizer_state_without
 from lightning_speedups.functional.conv_bias_plan import ConvBiasPlan, forward_args, plan_conv_bias_removal
+from lightning_speedups.trainer.hooks import forget_after_configure_model, run_after_configure_model
 
 
 class ConvBiasRemoval(SpeedupCallback):

@@ -12,8 +12,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
+from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.errors import SettingError, SettingTypeError
+from lightning_speedups.trainer.attributes import set_at_init
 
 
 class DataWaitMonitor(SpeedupCallback):

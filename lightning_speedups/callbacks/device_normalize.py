@@ -12,8 +12,8 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.hooks import HookPatches, batch_hook_owner
 from lightning_speedups.data.normalize import DeviceNormalizer
+from lightning_speedups.trainer.hooks import HookPatches, batch_hook_owner
 
 
 class DeviceNormalize(SpeedupCallback):

@@ -10,16 +10,15 @@ from typing import Any, Optional
 
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.namespace import (
+from lightning_speedups.callbacks.base import SpeedupCallback, refuse_mixed_namespaces
+from lightning_speedups.callbacks.safeguard import Safeguard
+from lightning_speedups.callbacks.summary import without_theirs
+from lightning_speedups.trainer.namespace import (
     is_lightning,
     lightning_class_name,
     namespace_of,
-    refuse_mixed_namespaces,
 )
-from lightning_speedups.callbacks.safeguard import Safeguard
-from lightning_speedups.callbacks.summary import without_theirs
-from lightning_speedups.callbacks.trainer_flags import (
+from lightning_speedups.trainer.trainer_flags import (
     FOLLOWS,
     LIVE_FLAGS,
     apply_flag,

@@ -12,9 +12,10 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending, set_at_init
+from lightning_speedups.callbacks.base import SpeedupCallback, probe_pending
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.probe import Axis, Option
+from lightning_speedups.trainer.attributes import set_at_init
 
 
 def fused_devices() -> tuple[str, ...]:

@@ -18,20 +18,7 @@ from lightning.pytorch.utilities.seed import isolate_rng
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
-from lightning_speedups.callbacks.batch_trials import (
-    enter_trials,
-    exit_trials,
-    measure_trial_peak,
-    multi_process_error,
-    reset_loaders,
-    restore_trial_state,
-    scale_trainer_lrs,
-    too_small_error,
-    train_set_length,
-)
-from lightning_speedups.callbacks.namespace import is_lightning
-from lightning_speedups.callbacks.trial_steps import trial_steps
+from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional.batch_size import (
     find_largest_batch_size,
@@ -48,6 +35,20 @@ from lightning_speedups.functional.memory import (
     release_device_memory,
     total_memory_bytes,
 )
+from lightning_speedups.trainer.attributes import set_at_init
+from lightning_speedups.trainer.batch_trials import (
+    enter_trials,
+    exit_trials,
+    measure_trial_peak,
+    multi_process_error,
+    reset_loaders,
+    restore_trial_state,
+    scale_trainer_lrs,
+    too_small_error,
+    train_set_length,
+)
+from lightning_speedups.trainer.namespace import is_lightning
+from lightning_speedups.trainer.trial_steps import trial_steps
 
 _LR_RULES = ("linear", "sqrt", None)
 

@@ -13,8 +13,6 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.hooks import HookPatches
-from lightning_speedups.callbacks.namespace import is_lightning, is_overridden
 from lightning_speedups.data.loaders import (
     LoaderRebuildError,
     LoaderSettings,
@@ -24,6 +22,8 @@ from lightning_speedups.data.loaders import (
 )
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.loaders import non_tensor_leaves
+from lightning_speedups.trainer.hooks import HookPatches
+from lightning_speedups.trainer.namespace import is_lightning, is_overridden
 
 _STAGE_HOOKS = {
     "train": "train_dataloader",

@@ -19,10 +19,11 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init
-from lightning_speedups.callbacks.trial_steps import TrainerSettings, trial_steps
+from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, resmooth
+from lightning_speedups.trainer.attributes import set_at_init
+from lightning_speedups.trainer.trial_steps import TrainerSettings, trial_steps
 
 #: the learning rates a range test (``max_lr="auto"``) sweeps, exponentially
 RANGE_MIN_LR, RANGE_MAX_LR = 1e-6, 1.0
@@ -232,7 +233,7 @@ def run_range_test(
     training), then put back everything those steps touched; returns ``(lrs, raw losses)`` (rank zero's,
     broadcast).
 
-    The state is kept in host memory (:func:`~lightning_speedups.callbacks.trial_steps.trial_steps`:
+    The state is kept in host memory (:func:`~lightning_speedups.trainer.trial_steps.trial_steps`:
     weights, buffers, module modes, plain attributes of the model and datamodule, optimizer state;
     the random generators isolated by Lightning's ``isolate_rng``), with the loops' progress, the precision plugin's state and the data loaders
     (built afresh, so the first epoch starts at its first batch in the order a run without the test

@@ -12,9 +12,9 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.callbacks.hooks import HookPatches, batch_hook_owner
 from lightning_speedups.data.loaders import machine_from_trainer
 from lightning_speedups.functional.loaders import unpinned_tensors
+from lightning_speedups.trainer.hooks import HookPatches, batch_hook_owner
 
 
 class NonBlockingCheck(SpeedupCallback):

@@ -11,8 +11,8 @@ import torch
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, no_op, probe_pending
-from lightning_speedups.callbacks.namespace import package_of
 from lightning_speedups.functional.probe import Axis, Option
+from lightning_speedups.trainer.namespace import package_of
 
 
 class ProbedPrecision(SpeedupCallback):

@@ -34,13 +34,14 @@ import torch
 from lightning.pytorch.utilities.seed import isolate_rng
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import TRACEBACK_ENV, SpeedupCallback, no_op, set_at_init
-from lightning_speedups.callbacks.hooks import HookPatches
-from lightning_speedups.callbacks.namespace import package_of
+from lightning_speedups.callbacks.base import TRACEBACK_ENV, SpeedupCallback, no_op
 from lightning_speedups.errors import BadInput, refuses_the_run
 from lightning_speedups.functional.failures import error_phrase, raising_op
 from lightning_speedups.functional.snapshot import TrainingSnapshot
 from lightning_speedups.functional.tree import tensors_in
+from lightning_speedups.trainer.attributes import set_at_init
+from lightning_speedups.trainer.hooks import HookPatches
+from lightning_speedups.trainer.namespace import package_of
 
 __all__ = ["Safeguard"]
 

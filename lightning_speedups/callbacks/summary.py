@@ -9,9 +9,9 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import SpeedupCallback, set_at_init, summary_pending
-from lightning_speedups.callbacks.namespace import refuse_mixed_namespaces
+from lightning_speedups.callbacks.base import SpeedupCallback, refuse_mixed_namespaces, summary_pending
 from lightning_speedups.messages import say
+from lightning_speedups.trainer.attributes import set_at_init
 
 
 class SpeedupsSummary(SpeedupCallback):

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-from lightning_speedups.errors import SettingTypeError
+from lightning_speedups.errors import BadInput, SettingTypeError
 
 __all__ = [
     "CollateTypeError",
@@ -41,8 +41,8 @@ __all__ = [
 ]
 
 
-class CollateTypeError(TypeError):
-    """A sample holds something that cannot become a tensor batch."""
+class CollateTypeError(BadInput, TypeError):
+    """A sample holds something that cannot become a tensor batch (the user's data: bad input)."""
 
 
 def as_tensor_no_copy(array: np.ndarray) -> torch.Tensor:

@@ -430,7 +430,7 @@ def machine_from_trainer(trainer: Any) -> dict[str, Any]:
     devices = max(1, int(getattr(trainer, "num_devices", 1) or 1))
     # imported here: lightning_speedups.callbacks imports this module, so a user's first import of
     # lightning_speedups.data (a datamodule in their script) must not start with the callbacks package
-    from lightning_speedups.callbacks.namespace import is_lightning
+    from lightning_speedups.trainer.namespace import is_lightning
 
     if is_lightning(strategy, "ParallelStrategy"):  # either Lightning package's
         procs = max(1, int(getattr(strategy, "num_processes", devices) or devices))

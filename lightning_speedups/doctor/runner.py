@@ -37,11 +37,11 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.advisor import LINT_SEVERITY, SpeedAdvisor, run_checks
 from lightning_speedups.bench import BenchError
-from lightning_speedups.callbacks.namespace import is_lightning
 from lightning_speedups.doctor.verify import VerifyOptions, VerifyReport, verify_findings
 from lightning_speedups.errors import SettingError
 from lightning_speedups.inspection import Facts, Finding, print_report, to_json
 from lightning_speedups.session import UsageError, build, resolve_config_args
+from lightning_speedups.trainer.namespace import is_lightning
 
 __all__ = [
     "DOCTOR_TRAINER_OVERRIDES",

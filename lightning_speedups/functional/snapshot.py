@@ -1,6 +1,6 @@
 """What a few trial steps change, kept on the host and put back: the snapshot the LR range test, the
 batch-size search and the start-up probe take before their trial steps (through
-:func:`lightning_speedups.callbacks.trial_steps.trial_steps`, which also isolates the random generators
+:func:`lightning_speedups.trainer.trial_steps.trial_steps`, which also isolates the random generators
 with Lightning's ``isolate_rng``).
 
 Weights, buffers and optimizer state are copied to the host, not cloned on the device: a trial must not

@@ -25,7 +25,6 @@ from torch import nn
 from torch.utils.data import Subset, TensorDataset
 
 from lightning_speedups.callbacks import DebugToolsCheck
-from lightning_speedups.callbacks.namespace import is_overridden
 from lightning_speedups.commands import PACKAGE_DIR
 from lightning_speedups.functional import (
     available_cpus,
@@ -35,6 +34,7 @@ from lightning_speedups.functional import (
     storage_report,
 )
 from lightning_speedups.inspection.model import error_text, inspect_model
+from lightning_speedups.trainer.namespace import is_overridden
 
 __all__ = ["Facts", "TensorInfo", "collect_static", "user_source_files"]
 

@@ -27,11 +27,11 @@ from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_speedups.callbacks.effective_batch import EffectiveBatchSize
-from lightning_speedups.callbacks.namespace import for_namespace, is_lightning
 from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.precision import cuda_supports_bf16
 from lightning_speedups.strategies.threads import ThreadsRestore
+from lightning_speedups.trainer.namespace import for_namespace, is_lightning
 
 Compression = Literal["auto", "off", "bf16", "fp16"]
 

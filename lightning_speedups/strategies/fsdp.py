@@ -62,11 +62,11 @@ from lightning.pytorch.plugins.precision import FSDPPrecision
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
-from lightning_speedups.callbacks.namespace import for_namespace, namespace_of
 from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.checkpointing import auto_checkpoint_targets
 from lightning_speedups.strategies.threads import ThreadsRestore
+from lightning_speedups.trainer.namespace import for_namespace, namespace_of
 
 Sharding = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
 StateDictType = Literal["sharded", "full"]

@@ -215,7 +215,7 @@ class BuildContext:
     def namespace(self) -> str:
         """The Lightning package the Trainer arguments are built for: the model's, else :attr:`lightning`, else
         ``lightning.pytorch`` (a strategy object must come from the Trainer's own package)."""
-        from lightning_speedups.callbacks.namespace import NAMESPACES, namespace_of
+        from lightning_speedups.trainer.namespace import NAMESPACES, namespace_of
 
         return namespace_of(self.model) or self.lightning or NAMESPACES[0]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from lightning_speedups.callbacks.namespace import package_of
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.memory import total_memory_bytes
 from lightning_speedups.inspection import Facts, Finding, Item
@@ -29,6 +28,7 @@ from lightning_speedups.strategies.fsdp import (
     manual_layout_problems,
 )
 from lightning_speedups.tips.record import BuildContext, Setting, SuiteCase, Tip
+from lightning_speedups.trainer.namespace import package_of
 
 
 @dataclass

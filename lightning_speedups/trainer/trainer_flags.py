@@ -23,6 +23,8 @@ import importlib
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Optional, Union
 
+from lightning_speedups.trainer.namespace import is_lightning, package_of
+
 #: per Trainer flag, the values that mean "off" (Lightning's default and its spellings): they never block a preset
 OFF_VALUES: dict[str, tuple[Any, ...]] = {
     "gradient_clip_val": (None, 0, 0.0),
@@ -140,7 +142,6 @@ def apply_flag(trainer: Any, key: str, value: Any) -> Optional[str]:
     the precision plugin when the strategy sets up (after the callbacks' ``setup``): those can still change.
     The strategy, devices and nodes are fixed when the Trainer is built.
     """
-    from lightning_speedups.callbacks.namespace import is_lightning, package_of
 
     package = package_of(trainer).__name__
     if key in ("accumulate_grad_batches", "gradient_clip_val"):

@@ -14,11 +14,11 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.loops.loop import _Loop  # private: the loops' base class, to find every nested loop
 from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_setattr
 
-from lightning_speedups.callbacks.trial_steps import TrainerSettings
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
 from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
 from lightning_speedups.functional.snapshot import to_host
+from lightning_speedups.trainer.trial_steps import TrainerSettings
 
 
 def _loops(loop: Any) -> list[Any]:
@@ -57,7 +57,7 @@ def enter_trials(
 ) -> dict[str, Any]:
     """Snapshot what the trial steps change beside the model and optimizers (schedulers, precision plugin,
     loop progress, loggers, callbacks, limits) and set the trainer up for them. The model and optimizers are
-    :func:`~lightning_speedups.callbacks.trial_steps.trial_steps`' to keep (on the host, random generators
+    :func:`~lightning_speedups.trainer.trial_steps.trial_steps`' to keep (on the host, random generators
     isolated), as for the LR range test and the start-up probe."""
     fit_loop = trainer.fit_loop
     snapshot: dict[str, Any] = {

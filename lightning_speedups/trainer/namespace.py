@@ -126,16 +126,6 @@ class MixedLightningError(SettingTypeError):
     input: the user's import to fix, never a part stepping aside)."""
 
 
-def refuse_mixed_namespaces(trainer: Any) -> None:
-    """Raise :class:`MixedLightningError` (one line, with the fix) when ``trainer`` holds a Lightning object of the
-    other package (the pack's own callbacks, which work in either, are never named)."""
-    from lightning_speedups.callbacks.base import SpeedupCallback
-
-    mixed = mixed_namespace_error(trainer, SpeedupCallback)
-    if mixed:
-        raise MixedLightningError(f"lightning_speedups: {mixed}")
-
-
 def mixed_namespace_error(trainer: Any, own: type) -> Optional[str]:
     """One line naming the first object of the other Lightning package in ``trainer`` and the fix, or ``None``."""
     found = foreign_objects(trainer, own)

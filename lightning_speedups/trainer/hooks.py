@@ -8,8 +8,8 @@ from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
 
-from lightning_speedups.callbacks.base import set_at_init
-from lightning_speedups.callbacks.namespace import is_overridden
+from lightning_speedups.trainer.attributes import set_at_init
+from lightning_speedups.trainer.namespace import is_overridden
 
 #: marks a function as the pack's wrapper (an attribute of the function object, in its ``__dict__``)
 _PATCHED = "__speedups_patch__"

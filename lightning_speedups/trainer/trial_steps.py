@@ -18,8 +18,8 @@ import torch
 from lightning.pytorch.loggers.logger import DummyLogger
 from lightning.pytorch.utilities.seed import isolate_rng
 
-from lightning_speedups.callbacks.base import set_at_init
 from lightning_speedups.functional.snapshot import TrainingSnapshot
+from lightning_speedups.trainer.attributes import set_at_init
 
 __all__ = ["TrainerSettings", "trial_steps"]
 
