@@ -13,19 +13,8 @@ from typing_extensions import override
 from lightning_speedups.callbacks.base import SpeedupCallback, refuse_mixed_namespaces
 from lightning_speedups.callbacks.safeguard import Safeguard
 from lightning_speedups.callbacks.summary import without_theirs
-from lightning_speedups.trainer.namespace import (
-    is_lightning,
-    lightning_class_name,
-    namespace_of,
-)
-from lightning_speedups.trainer.trainer_flags import (
-    FOLLOWS,
-    LIVE_FLAGS,
-    apply_flag,
-    current_flag,
-    flags_set_on,
-    merge_flags,
-)
+from lightning_speedups.trainer.namespace import namespace_of
+from lightning_speedups.trainer.trainer_flags import current_flag, set_flags, take_back_flags
 
 
 class SpeedupsFromEnvironment(SpeedupCallback):
@@ -96,7 +85,7 @@ class SpeedupsFromEnvironment(SpeedupCallback):
             accelerator=accelerator, devices=trainer.num_devices, model=pl_module
         )
         wanted = {**kwargs, **{k: v for k, v in self.preset.trainer.items() if k != "callbacks"}}
-        notes = self._set_flags(trainer, wanted, list(notes))
+        notes = set_flags(trainer, wanted, list(notes), self._restore)
         parts = self.preset.speedups.callbacks(notes, accelerator=accelerator, model=pl_module)
         for part in parts:  # a preset's precision that fails here falls back on the one the Trainer had
             if isinstance(part, Safeguard) and "precision" in self._restore:
@@ -111,74 +100,9 @@ class SpeedupsFromEnvironment(SpeedupCallback):
             f"{self.source}: {len(self.added)} callback(s) added to this {namespace_of(trainer)} Trainer, {flags} set",
         )
 
-    def _set_flags(self, trainer: Any, wanted: dict[str, Any], notes: list[tuple[str, bool, str]]) -> list:
-        live = {k: v for k, v in wanted.items() if k in LIVE_FLAGS}
-        given = flags_set_on(trainer, live)
-        applied, flag_notes = merge_flags(live, given, "the Trainer")
-        refused: dict[str, str] = {k: text for k, use, text in flag_notes if not use}
-        notes.extend((k, True, text) for k, use, text in flag_notes if use)
-        for key, value in applied.items():
-            if current_flag(trainer, key) == value or FOLLOWS.get(key) in refused:
-                continue  # nothing to change (a follower keeps to the Trainer's own value of the flag it follows)
-            before = current_flag(trainer, key) if key != "precision" else trainer.strategy.precision_plugin
-            why = apply_flag(trainer, key, value)
-            if why is None:
-                self._restore.setdefault(key, before)
-            else:
-                refused[key] = f"not applied: {why}"
-        for key in wanted.keys() - live.keys():
-            kind = lightning_class_name(wanted[key]) if key == "strategy" else ""
-            if kind and is_lightning(trainer.strategy, kind):
-                refused[key] = (
-                    f"the Trainer's own {type(trainer.strategy).__name__} runs; the preset's settings for it need"
-                    f" strategy=preset(...).trainer_kwargs(...)['strategy'] where the library takes Trainer arguments"
-                )
-                continue
-            how = (
-                "pass strategy=preset(...).trainer_kwargs(model=model)['strategy'] where the library takes Trainer"
-                " arguments"
-                if key == "strategy"
-                else f"pass Trainer({key}=...)"
-            )
-            refused[key] = f"not applied: Lightning fixes trainer.{key} when the Trainer is built; {how}"
-        return _flip(notes, refused)
-
     def _take_back(self, trainer: Any) -> None:
         """Undo what an earlier ``setup`` on this Trainer did: its flags and the callbacks it added."""
-        for key, value in self._restore.items():
-            if key == "precision":
-                trainer.strategy.precision_plugin = value
-            else:
-                apply_flag(trainer, key, value)
-        self._restore = {}
+        take_back_flags(trainer, self._restore)
         if self.added:
             trainer.callbacks[:] = [cb for cb in trainer.callbacks if all(cb is not a for a in self.added)]
             self.added = []
-
-
-def _flip(notes: list[tuple[str, bool, str]], refused: dict[str, str]) -> list[tuple[str, bool, str]]:
-    """The notes with each refused flag's lines turned off and its reason said, so the summary is true to the
-    Trainer (a part whose Trainer flag did not apply did not act)."""
-    if not refused:
-        return notes
-    out: list[tuple[str, bool, str]] = []
-    said: set[str] = set()
-    for name, active, reason in notes:
-        key = name.split(" ")[0]
-        flag = key if key in refused else _FLAG_OF_PART.get(key)
-        if flag in refused and flag not in said:
-            out.append((name, False, refused[flag]))
-            said.add(flag)
-        elif flag not in refused:
-            out.append((name, active, reason))
-    out.extend((key, False, why) for key, why in refused.items() if key not in said)
-    return out
-
-
-#: the summary's part names whose work is a Trainer flag
-_FLAG_OF_PART: dict[str, Optional[str]] = {
-    "grad_clip": "gradient_clip_val",
-    "ddp": "strategy",
-    "fsdp": "strategy",
-    "effective_batch_size": "accumulate_grad_batches",
-}

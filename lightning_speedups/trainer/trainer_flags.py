@@ -23,7 +23,7 @@ import importlib
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Optional, Union
 
-from lightning_speedups.trainer.namespace import is_lightning, package_of
+from lightning_speedups.trainer.namespace import is_lightning, lightning_class_name, package_of
 
 #: per Trainer flag, the values that mean "off" (Lightning's default and its spellings): they never block a preset
 OFF_VALUES: dict[str, tuple[Any, ...]] = {
@@ -175,3 +175,80 @@ def apply_flag(trainer: Any, key: str, value: Any) -> Optional[str]:
             return f"precision {text!r} is not one the pack sets on a built Trainer"
         return None
     return f"Lightning fixes trainer.{key} when the Trainer is built: pass Trainer({key}=...)"
+
+
+def set_flags(
+    trainer: Any, wanted: dict[str, Any], notes: list[tuple[str, bool, str]], restore: dict[str, Any]
+) -> list[tuple[str, bool, str]]:
+    """Set the Trainer flags a preset ``wanted`` on a built Trainer, by the one policy (:func:`merge_flags`): a flag
+    the user gave wins, a follower keeps to the flag it follows, a flag Lightning fixes when the Trainer is built is
+    named with what to pass instead. Each flag changed records its old value in ``restore``
+    (:func:`take_back_flags` puts it back). Returns ``notes`` with the refused flags' lines turned off."""
+    live = {k: v for k, v in wanted.items() if k in LIVE_FLAGS}
+    given = flags_set_on(trainer, live)
+    applied, flag_notes = merge_flags(live, given, "the Trainer")
+    refused: dict[str, str] = {k: text for k, use, text in flag_notes if not use}
+    notes.extend((k, True, text) for k, use, text in flag_notes if use)
+    for key, value in applied.items():
+        if current_flag(trainer, key) == value or FOLLOWS.get(key) in refused:
+            continue  # nothing to change (a follower keeps to the Trainer's own value of the flag it follows)
+        before = current_flag(trainer, key) if key != "precision" else trainer.strategy.precision_plugin
+        why = apply_flag(trainer, key, value)
+        if why is None:
+            restore.setdefault(key, before)
+        else:
+            refused[key] = f"not applied: {why}"
+    for key in wanted.keys() - live.keys():
+        kind = lightning_class_name(wanted[key]) if key == "strategy" else ""
+        if kind and is_lightning(trainer.strategy, kind):
+            refused[key] = (
+                f"the Trainer's own {type(trainer.strategy).__name__} runs; the preset's settings for it need"
+                f" strategy=preset(...).trainer_kwargs(...)['strategy'] where the library takes Trainer arguments"
+            )
+            continue
+        how = (
+            "pass strategy=preset(...).trainer_kwargs(model=model)['strategy'] where the library takes Trainer"
+            " arguments"
+            if key == "strategy"
+            else f"pass Trainer({key}=...)"
+        )
+        refused[key] = f"not applied: Lightning fixes trainer.{key} when the Trainer is built; {how}"
+    return _flip(notes, refused)
+
+
+def take_back_flags(trainer: Any, restore: dict[str, Any]) -> None:
+    """Put back the flags :func:`set_flags` changed (``restore``: their old values), and forget them."""
+    for key, value in restore.items():
+        if key == "precision":
+            trainer.strategy.precision_plugin = value
+        else:
+            apply_flag(trainer, key, value)
+    restore.clear()
+
+
+def _flip(notes: list[tuple[str, bool, str]], refused: dict[str, str]) -> list[tuple[str, bool, str]]:
+    """The notes with each refused flag's lines turned off and its reason said, so the summary is true to the
+    Trainer (a part whose Trainer flag did not apply did not act)."""
+    if not refused:
+        return notes
+    out: list[tuple[str, bool, str]] = []
+    said: set[str] = set()
+    for name, active, reason in notes:
+        key = name.split(" ")[0]
+        flag = key if key in refused else _FLAG_OF_PART.get(key)
+        if flag in refused and flag not in said:
+            out.append((name, False, refused[flag]))
+            said.add(flag)
+        elif flag not in refused:
+            out.append((name, active, reason))
+    out.extend((key, False, why) for key, why in refused.items() if key not in said)
+    return out
+
+
+#: the summary's part names whose work is a Trainer flag
+_FLAG_OF_PART: dict[str, Optional[str]] = {
+    "grad_clip": "gradient_clip_val",
+    "ddp": "strategy",
+    "fsdp": "strategy",
+    "effective_batch_size": "accumulate_grad_batches",
+}
