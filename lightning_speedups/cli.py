@@ -3,7 +3,7 @@
 Commands:
     fit / validate / test / predict   LightningCLI, with presets by name and the embedded default
     presets                           list the packaged presets
-    tips                              the tip registry (T01-T24) and the status of each
+    tips                              the tip registry (T01-T24): what implements each, its expected gain
     doctor                            which tips apply to a config, with evidence
     lint PATH...                      static rules for the habits no callback can fix
     bench                             measure each tip on the user's own setup
@@ -69,7 +69,7 @@ Training commands (LightningCLI; --config takes a file or a packaged preset name
 
 The pack's commands:
   presets    list the packaged presets
-  tips       the tip registry (T01-T24), what implements each and its status
+  tips       the tip registry (T01-T24): what implements each and its expected gain
   doctor     inspect a config's model, data and trainer and say which tips apply
   lint       static rules for the code habits no callback can fix: lint PATH...
   bench      time each tip on your own setup and pick the fastest preset

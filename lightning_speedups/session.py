@@ -521,13 +521,18 @@ class _SpeedupsCLI(_CLIBase):
         ns = namespace_of(self)
         kwargs.setdefault("parser_class", for_namespace(SpeedupsArgumentParser, ns))
         kwargs.setdefault("save_config_callback", for_namespace(KeepingSaveConfig, ns))
+        saved = list(sys.argv)
         if args is None:
-            # LightningCLI reads sys.argv (and its DDP launcher re-runs it): the default model goes there
+            # LightningCLI reads sys.argv (and its DDP launcher re-runs it while the fit runs): the default model
+            # goes there for as long as the CLI runs, and the caller's argv is put back after
             sys.argv[1:] = with_default_model(sys.argv[1:])
             argv = None
         else:
             argv = with_default_model(list(args))
-        super().__init__(model_class=None, datamodule_class=None, args=argv, **kwargs)
+        try:
+            super().__init__(model_class=None, datamodule_class=None, args=argv, **kwargs)
+        finally:
+            sys.argv[:] = saved
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_class_arguments(Speedups, "speedups", fail_untyped=True)

@@ -1,9 +1,9 @@
 """T01: read a learning-rate range test (Smith 2015/2017) and pick the peak of a one-cycle schedule.
 
 A range test trains a few steps while the learning rate grows exponentially and records the (smoothed)
-loss at each. The test itself is run by Lightning's ``LearningRateFinder`` (see
-:class:`lightning_speedups.callbacks.LRSchedule` with ``max_lr="auto"``); this module only reads its
-``lr`` / ``loss`` lists, so the choice is testable on made-up curves.
+loss at each. The pack runs the test itself, as a sweep through the trainer's own fit loop undone from memory
+(:class:`lightning_speedups.callbacks.LRSchedule` with ``max_lr="auto"``; Lightning's ``LearningRateFinder`` is not
+used); this module only reads its ``lr`` / ``loss`` lists, so the choice is testable on made-up curves.
 
 Examples:
     >>> lrs = [10 ** (-5 + i / 10) for i in range(50)]            # 1e-5 .. ~8e-1
