@@ -10,7 +10,7 @@ import pytest
 from helpers import TinyCNN, quiet_trainer
 
 from lightning_speedups.callbacks import LRSchedule
-from lightning_speedups.callbacks.lr_schedule import parse_plan
+from lightning_speedups.trainer.plan import parse_plan
 
 
 class StopAt(pl.Callback):
@@ -143,7 +143,7 @@ def test_the_callback_and_the_record_refuse_the_same_range_test_lengths():
     """Issue 30: the record said >= 10 and the callback >= 5; one range, in one place."""
     import dataclasses
 
-    from lightning_speedups.callbacks.lr_schedule import RANGE_TEST_MIN_STEPS
+    from lightning_speedups.callbacks.lr_range_test import RANGE_TEST_MIN_STEPS
     from lightning_speedups.tips.t01_lr_schedule import ScheduleSettings
 
     bounds = next(f for f in dataclasses.fields(ScheduleSettings) if f.name == "range_test_steps").metadata["bounds"]

@@ -2,141 +2,32 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import inspect
 import math
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback, Timer
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
+from lightning_speedups.callbacks.lr_range_test import RANGE_MAX_LR, RANGE_MIN_LR, RANGE_TEST_MIN_STEPS, run_range_test
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, resmooth
-from lightning_speedups.trainer.attributes import set_at_init
-from lightning_speedups.trainer.trial_steps import TrainerSettings, trial_steps
-
-#: the learning rates a range test (``max_lr="auto"``) sweeps, exponentially
-RANGE_MIN_LR, RANGE_MAX_LR = 1e-6, 1.0
-
-
-#: Lightning's plan when ``max_epochs`` is not set (``_parse_loop_limits``): 1000 epochs
-LIGHTNING_DEFAULT_EPOCHS = 1000
-#: optimizer steps timed before a schedule over a time plan is built (the step time it converts with)
-TIME_PLAN_STEPS = 10
-
-_PLAN = re.compile(
-    r"^\s*(?P<n>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>steps?|epochs?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$", re.I
+from lightning_speedups.trainer.plan import (
+    LIGHTNING_DEFAULT_EPOCHS,
+    TIME_PLAN_STEPS,
+    parse_plan,
+    planned_by_default,
+    span_text,
+    steps_per_epoch,
+    timer_seconds,
 )
-_CLOCK = re.compile(r"^\s*(?:(\d+):)?(?:(\d+):)?(\d+):(\d+)\s*$")  # [DD:][HH:]MM:SS, as Trainer(max_time=...)
-_SECONDS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "mins": 60}
-_SECONDS.update({"minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600})
-
-
-@dataclass(frozen=True)
-class SchedulePlan:
-    """How long a schedule spans, in the unit the user gave: ``"steps"`` (optimizer steps), ``"epochs"``
-    or ``"seconds"`` of training."""
-
-    amount: float
-    unit: str
-
-    def text(self) -> str:
-        if self.unit == "seconds":
-            return f"{self.amount:g} s"
-        return f"{self.amount:g} {self.unit}"
-
-
-def parse_plan(value: Union[int, float, str, None]) -> Optional[SchedulePlan]:
-    """``speedups.lr_schedule.plan``: a number of optimizer steps, ``"N steps"``, ``"N epochs"`` or a time
-    (``"90s"``, ``"10 min"``, ``"1.5h"``, ``"00:10:00"`` as ``Trainer(max_time=...)`` writes it).
-
-    Raises:
-        ValueError: anything else, or a plan that is not positive.
-
-    Examples:
-        >>> parse_plan(2000), parse_plan("3 epochs"), parse_plan("10min"), parse_plan("00:01:30")
-        (SchedulePlan(amount=2000, unit='steps'), SchedulePlan(amount=3.0, unit='epochs'), \
-SchedulePlan(amount=600.0, unit='seconds'), SchedulePlan(amount=90.0, unit='seconds'))
-    """
-    if value is None:
-        return None
-    hint = "a number of optimizer steps, 'N steps', 'N epochs' or a time ('90s', '10min', '1.5h', '00:10:00')"
-    if isinstance(value, bool):
-        raise SettingError(f"`plan` must be {hint}; got {value!r}.")
-    if isinstance(value, (int, float)):
-        if value <= 0 or value != int(value):
-            raise SettingError(f"`plan` as a number is whole optimizer steps, at least 1; got {value!r}.")
-        return SchedulePlan(int(value), "steps")
-    text = str(value)
-    match = _PLAN.match(text)
-    if match:
-        n, unit = float(match["n"]), match["unit"].lower()
-        if unit.startswith("step"):
-            if n != int(n) or n < 1:
-                raise SettingError(f"`plan` {text!r}: steps are whole, at least 1.")
-            return SchedulePlan(int(n), "steps")
-        plan = SchedulePlan(n, "epochs") if unit.startswith("epoch") else SchedulePlan(n * _SECONDS[unit], "seconds")
-    else:
-        clock = _CLOCK.match(text)
-        if clock is None:
-            raise SettingError(f"`plan` must be {hint}; got {value!r}.")
-        parts = [int(g) for g in clock.groups() if g is not None]
-        seconds = 0
-        for part, scale in zip(reversed(parts), (1, 60, 3600, 86400)):
-            seconds += part * scale
-        plan = SchedulePlan(float(seconds), "seconds")
-    if plan.amount <= 0:
-        raise SettingError(f"`plan` must be positive; got {value!r}.")
-    return plan
-
-
-def steps_per_epoch(trainer: pl.Trainer) -> Optional[float]:
-    """Optimizer steps per epoch on this device (``None`` when the loader has no length)."""
-    batches = trainer.num_training_batches
-    if not math.isfinite(batches) or batches <= 0:
-        return None
-    return math.ceil(batches / max(int(trainer.accumulate_grad_batches), 1))
-
-
-def planned_by_default(trainer: pl.Trainer) -> bool:
-    """Whether the run's length is Lightning's default, not the user's: no ``max_epochs``, ``max_steps``
-    or ``max_time`` set, so Lightning plans :data:`LIGHTNING_DEFAULT_EPOCHS` epochs."""
-    return (
-        trainer.max_epochs == LIGHTNING_DEFAULT_EPOCHS
-        and trainer.max_steps == -1
-        and not any(isinstance(cb, Timer) for cb in set_at_init(trainer).callbacks)
-    )
-
-
-def timer_seconds(trainer: pl.Trainer) -> Optional[float]:
-    """The training time the trainer's ``max_time`` leaves, in seconds (``None`` without one)."""
-    for cb in set_at_init(trainer).callbacks:
-        left = cb.time_remaining("train") if isinstance(cb, Timer) else None
-        if left is not None:
-            return float(left)
-    return None
-
-
-def span_text(steps: int, per_epoch: Optional[float]) -> str:
-    """``"2,229 optimizer steps (4.75 epochs)"``: a schedule's span in both units a user counts in.
-
-    Examples:
-        >>> span_text(2229, 469), span_text(500, None)
-        ('2,229 optimizer steps (4.75 epochs)', '500 optimizer steps (epochs unknown: the loader has no length)')
-    """
-    n = steps / per_epoch if per_epoch else None
-    epochs = "epochs unknown: the loader has no length" if n is None else f"{n:.3g} epoch{'' if n == 1 else 's'}"
-    return f"{steps:,} optimizer steps ({epochs})"
 
 
 class _OneCycleThenHold(torch.optim.lr_scheduler.OneCycleLR):
@@ -181,114 +72,6 @@ def own_lr_stepping(pl_module: pl.LightningModule) -> Optional[str]:
     if _LR_CODE.search(body):
         return f"{type(pl_module).__name__}.optimizer_step changes the lr or steps a scheduler"
     return None
-
-
-class _RangeSweep(Callback):
-    """The range test's only callback: the lr before each optimizer step, the loss after it; stops when
-    the loss (smoothed as Lightning's finder smooths it) passes ``early_stop`` times the best."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, early_stop: float = 4.0, beta: float = 0.98) -> None:
-        self.optimizer = optimizer
-        self.early_stop, self.beta = early_stop, beta
-        self.lrs: list[float] = []
-        self.losses: list[float] = []
-        self._avg, self._best = 0.0, math.inf
-
-    def _stepping(self, trainer: pl.Trainer) -> bool:
-        return (trainer.fit_loop.batch_idx + 1) % trainer.accumulate_grad_batches == 0
-
-    @override
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        if self._stepping(trainer):
-            self.lrs.append(float(self.optimizer.param_groups[0]["lr"]))
-
-    @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        if not self._stepping(trainer):
-            return
-        loss = outputs if isinstance(outputs, torch.Tensor) else (outputs or {}).get("loss")
-        if loss is None:
-            self.losses.append(float("nan"))
-            return
-        value = float(loss.detach())
-        self.losses.append(value)
-        n = len(self.losses)
-        self._avg = self.beta * self._avg + (1 - self.beta) * value
-        smoothed = self._avg / (1 - self.beta**n)
-        if n > 1 and smoothed > self.early_stop * self._best or not math.isfinite(value):
-            trainer.should_stop = True
-        trainer.should_stop = trainer.strategy.broadcast(trainer.should_stop)
-        self._best = min(self._best, smoothed)
-
-
-def run_range_test(
-    trainer: pl.Trainer, pl_module: pl.LightningModule, steps: int, min_lr: float, max_lr: float
-) -> tuple[list[float], list[float]]:
-    """Train ``steps`` optimizer steps with the lr growing exponentially from ``min_lr`` to ``max_lr``,
-    through the trainer's own fit loop (precision, strategy, accumulation and the model's hooks as in
-    training), then put back everything those steps touched; returns ``(lrs, raw losses)`` (rank zero's,
-    broadcast).
-
-    The state is kept in host memory (:func:`~lightning_speedups.trainer.trial_steps.trial_steps`:
-    weights, buffers, module modes, plain attributes of the model and datamodule, optimizer state;
-    the random generators isolated by Lightning's ``isolate_rng``), with the loops' progress, the precision plugin's state and the data loaders
-    (built afresh, so the first epoch starts at its first batch in the order a run without the test
-    draws). Lightning's own finder restores from a checkpoint with ``torch.load(weights_only=True)``,
-    which refuses hyper-parameters holding config objects, ``functools.partial`` or user classes;
-    nothing here is pickled.
-    """
-
-    optimizer = trainer.optimizers[0]
-    root = trainer.strategy.model if isinstance(trainer.strategy.model, torch.nn.Module) else pl_module
-    datamodule = getattr(trainer, "datamodule", None)  # a Trainer property Lightning's stubs do not declare
-    extra = [datamodule] if datamodule is not None else []
-    trial = contextlib.ExitStack()
-    trial.enter_context(trial_steps(root, trainer.optimizers, extra=extra))
-    loop = trainer.fit_loop
-    loop_state = copy.deepcopy(loop.state_dict())
-    precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
-    saved = (trainer.strategy.optimizers, trainer.strategy.lr_scheduler_configs)
-    settings = TrainerSettings.dump(trainer)
-    for group in optimizer.param_groups:
-        group["lr"] = min_lr
-    ratio = max_lr / min_lr
-    sweep_sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: ratio ** min(i / steps, 1.0))
-    sweep = _RangeSweep(optimizer)
-    bar = trainer.progress_bar_callback
-    if bar is not None:
-        bar.disable()
-    try:
-        trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(sweep_sched, interval="step")]
-        settings.reset(trainer, max_steps=steps + trainer.global_step, callbacks=[sweep])
-        loop.load_state_dict(copy.deepcopy(loop_state))
-        loop.restarting = False
-        loop.run()
-        lrs, losses = trainer.strategy.broadcast((sweep.lrs, sweep.losses))
-    finally:
-        trainer.strategy.optimizers, trainer.strategy.lr_scheduler_configs = saved
-        settings.restore(trainer)
-        if bar is not None:
-            bar.enable()
-        loop.load_state_dict(copy.deepcopy(loop_state))
-        loop.restarting = False
-        loop.epoch_loop.restarting = False
-        trainer.should_stop = False
-        trial.close()  # weights, optimizer state, random generators: as before the test
-        trainer.precision_plugin.load_state_dict(precision_state)
-        # private: the loaders of the test are dropped, so the fit builds them afresh where a fit without
-        # the test builds them (Lightning's own finder resets the same two attributes)
-        loop.epoch_loop.val_loop._combined_loader = None
-        loop._combined_loader = None
-    return list(lrs), list(losses)
-
-
-#: The fewest optimizer steps a range test can take: one range for the callback and the
-#: ``speedups.lr_schedule.range_test_steps`` record (tips/t01_lr_schedule.py reads it).
-RANGE_TEST_MIN_STEPS = 10
 
 
 class LRSchedule(SpeedupCallback):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
 from lightning_speedups.callbacks import LRSchedule
-from lightning_speedups.callbacks.lr_schedule import RANGE_TEST_MIN_STEPS
+from lightning_speedups.callbacks.lr_range_test import RANGE_TEST_MIN_STEPS
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback
 from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded

@@ -1,7 +1,7 @@
 """One way to take trial steps and leave the run as it found them (Lightning's finder shape: dump, run,
 restore): the weights, buffers, module modes, plain training attributes and optimizer state kept on the
 host (:class:`~lightning_speedups.functional.snapshot.TrainingSnapshot`), the random generators isolated
-by Lightning's own ``isolate_rng``. The LR range test (:func:`~lightning_speedups.callbacks.lr_schedule.run_range_test`)
+by Lightning's own ``isolate_rng``. The LR range test (:func:`~lightning_speedups.callbacks.lr_range_test.run_range_test`)
 and the start-up probe (:class:`~lightning_speedups.callbacks.auto_probe.AutoProbe`) take their steps inside it.
 """
 
