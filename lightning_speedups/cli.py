@@ -185,7 +185,7 @@ def _instantiation_error(err: BaseException) -> Optional[str]:
     message = str(err)
     if not isinstance(err, ValueError) or "Does not validate against any of the Union subtypes" not in message:
         return None
-    from lightning_speedups.session import user_frame
+    from lightning_speedups.arguments import user_frame
 
     given = re.search(r"class_path='([^']+)'", message)
     who = f"{given.group(1)}(...)" if given else "a class of the config"

@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "config": 6,
     "presets": 6,
     "session": 7,
+    "arguments": 7,  # what the arguments and config files say, and parse errors reworded (session reads them)
     "environment": 7,  # LIGHTNING_SPEEDUPS: Lightning's callback entry point, presets applied to any Trainer
     "doctor": 8,
     "bench": 8,

@@ -248,10 +248,11 @@ def test_a_run_that_fails_before_training_leaves_no_config_behind(elsewhere, cap
 
 def test_the_cli_knows_the_trainer_commands_without_importing_the_session():
     """One home for the command names (lightning_speedups.commands): cli.py reads them without importing Lightning."""
+    import lightning_speedups.arguments as arguments
     import lightning_speedups.cli as cli
     import lightning_speedups.session as session
 
-    assert cli.TRAINER_COMMANDS is session.TRAINER_COMMANDS and cli.PACKAGE_DIR is session.PACKAGE_DIR  # one home
+    assert cli.TRAINER_COMMANDS is session.TRAINER_COMMANDS and cli.PACKAGE_DIR is arguments.PACKAGE_DIR  # one home
     code = "import sys, lightning_speedups.cli; print('lightning' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]

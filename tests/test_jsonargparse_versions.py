@@ -1,4 +1,4 @@
-"""The CLI's error messages are rewordings of jsonargparse's (``session.explain_parse_error`` reads its English
+"""The CLI's error messages are rewordings of jsonargparse's (``arguments.explain_parse_error`` reads its English
 text): a jsonargparse release that changes a message must fail a test, not reach a user. The whole bad-input
 table (``tests/test_bad_input.py``) runs on the newest jsonargparse the package allows (what CI installs) and,
 here, again on the lowest (``pyproject.toml``'s floor), installed beside the others in a scratch folder."""
