@@ -14,7 +14,7 @@ from typing import Any, Optional
 from lightning.pytorch.utilities.rank_zero import rank_zero_debug
 
 from lightning_speedups.commands import PACKAGE_DIR
-from lightning_speedups.trainer.namespace import lightning_base
+from lightning_speedups.trainer.namespace import lightning_base, namespace_of
 
 
 def import_dotted(path: str) -> Any:
@@ -156,6 +156,10 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
             why = _class_problem(class_path_of(argv, files, key), key)
             if why:
                 lines = [why]
+        if key == "trainer.callbacks" and "Does not validate against any of the Union subtypes" in message:
+            why = _callbacks_problem(argv, files)
+            if why:
+                lines = [why]
         given = _cli_value(argv, key)
         where = _find_key(files, key) or (_find_key(files, f"{key}.class_path") if key in ("model", "data") else None)
         if given is not None:
@@ -174,6 +178,41 @@ def explain_parse_error(message: str, argv: Sequence[str], parser: Any = None) -
                     f"keys under {parent or 'the top level'}: {', '.join(sorted(k.rsplit('.', 1)[-1] for k in siblings)[:25])}"
                 )
     return "\n".join(lines)
+
+
+def _callbacks_problem(argv: Sequence[str], files: Sequence[str]) -> Optional[str]:
+    """Which entry of the config's ``trainer.callbacks`` jsonargparse refused, and the fix: a callback of the other
+    Lightning package than the model's (the Trainer follows the model's), a class that is not a callback, or one that
+    does not import. ``None`` when none of these is it."""
+    found = _lookup(files, "trainer.callbacks")
+    entries = found[1] if found is not None else None
+    entries = [entries] if isinstance(entries, (dict, str)) else entries
+    if not isinstance(entries, list):
+        return None
+    model_path = class_path_of(argv, files, "model")
+    try:
+        ns = namespace_of(import_dotted(model_path)) if model_path else None
+    except (ImportError, AttributeError, ValueError):  # the model's own problem is reported on its key
+        ns = None
+    ns = ns or "lightning.pytorch"
+    for entry in entries:
+        path = entry.get("class_path") if isinstance(entry, dict) else entry if isinstance(entry, str) else None
+        if not isinstance(path, str):
+            continue
+        try:
+            cls = import_dotted(path)
+        except (ImportError, AttributeError, ValueError) as err:
+            return f"trainer.callbacks: class_path {path!r} does not import ({err}); fix: the module's full dotted path"
+        other = namespace_of(cls)
+        name = path.rsplit(".", 1)[-1]
+        if other is not None and other != ns:
+            return (
+                f"trainer.callbacks: {path} is a `{other}` callback, but the model is a `{ns}` LightningModule and so"
+                f" is the Trainer: Lightning does not mix the two packages; use: class_path: {ns}.callbacks.{name}"
+            )
+        if not (isinstance(cls, type) and any(k.__name__ == "Callback" for k in cls.__mro__)):
+            return f"trainer.callbacks: {path} is not a Lightning callback; fix: give a subclass of {ns}.callbacks.Callback"
+    return None
 
 
 def _setting_choices(key: Optional[str]) -> list[str]:

@@ -63,6 +63,17 @@ class Boom(pl.LightningModule):
 
 class NotAModule:
     pass
+
+
+import pytorch_lightning
+
+
+class OlderNet(pytorch_lightning.LightningModule):
+    # a model of the older package (its Trainer follows it)
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 1)
 """
 
 QUIET = ["--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
@@ -87,6 +98,10 @@ def project(tmp_path, monkeypatch):
         "steps.yaml": "trainer:\n  max_steps: 5\n",
         "nowhere.yaml": "model:\n  class_path: nowhere_pkg.Model\n",
         "a_file.txt": "not a folder\n",
+        "mixed_callback.yaml": "model:\n  class_path: bi_proj.OlderNet\ntrainer:\n  callbacks:\n"
+        "    - class_path: lightning.pytorch.callbacks.EarlyStopping\n      init_args: {monitor: loss}\n",
+        "not_a_callback.yaml": "model:\n  class_path: bi_proj.Net\ntrainer:\n  callbacks:\n"
+        "    - class_path: bi_proj.NotAModule\n",
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -113,6 +128,13 @@ CASES: list[tuple[str, list[str], str]] = [
     ("model-raises", ["fit", "--config", "boom.yaml"], "my model cannot start"),
     ("data-without-model", ["fit", "--config", "data_only.yaml"], "sets data (bi_proj.Data) but no model"),
     ("no-such-module", ["fit", "--config", "nowhere.yaml"], "No module named 'nowhere_pkg'"),
+    # a callback of the other Lightning package than the model's, given in the YAML (issue 38 item 5)
+    (
+        "callback-of-the-other-package",
+        ["fit", "--config", "mixed_callback.yaml"],
+        "use: class_path: pytorch_lightning.callbacks.EarlyStopping",
+    ),
+    ("callback-not-a-callback", ["fit", "--config", "not_a_callback.yaml"], "is not a Lightning callback"),
     ("bad-cli-value", ["fit", "--config", "steps.yaml", "--trainer.max_steps", "abc"], "given on the command line"),
     ("unknown-trainer-key", ["fit", "--config", "my.yaml", "--trainer.max_stepz=3"], "did you mean"),
     ("unknown-speedups-key", ["fit", *speedups("chanels_last: true")], "did you mean: speedups.channels_last"),
