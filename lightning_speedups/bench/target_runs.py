@@ -1,0 +1,231 @@
+"""Time to a target (``bench --target``): how the candidates are ordered and planned, and how a bench's runs are
+budgeted there (a candidate that missed stops, freed budget runs the candidates the plan cut, a run stops once it
+can no longer be faster than the baseline). :class:`~lightning_speedups.bench.runner.Bench` takes
+:class:`TargetRuns`' methods; the throughput phases and the pick stay in the runner."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Optional
+
+from lightning_speedups.bench.args import flatten, preset_speedups
+from lightning_speedups.bench.host import BenchState
+from lightning_speedups.bench.results import VariantRecord
+from lightning_speedups.bench.variants import TARGET_VARIANTS, Variant
+from lightning_speedups.config import all_settings
+
+#: time-to-target mode: the spans a learning-rate schedule is tried at, as shares of the optimizer steps the
+#: baseline took to the target, likeliest winner first: annealed at three quarters of them (likely to
+#: reach the target, and sooner), at half (a larger gain when the annealed model is good enough), at all
+#: of them (reaches it, gains least)
+PLAN_FRACTIONS = (0.75, 0.5, 1.0)
+#: a candidate's run stops once its training time passes the slowest baseline run's time to the target
+#: by this share (or by the baselines' own spread, when wider): from there it can no longer be faster
+CAP_MARGIN = 0.10
+
+
+def schedules(variant: Variant) -> bool:
+    """Whether a variant turns on a learning-rate schedule (``lr_schedule.name`` other than off)."""
+    return _schedule_name(variant) not in ("off", None)
+
+
+def _schedule_name(variant: Variant) -> Any:
+    keys: dict[str, Any] = {}
+    for section in preset_speedups(variant):
+        keys.update(flatten(section))
+    keys.update(variant.overrides)
+    return keys.get("lr_schedule.name")
+
+
+def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = PLAN_FRACTIONS) -> list[Variant]:
+    """Time-to-target mode: each variant with a schedule becomes one variant per span in ``fractions`` of
+    the baseline's steps to the target (set by :meth:`Bench._plan_from_baseline` once measured). The
+    config's own length is no plan for it: the run stops at the target, and a schedule over the rest of
+    ``max_epochs`` (or Lightning's default 1000 epochs) is still warming up there."""
+    out: list[Variant] = []
+    preset_schedules = {_schedule_name(v) for v in variants if v.kind == "preset" and schedules(v)}
+    for v in variants:
+        if v.kind == "tip" and schedules(v) and _schedule_name(v) in preset_schedules:
+            continue  # a tip's schedule that a preset runs too (T01's one-cycle: converge): not twice
+        if not schedules(v) or v.plan_fraction is not None:
+            out.append(v)
+            continue
+        for f in fractions:
+            out.append(
+                dataclasses.replace(
+                    v,
+                    name=f"{v.name} @{f:g}x",
+                    plan_fraction=f,
+                    description=f"{v.description}; the schedule spans {f:g}x the baseline's steps to the target",
+                )
+            )
+    return out
+
+
+def target_order(tips: list[Variant], presets: list[Variant]) -> list[Variant]:
+    """The candidates of a time-to-target bench, likeliest first, so that a --budget that cannot hold them
+    all spends itself there: presets that change the optimisation (``converge``, ``fast+converge``), then
+    the tips' own target-mode variants (the records' ``BenchVariant(mode="target")``), then the other
+    presets, then the throughput-only tips (their samples/s gain shortens the time a little)."""
+
+    owners = {s.path: owner for owner, s in all_settings()}
+
+    def converges(v: Variant) -> bool:  # a preset that sets a key of a tip with target-mode variants
+        keys = [k for section in preset_speedups(v) for k in flatten(section)]
+        return any(
+            owner in TARGET_VARIANTS
+            for k in keys
+            for path, owner in owners.items()
+            if k == path or k.startswith(path + ".")
+        )
+
+    def target_tip(v: Variant) -> bool:
+        return bool(v.tips) and v.tips[0] in TARGET_VARIANTS
+
+    order = [v for v in presets if converges(v)]
+    order += [v for v in tips if target_tip(v)]
+    order += [v for v in presets if not converges(v)]
+    order += [v for v in tips if not target_tip(v)]
+    return order
+
+
+class TargetRuns(BenchState):
+    """The time-to-target budgeting of a :class:`~lightning_speedups.bench.runner.Bench` (it inherits these)."""
+
+    def _cannot_win(self, record: VariantRecord) -> bool:
+        """Target mode: a candidate with a run that missed the target can no longer be picked (every run must
+        reach it), so its other repeats are not run; the budget they would take goes to the next candidates."""
+        if self.target is None or record.variant.kind in ("baseline", "aa"):
+            return False
+        missed = [r for r in record.runs if r.get("status") == "ok" and not r.get("reached")]
+        if missed:
+            if record.variant.name not in self._stopped:
+                self._stopped.append(record.variant.name)
+            self._spared.append(self._estimate(record.variant))
+        return bool(missed)
+
+    def _run_waiting(self, repeats: int) -> None:
+        """Target mode: the budget a stopped candidate left runs the candidates the plan had cut, in its order,
+        each at the same repeats, while they fit."""
+        ran = []
+        for record in list(self._waiting):
+            if self._estimate(record.variant) * repeats > self._remaining():
+                break
+            self._waiting.remove(record)
+            record.skipped = None
+            self._add_total(repeats)
+            for repeat in range(repeats):
+                if self._cannot_win(record) or self._estimate(record.variant) > self._remaining():
+                    self._add_total(-1)
+                    continue
+                self._run_one(record, repeat)
+            ran.append(record.variant.name)
+        if ran:
+            self.notes.append(
+                f"the budget that stopped candidates left (a miss cannot be picked, so their other repeats were not"
+                f" run) ran: {', '.join(ran)}"
+            )
+
+    def _plan_from_baseline(self, first: dict[str, Any]) -> None:
+        """Time-to-target mode: the schedules' spans from the optimizer steps the baseline's first run took
+        to the target (``plan_fraction`` of them); without them the schedule variants are not run."""
+        steps = first.get("steps_to_target") if first.get("reached") else None
+        planned = [r for r in self.records if r.variant.plan_fraction is not None]
+        if not planned:
+            return
+        if not steps:
+            for record in planned:
+                record.skipped = (
+                    "not run: its schedule spans a share of the baseline's steps to the target, and the baseline"
+                    " did not reach it"
+                )
+            self._add_total(-len(planned) * self.options.repeats)
+            return
+        spans = {}
+        for record in planned:
+            f = record.variant.plan_fraction
+            assert f is not None
+            spans[f] = max(1, round(f * int(steps)))
+            overrides = {**record.variant.overrides, "lr_schedule.plan": spans[f]}
+            record.variant = dataclasses.replace(record.variant, overrides=overrides)
+        each = ", ".join(f"{n:,} ({f:g}x)" for f, n in sorted(spans.items()))
+        assert self.target is not None  # called in time-to-target mode only
+        self.notes.append(
+            f"plan: the baseline reached {self.target.text()} in {int(steps):,} optimizer steps (seed"
+            f" {self.options.seed}), so the schedules span {each} optimizer steps (lr_schedule.plan), not the"
+            " config's length"
+        )
+
+    def _cap(self, variant: Variant) -> tuple[float, Optional[str]]:
+        """A target run's training-time cap, and why when it is not ``--target-max-time``: a candidate stops
+        once it passes the slowest baseline run's time to the target (plus the noise), where it can no
+        longer win."""
+        o = self.options
+        if variant.kind in ("baseline", "aa") or self.target is None:
+            return o.target_max_time, None
+        times = [
+            float(r["time_to_target_s"])
+            for b in self.baselines.values()
+            for r in b.runs
+            if r.get("reached") and r.get("time_to_target_s")
+        ]
+        if not times:
+            return o.target_max_time, None
+        slowest = max(times)
+        spread = (slowest - min(times)) / statistics.median(times) if len(times) > 1 else 0.0
+        margin = max(CAP_MARGIN, spread)
+        cap = slowest * (1.0 + margin)
+        if cap >= o.target_max_time:
+            return o.target_max_time, None
+        why = (
+            f"stopped at {cap:.0f} s of training, past the slowest baseline run's time to the target ({slowest:.0f} s)"
+            f" + {margin:.0%}: it could no longer be faster"
+        )
+        return cap, why
+
+    def saved_by_caps(self) -> tuple[int, float]:
+        """``(runs stopped early, seconds of training)``: what stopping candidates at the baseline's time saved,
+        against training each on to ``--target-max-time`` (an upper bound: some would have reached the target
+        before it)."""
+        cut = [r for rec in self.records for r in rec.runs if r.get("cap_reason") and r.get("timed_out")]
+        return len(cut), sum(max(self.options.target_max_time - float(r["cap_s"]), 0.0) for r in cut)
+
+    def _cut_for_repeats(self, first_wall: float) -> Optional[int]:
+        """Target mode with a budget too small for every candidate at every repeat: the repeats (at least
+        2, at most ``--repeats``) at which the most candidates fit, in the plan's order, with the baseline;
+        the rest are marked not run. Breadth wins over depth: the interval pools the spread over every
+        variant's runs, so a third repeat of one candidate buys less than a second candidate.
+        ``None``: not even one candidate fits twice."""
+        o = self.options
+        best: Optional[tuple[int, int]] = None
+        for repeats in range(o.repeats, 1, -1):
+            total, k = -first_wall, 0  # the baseline's first run is already done
+            for record in self.records:
+                if record.skipped:
+                    continue
+                cost = self._estimate(record.variant) * repeats
+                if total + cost > self._remaining():
+                    break
+                total += cost
+                k += 1
+            if k >= 2 and (best is None or k > best[1]):
+                best = (repeats, k)
+        if best is None:
+            return None
+        repeats, k = best
+        kept = [r for r in self.records if not r.skipped][:k]
+        cut = [r for r in self.records if not r.skipped and r not in kept]
+        self._waiting = [r for r in cut if r.variant.kind != "aa"]  # the A/A pair: never from freed budget
+        for record in cut:
+            record.skipped = (
+                f"not run: the {o.flag('budget')} held the first {k - 1} candidates in the plan's order at"
+                f" {repeats} paired repeats"
+            )
+        if cut:
+            self.notes.append(
+                f"{o.flag('budget')} {o.budget:g} s: the first {k - 1} candidates at {repeats} repeats;"
+                f" not run: {', '.join(r.variant.name for r in cut)}"
+            )
+        self._add_total((repeats - o.repeats) * len(self.records) - repeats * len(cut))
+        return repeats
