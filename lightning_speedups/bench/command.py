@@ -36,6 +36,17 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    _what_to_time(p)
+    _how_to_run(p)
+    _what_to_write(p)
+    _how_to_judge(p)
+    _time_to_target(p)
+    _the_baseline(p)
+    return p
+
+
+def _what_to_time(p: argparse.ArgumentParser) -> None:
+    """--tips, --presets: the variants."""
     p.add_argument(
         "--tips",
         nargs="+",
@@ -50,6 +61,10 @@ def parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="packaged presets to time ('none' for none); default: every single-device preset",
     )
+
+
+def _how_to_run(p: argparse.ArgumentParser) -> None:
+    """--steps, --warmup, --repeats, --budget, --device."""
     p.add_argument("--steps", type=int, default=20, help="timed batches per run (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="batches before the timed ones, reported apart (default 3)")
     p.add_argument("--repeats", type=int, default=3, help="runs of every variant, interleaved (default 3)")
@@ -61,6 +76,10 @@ def parser() -> argparse.ArgumentParser:
         help="plan within this many seconds: fewer repeats, then fewer variants, then no search",
     )
     p.add_argument("--device", choices=DEVICES, default="auto", help="cpu, cuda or auto (default)")
+
+
+def _what_to_write(p: argparse.ArgumentParser) -> None:
+    """--json, --plot, --markdown, --write-preset."""
     p.add_argument("--json", default=None, metavar="PATH", help="write every raw figure here")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG chart here")
     p.add_argument("--markdown", default=None, metavar="PATH", help="write the table as Markdown here")
@@ -70,6 +89,10 @@ def parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write the fastest variant that passed the sanity check as a YAML preset",
     )
+
+
+def _how_to_judge(p: argparse.ArgumentParser) -> None:
+    """--seed, the pick's thresholds, the extras and how each run is isolated, limited and shown."""
     p.add_argument("--seed", type=int, default=0, help="seed of every run (same data order and init)")
     p.add_argument(
         "--min-gain",
@@ -107,6 +130,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-memory-step", action="store_true", help="CPU: skip the profiled batch for the memory figure")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--log-dir", default=None, help="keep every run's spec, result and log here")
+
+
+def _time_to_target(p: argparse.ArgumentParser) -> None:
+    """--target and its options."""
     g = p.add_argument_group("time to target (rank by how soon a metric reaches a goal, not by samples/s)")
     g.add_argument(
         "--target",
@@ -135,6 +162,10 @@ def parser() -> argparse.ArgumentParser:
         metavar="BATCHES",
         help="training batches between checks (default: the config's val_check_interval)",
     )
+
+
+def _the_baseline(p: argparse.ArgumentParser) -> None:
+    """--no-noise-pair, --baseline."""
     p.add_argument(
         "--no-noise-pair",
         action="store_true",
@@ -147,7 +178,6 @@ def parser() -> argparse.ArgumentParser:
         help="reset (default): every speed-up your config sets is turned off in the baseline;"
         " yours: your config as given is the baseline and each tip is added on top",
     )
-    return p
 
 
 def options_from_argv(argv: Sequence[str]) -> tuple[BenchOptions, argparse.Namespace]:

@@ -164,10 +164,19 @@ def print_report(
 ) -> None:
     """Print the report with rich (to ``console``, default stdout)."""
     from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
 
     con = _console(console)
+    con.print(Panel(_header(facts, result), title=title, expand=False))
+    _print_principles(con, findings, facts)
+    _print_findings(con, findings)
+    _print_fine_and_unchecked(con, findings, show_ok)
+    _print_tail(con, findings, result, fail_on)
+
+
+def _header(facts: Facts, result: Any) -> Any:
+    """The report's header: the model, the data, the device, the precision, the steps, the configs and options."""
+    from rich.text import Text
+
     meta = _meta(facts, result)
     head = Text()
     head.append(f"{meta['model'] or 'model ?'}", style="bold")
@@ -193,9 +202,14 @@ def print_report(
             head.append("\n" + _verify_line(verified))
     if facts.run_error:
         head.append(f"\nthe training steps failed: {facts.run_error}", style="bold red")
-    con.print(Panel(head, title=title, expand=False))
+    return head
 
-    # the three principles
+
+def _print_principles(con: Any, findings: Sequence[Finding], facts: Facts) -> None:
+    """One row per principle: its headline and the tips to change."""
+    from rich.table import Table
+    from rich.text import Text
+
     summary = principle_summary(findings, facts)
     table = Table(show_header=False, box=None, pad_edge=False, padding=(0, 2))
     table.add_column(style="bold")
@@ -209,7 +223,11 @@ def print_report(
     con.print(table)
     con.print()
 
-    # findings by severity, then those their measurement demoted
+
+def _print_findings(con: Any, findings: Sequence[Finding]) -> None:
+    """The findings by severity, with their evidence and fix, then those their measurement demoted."""
+    from rich.text import Text
+
     groups = [
         (
             sev.upper(),
@@ -243,6 +261,11 @@ def print_report(
                 con.print(Text(f"    note: {note}", style="dim"))
         con.print()
 
+
+def _print_fine_and_unchecked(con: Any, findings: Sequence[Finding], show_ok: bool) -> None:
+    """The tips that are fine here, and those not checked here with how to check them."""
+    from rich.text import Text
+
     ok = [f for f in findings if f.status == "ok"]
     if ok and show_ok:
         con.print(Text(f"FINE ({len(ok)})", style="bold green"))
@@ -263,6 +286,11 @@ def print_report(
             if f.fix:
                 con.print(Text(f"      how: {f.fix}", style="dim"))
         con.print()
+
+
+def _print_tail(con: Any, findings: Sequence[Finding], result: Any, fail_on: str | None) -> None:
+    """The counts, and the exit code ``--fail-on`` gives."""
+    from rich.text import Text
 
     c = counts(findings)
     tail = Text(
