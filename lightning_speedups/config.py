@@ -33,7 +33,7 @@ from lightning_speedups.callbacks import AutomaticOptimizationFlags, AutoProbe, 
 from lightning_speedups.callbacks.safeguard import Safeguard
 from lightning_speedups.errors import SettingError
 from lightning_speedups.tips import TIPS
-from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting
+from lightning_speedups.tips.record import BuildContext, Note, Placed, Setting, at
 from lightning_speedups.tips.t01_lr_schedule import ScheduleSettings
 from lightning_speedups.tips.t02_loader_workers import LoaderSettings
 from lightning_speedups.tips.t04_max_batch import LargestBatchSettings
@@ -50,11 +50,6 @@ PACK_SETTINGS: tuple[Setting, ...] = (
     Setting("monitors.advisor", bool, False, doc="Run the doctor's checks inside the fit (SpeedAdvisor)."),
     Setting("summary", bool, True, doc="Print which speed-ups are active and which were skipped, and why."),
 )
-DEFERRED_ORDER = 0
-PROBE_ORDER = 1
-ADVISOR_ORDER = 900
-SAFEGUARD_ORDER = 950
-SUMMARY_ORDER = 1000
 
 
 def all_settings() -> list[tuple[str, Setting]]:
@@ -184,19 +179,19 @@ class SpeedupsBase:
         placed: list[Placed] = []
         # Trainer arguments that waited for the model: set (or skipped with the fix) in setup, first
         for d in self._build_context(accelerator, "auto", model).deferred:
-            placed.append((DEFERRED_ORDER, AutomaticOptimizationFlags(d.name, d.tip, d.kwargs, d.what, d.fix)))
+            placed.append((at("deferred_flags"), AutomaticOptimizationFlags(d.name, d.tip, d.kwargs, d.what, d.fix)))
         for tip in TIPS:
             placed.extend(tip.callbacks(self, ctx))
         if any(isinstance(cb, SpeedupCallback) and cb.uses_probe for _, cb in placed):
             # the auto settings that depend on the model are timed on it at the first batch
-            placed.append((PROBE_ORDER, AutoProbe()))
+            placed.append((at("auto_probe"), AutoProbe()))
         if self.monitors.advisor:
-            placed.append((ADVISOR_ORDER, SpeedAdvisor()))
+            placed.append((at("advisor"), SpeedAdvisor()))
         # after every part: what changes the step is tried on the first batch and watched in the first steps
         chosen = self._build_context(accelerator, "auto", model).trainer_kwargs.get("precision")
-        placed.append((SAFEGUARD_ORDER, Safeguard(precision=None if chosen is None else str(chosen))))
+        placed.append((at("safeguard"), Safeguard(precision=None if chosen is None else str(chosen))))
         if self.summary:
-            placed.append((SUMMARY_ORDER, SpeedupsSummary(ctx.notes)))
+            placed.append((at("summary"), SpeedupsSummary(ctx.notes)))
         # a stable sort: parts at the same order keep the records' order
         return [cb for _, cb in sorted(placed, key=lambda pair: pair[0])]
 

@@ -32,8 +32,52 @@ if TYPE_CHECKING:  # pragma: no cover - types only
     from lightning_speedups.inspection import Facts, Finding
 
 
-#: A callback and its position in the callback list (lower runs first in every hook).
+#: A callback and its position in the callback list (lower runs first in every hook): ``(at("phase"), callback)``.
 Placed = tuple[int, "Callback"]
+
+#: Where each part sits in the callback list, in one table (a part's hooks run before those of the parts below it):
+#: the flags deferred to the model and the start-up probe first; the batch size before the loaders are built;
+#: model surgery before the optimizer exists (conv bias, layout, checkpointing, float8 linears, then compilation
+#: over the result); the precision and kernel flags; the optimizer's kernels and the schedule over them; the
+#: monitors after every part; the doctor's checks, the Safeguard that tries what the parts changed, the summary last.
+PHASES: dict[str, int] = {
+    "debug_mode": 0,
+    "deferred_flags": 0,
+    "auto_probe": 1,
+    "effective_batch": 10,
+    "largest_batch": 20,
+    "loaders": 30,
+    "device_normalize": 40,
+    "conv_bias": 50,
+    "channels_last": 60,
+    "checkpointing": 70,
+    "float8": 75,
+    "compile": 80,
+    "tf32": 90,
+    "probed_precision": 91,
+    "cudnn_benchmark": 100,
+    "agc": 110,
+    "optimizer": 120,
+    "lr_schedule": 130,
+    "data_wait": 200,
+    "input_stats": 210,
+    "non_blocking": 220,
+    "storage": 230,
+    "sync_guard": 240,
+    "debug_tools": 250,
+    "no_grad_eval": 251,
+    "grads_to_none": 252,
+    "advisor": 900,
+    "safeguard": 950,
+    "summary": 1000,
+}
+
+
+def at(phase: str) -> int:
+    """The place of ``phase`` in the callback list (:data:`PHASES`); an unknown name is a bug of the pack."""
+    return PHASES[phase]
+
+
 #: ``(name, active, reason)``: one line of the start-up summary.
 Note = tuple[str, bool, str]
 
@@ -412,7 +456,9 @@ __all__ = [
     "BuildContext",
     "Deferred",
     "Note",
+    "PHASES",
     "Placed",
+    "at",
     "Setting",
     "SettingError",
     "SuiteCase",

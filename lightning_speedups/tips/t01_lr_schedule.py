@@ -21,7 +21,7 @@ from lightning_speedups.callbacks import LRSchedule
 from lightning_speedups.callbacks.lr_range_test import RANGE_TEST_MIN_STEPS
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
 
 
 @dataclass
@@ -101,7 +101,7 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T01 adds, each at its place in the callback list."""
     if s.lr_schedule.name == "off":
         return []
-    return [(130, LRSchedule(**dataclasses.asdict(s.lr_schedule)))]
+    return [(at("lr_schedule"), LRSchedule(**dataclasses.asdict(s.lr_schedule)))]
 
 
 TIP = Tip(

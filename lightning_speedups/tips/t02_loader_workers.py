@@ -22,7 +22,7 @@ from lightning_speedups.callbacks import DataWaitMonitor, LoaderTuning
 from lightning_speedups.functional import auto_num_workers
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import loader_label, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
 
 
 @dataclass
@@ -133,9 +133,9 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T02 adds, each at its place in the callback list."""
     out: list[Placed] = []
     if s.loaders.enabled():
-        out.append((30, LoaderTuning(**dataclasses.asdict(s.loaders))))
+        out.append((at("loaders"), LoaderTuning(**dataclasses.asdict(s.loaders))))
     if s.monitors.data_wait:
-        out.append((200, DataWaitMonitor()))
+        out.append((at("data_wait"), DataWaitMonitor()))
     return out
 
 

@@ -19,7 +19,7 @@ from lightning_speedups.callbacks import LargestBatch
 from lightning_speedups.functional import find_largest_batch_size
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
 
 
 @dataclass
@@ -79,7 +79,7 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
         return []
     return [
         (
-            20,
+            at("largest_batch"),
             LargestBatch(
                 memory_budget=lb.memory_budget,
                 multiple=lb.multiple,

@@ -23,7 +23,7 @@ from lightning_speedups.functional import cuda_supports_bf16, resolve_precision
 from lightning_speedups.functional.precision import PrecisionChoice, accelerator_is_cuda, cpu_fast_bf16, resolve_float8
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import device_words
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 PrecisionSetting = PrecisionChoice  # the values speedups.precision accepts, kept in functional.precision
 
@@ -98,12 +98,11 @@ def _probed(s: Any, ctx: BuildContext) -> bool:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T05 adds, each at its place in the callback list."""
-    out: list[Placed] = [(90, MatmulPrecision(s.tf32))] if s.tf32 != "off" else []
+    out: list[Placed] = [(at("tf32"), MatmulPrecision(s.tf32))] if s.tf32 != "off" else []
     if _probed(s, ctx):
-        out.append((91, ProbedPrecision()))
+        out.append((at("probed_precision"), ProbedPrecision()))
     if s.precision == "fp8" and resolve_float8(ctx.accelerator)[0]:
-        # model surgery in setup, before the optimizer exists: after checkpointing (70), before compile (80)
-        out.append((75, Float8Training()))
+        out.append((at("float8"), Float8Training()))
     return out
 
 

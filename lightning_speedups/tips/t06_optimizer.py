@@ -18,7 +18,7 @@ from typing import Any, Literal
 from lightning_speedups.callbacks import FusedOptimizer, fused_devices, implementation_of, optimizer_accepts
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -112,7 +112,7 @@ def check(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T06 adds, each at its place in the callback list."""
-    return [(120, FusedOptimizer(s.optimizer))] if s.optimizer != "off" else []
+    return [(at("optimizer"), FusedOptimizer(s.optimizer))] if s.optimizer != "off" else []
 
 
 def _fused(trainer: Any, model: Any, callbacks: Any) -> None:

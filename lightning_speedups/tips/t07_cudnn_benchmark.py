@@ -16,7 +16,7 @@ from typing import Any, Literal
 from lightning_speedups.callbacks import CudnnBenchmark, ShapeWatch
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 Toggle = Literal["off", "auto", "on"]
 
@@ -63,7 +63,7 @@ def check(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T07 adds, each at its place in the callback list."""
-    return [(100, CudnnBenchmark(s.cudnn_benchmark))] if s.cudnn_benchmark != "off" else []
+    return [(at("cudnn_benchmark"), CudnnBenchmark(s.cudnn_benchmark))] if s.cudnn_benchmark != "off" else []
 
 
 TIP = Tip(

@@ -18,7 +18,7 @@ from lightning_speedups.callbacks import SyncGuard
 from lightning_speedups.functional import SyncWatcher
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import plural
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -70,7 +70,7 @@ def _host_reads(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T08 adds, each at its place in the callback list."""
-    return [(240, SyncGuard(mode=s.monitors.sync_guard))] if s.monitors.sync_guard != "off" else []
+    return [(at("sync_guard"), SyncGuard(mode=s.monitors.sync_guard))] if s.monitors.sync_guard != "off" else []
 
 
 TIP = Tip(

@@ -18,7 +18,7 @@ from lightning_speedups.callbacks import ActivationCheckpointing
 from lightning_speedups.functional import checkpoint_modules
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes, missing_reason, names_text, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 @dataclass
@@ -68,7 +68,7 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T09 adds, each at its place in the callback list."""
     if not s.checkpointing.targets:
         return []
-    return [(70, ActivationCheckpointing(targets=list(s.checkpointing.targets)))]
+    return [(at("checkpointing"), ActivationCheckpointing(targets=list(s.checkpointing.targets)))]
 
 
 TIP = Tip(

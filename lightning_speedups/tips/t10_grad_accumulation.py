@@ -16,7 +16,7 @@ from typing import Any, Optional
 from lightning_speedups.callbacks import EffectiveBatchSize
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import plural
-from lightning_speedups.tips.record import Bounds, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import Bounds, BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 _BATCHNORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
 
@@ -55,7 +55,11 @@ def check(facts: Facts) -> Finding:
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T10 adds, each at its place in the callback list."""
     # before LargestBatch (order 20): the search then keeps this effective batch and lowers accumulation
-    return [(10, EffectiveBatchSize(s.effective_batch_size))] if s.effective_batch_size is not None else []
+    return (
+        [(at("effective_batch"), EffectiveBatchSize(s.effective_batch_size))]
+        if s.effective_batch_size is not None
+        else []
+    )
 
 
 def _accumulates(trainer: Any, model: Any, callbacks: Any) -> None:

@@ -18,7 +18,7 @@ from lightning_speedups.callbacks import GradsToNoneCheck
 from lightning_speedups.functional.grads import FIX, find_zeroed_grads
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason, names_text, plural
-from lightning_speedups.tips.record import BuildContext, Placed, SuiteCase, Tip
+from lightning_speedups.tips.record import BuildContext, Placed, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -42,7 +42,7 @@ def check(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T12 adds, each at its place in the callback list."""
-    return [(252, GradsToNoneCheck())] if s.monitors.checks else []
+    return [(at("grads_to_none"), GradsToNoneCheck())] if s.monitors.checks else []
 
 
 TIP = Tip(

@@ -18,7 +18,7 @@ from lightning_speedups.callbacks import DebugMode, DebugToolsCheck
 from lightning_speedups.functional import find_debug_tools
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -43,9 +43,9 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T14 adds, each at its place in the callback list."""
     out: list[Placed] = []
     if s.debug:
-        out.append((0, DebugMode()))
+        out.append((at("debug_mode"), DebugMode()))
     if s.monitors.checks:
-        out.append((250, DebugToolsCheck()))
+        out.append((at("debug_tools"), DebugToolsCheck()))
     return out
 
 

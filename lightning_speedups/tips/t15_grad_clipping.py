@@ -19,7 +19,7 @@ from lightning_speedups.callbacks import AdaptiveGradientClipping
 from lightning_speedups.functional import adaptive_clip_grad_
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, bounded
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
 
 
 @dataclass
@@ -111,7 +111,7 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     if clip.algorithm != "agc":
         return []
     factor = clip.value if clip.value is not None else 0.01
-    return [(110, AdaptiveGradientClipping(clipping=factor, eps=clip.agc_eps, exclude=clip.agc_exclude))]
+    return [(at("agc"), AdaptiveGradientClipping(clipping=factor, eps=clip.agc_eps, exclude=clip.agc_exclude))]
 
 
 def _clipped(trainer: Any, model: Any, callbacks: Any) -> None:

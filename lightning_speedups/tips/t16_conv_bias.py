@@ -19,7 +19,7 @@ from lightning_speedups.callbacks import ConvBiasRemoval
 from lightning_speedups.functional import fold_conv_bias_state_dict, remove_conv_bias
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason, names_text, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -71,7 +71,7 @@ def check(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T16 adds, each at its place in the callback list."""
-    return [(50, ConvBiasRemoval())] if s.conv_bias else []
+    return [(at("conv_bias"), ConvBiasRemoval())] if s.conv_bias else []
 
 
 TIP = Tip(

@@ -17,7 +17,7 @@ from lightning_speedups.callbacks import NoGradEvalCheck
 from lightning_speedups.functional import EvalGradWatch
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason, plural
-from lightning_speedups.tips.record import BuildContext, Placed, SuiteCase, Tip
+from lightning_speedups.tips.record import BuildContext, Placed, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -45,7 +45,7 @@ def check(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T17 adds, each at its place in the callback list."""
-    return [(251, NoGradEvalCheck())] if s.monitors.checks else []
+    return [(at("no_grad_eval"), NoGradEvalCheck())] if s.monitors.checks else []
 
 
 #: the check watches evaluation: the suite runs one validation batch after every training step

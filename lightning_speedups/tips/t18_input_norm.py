@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 from lightning_speedups.callbacks import DeviceNormalize, InputStatsCheck
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes, missing_reason, plural
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip, bounded
+from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
 
 
 @dataclass
@@ -96,9 +96,9 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     dn = s.device_normalize
     if dn.mean:
         # before ChannelsLast (order 60): both wrap on_after_batch_transfer, and the images must be float first
-        out.append((40, DeviceNormalize(mean=list(dn.mean), std=list(dn.std), keys=dn.keys)))
+        out.append((at("device_normalize"), DeviceNormalize(mean=list(dn.mean), std=list(dn.std), keys=dn.keys)))
     if s.monitors.input_stats:
-        out.append((210, InputStatsCheck()))
+        out.append((at("input_stats"), InputStatsCheck()))
     return out
 
 

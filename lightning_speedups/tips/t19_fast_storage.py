@@ -17,7 +17,7 @@ from lightning_speedups.callbacks import StorageCheck
 from lightning_speedups.functional import storage_report
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -62,7 +62,7 @@ def check(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T19 adds, each at its place in the callback list."""
-    return [(230, StorageCheck(root=s.monitors.storage_root))] if s.monitors.storage else []
+    return [(at("storage"), StorageCheck(root=s.monitors.storage_root))] if s.monitors.storage else []
 
 
 TIP = Tip(

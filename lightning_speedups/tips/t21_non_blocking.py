@@ -17,7 +17,7 @@ from typing import Any
 from lightning_speedups.callbacks import NonBlockingCheck
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import names_text
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -48,7 +48,7 @@ def check(facts: Facts) -> Finding:
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T21 adds, each at its place in the callback list."""
-    return [(220, NonBlockingCheck())] if s.monitors.non_blocking else []
+    return [(at("non_blocking"), NonBlockingCheck())] if s.monitors.non_blocking else []
 
 
 TIP = Tip(

@@ -21,7 +21,7 @@ from lightning_speedups.functional import compile_modules
 from lightning_speedups.functional.precision import accelerator_is_cuda
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason, names_text, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 @dataclass
@@ -110,7 +110,12 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
         )
         return []
     extra = {"backend": c.backend} if c.backend else {}
-    return [(80, CompileModules(modules=c.modules, mode=c.mode, dynamic=c.dynamic, fullgraph=c.fullgraph, **extra))]
+    return [
+        (
+            at("compile"),
+            CompileModules(modules=c.modules, mode=c.mode, dynamic=c.dynamic, fullgraph=c.fullgraph, **extra),
+        )
+    ]
 
 
 TIP = Tip(

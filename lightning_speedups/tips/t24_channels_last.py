@@ -17,7 +17,7 @@ from lightning_speedups.callbacks import ChannelsLast
 from lightning_speedups.functional import batch_to_channels_last, to_channels_last
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import counted, missing_reason, names_text, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip
+from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at
 
 
 def check(facts: Facts) -> Finding:
@@ -73,7 +73,7 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
     """The callbacks T24 adds, each at its place in the callback list."""
     if not s.channels_last:
         return []
-    return [(60, ChannelsLast(auto=s.channels_last == "auto"))]
+    return [(at("channels_last"), ChannelsLast(auto=s.channels_last == "auto"))]
 
 
 def _nhwc(model: Any) -> bool:
