@@ -7,8 +7,9 @@ guess. Mixed into :class:`~lightning_speedups.lint.context.FileContext`.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 from lightning_speedups.lint.astutil import (
     _CUDA_STR,
@@ -52,6 +53,9 @@ _BACKWARD_CALLS = frozenset({"backward", "manual_backward"})
 _BACKWARD_OWNERS = ("accelerator", "fabric", "engine", "trainer", "self", "model", "scaler", "strategy", "precision")
 
 
+T = TypeVar("T")
+
+
 class Classifiers:
     """The classifier methods of :class:`FileContext` (they use its names, bindings and node lists)."""
 
@@ -65,6 +69,8 @@ class Classifiers:
         strings: list[str]
 
         def qualname(self, node: Optional[ast.AST]) -> Optional[str]: ...
+
+        def memo(self, key: str, make: Callable[[], T]) -> T: ...
         def call_name(self, call: ast.Call) -> Optional[str]: ...
         def scope_of(self, node: ast.AST) -> ast.AST: ...
         def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]: ...
@@ -202,7 +208,7 @@ class Classifiers:
         """``(names used as modules, names a backward runs on)`` directly in ``scope``: ``model.train()``,
         ``model.parameters()``, ``model = nn.DataParallel(model)``; ``loss.backward()``,
         ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``."""
-        memo: dict[ast.AST, tuple[frozenset[str], frozenset[str]]] = self.__dict__.setdefault("_scope_uses", {})
+        memo: dict[ast.AST, tuple[frozenset[str], frozenset[str]]] = self.memo("scope_uses", dict)
         found = memo.get(scope)
         if found is not None:
             return found

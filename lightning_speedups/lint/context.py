@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import PurePath
-from typing import Optional, Union, cast
+from typing import Any, Optional, TypeVar, Union, cast
 
 from lightning_speedups.lint.astutil import (  # noqa: F401 - re-exported for the rules
     _CANONICAL,
@@ -54,10 +54,15 @@ _Call, _Assign, _ClassDef, _Import, _ImportFrom, _Constant = (
 )
 
 
+T = TypeVar("T")
+
+
 class FileContext(Classifiers, Where):
     """One parsed file and the facts rules share about it (computed once, lazily)."""
 
     def __init__(self, tree: ast.Module, path: Union[str, os.PathLike[str]] = "<string>", source: str = "") -> None:
+        #: what rules and the project worked out about this file once, by name (:meth:`memo`)
+        self.memos: dict[str, Any] = {}
         self.tree = tree
         self.path = PurePath(path)
         self.source = source
@@ -138,6 +143,19 @@ class FileContext(Classifiers, Where):
         self.project: Optional[Project] = None
 
     # ------------------------------------------------------------------ names
+
+    def memo(self, key: str, make: Callable[[], T]) -> T:
+        """What ``make()`` returns, worked out once per file under ``key`` (a rule's or the project's cache: a
+        mapping it fills, an index it builds)."""
+        if key not in self.memos:
+            self.memos[key] = make()
+        return cast(T, self.memos[key])
+
+    def release(self) -> None:
+        """Drop everything worked out about the file and its link to the project (the project's ``close``)."""
+        self.memos.clear()
+        self.project = None
+
     def imports_name(self, name: str) -> bool:
         """``name`` is bound by an import somewhere in the file (resolvable or not)."""
         return name in self.aliases or name in self._ambiguous

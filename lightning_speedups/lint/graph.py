@@ -67,18 +67,19 @@ class Project:
         self._hot: Optional[set[ast.AST]] = None
         self._hot_files: set[str] = set()
         self._resolving: set[ast.AST] = set()  # calls whose returned class is being resolved
+        self._defs: Optional[tuple[frozenset[str], frozenset[str]]] = None  # _def_names, worked out once
 
     def close(self) -> None:
         """Drop the contexts and their links back to the project (a reference cycle: left alone, the
         garbage collector would later walk every ast node of the run to free them)."""
         for ctx in self._contexts.values():
             ctx.project = None
-            ctx.__dict__.clear()
+            ctx.release()
         self._contexts.clear()
         self._callers.clear()
         self._files = {}
         self._hot = None
-        self.__dict__.pop("_defs", None)
+        self._defs = None
         self._tokens = None
 
     def __len__(self) -> int:
@@ -142,34 +143,13 @@ class Project:
     # ------------------------------------------------------------------ names of a file
     def top_level(self, ctx: FileContext) -> dict[str, ast.AST]:
         """Module-level functions and classes of a file, by name."""
-        cached = ctx.__dict__.get("_top_level")
-        if cached is None:
-            cached = {}
-            for node in ctx.tree.body:
-                if isinstance(node, (*DEF_TYPES, ast.ClassDef)):
-                    cached[node.name] = node
-            ctx.__dict__["_top_level"] = cached
-        return cached
+        return ctx.memo(
+            "top_level", lambda: {n.name: n for n in ctx.tree.body if isinstance(n, (*DEF_TYPES, ast.ClassDef))}
+        )
 
     def imports(self, ctx: FileContext) -> dict[str, tuple[str, Optional[str], int]]:
         """``{local name: (module, attribute or None, level)}`` of the file's imports (any depth)."""
-        cached = ctx.__dict__.get("_import_table")
-        if cached is None:
-            cached = {}
-            for node in ctx.import_nodes:
-                if isinstance(node, ast.Import):
-                    for a in node.names:
-                        if a.asname:
-                            cached[a.asname] = (a.name, None, 0)
-                        else:
-                            top = a.name.split(".")[0]
-                            cached.setdefault(top, (top, None, 0))
-                elif isinstance(node, ast.ImportFrom):
-                    for a in node.names:
-                        if a.name != "*":
-                            cached[a.asname or a.name] = (node.module or "", a.name, node.level)
-            ctx.__dict__["_import_table"] = cached
-        return cached
+        return ctx.memo("import_table", lambda: _import_table(ctx))
 
     def _lookup(self, path: str, name: str, depth: int = 0) -> Optional[tuple[FileContext, ast.AST]]:
         """The function or class ``name`` defined (or re-exported) in the file ``path``."""
@@ -255,7 +235,7 @@ class Project:
     def _returned_class(self, ctx: FileContext, fn: _Def, depth: int) -> Optional[tuple[FileContext, ast.ClassDef]]:
         """The class of the project whose object ``fn`` returns on every ``return`` (``None`` when the
         returns differ, return something else, or there is none)."""
-        memo: dict[_Def, Optional[tuple[FileContext, ast.ClassDef]]] = ctx.__dict__.setdefault("_returned_class", {})
+        memo: dict[_Def, Optional[tuple[FileContext, ast.ClassDef]]] = ctx.memo("returned_class", dict)
         if fn in memo:
             return memo[fn]
         memo[fn] = None  # recursion guard
@@ -291,14 +271,7 @@ class Project:
         """What ``owner`` is assigned in its own scope (or, when nothing there, at module level); empty
         when it is a parameter there. Cheaper than the full bindings of the scope: only plain
         ``name = value`` assignments of the file are looked at, indexed once by name."""
-        index = ctx.__dict__.get("_assign_index")
-        if index is None:
-            index = {}
-            for node in ctx.assigns:
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        index.setdefault(target.id, []).append(node)
-            ctx.__dict__["_assign_index"] = index
+        index: dict[str, list[ast.Assign]] = ctx.memo("assign_index", lambda: _assign_index(ctx))
         found = index.get(owner.id)
         if not found:
             return []
@@ -307,7 +280,7 @@ class Project:
             args = scope.args
             if any(a.arg == owner.id for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]):
                 return []
-        values = [a.value for a in found if ctx.scope_of(a) is scope]
+        values: list[ast.AST] = [a.value for a in found if ctx.scope_of(a) is scope]
         if not values and scope is not ctx.tree:
             values = [a.value for a in found if ctx.scope_of(a) is ctx.tree]
         return values
@@ -421,7 +394,7 @@ class Project:
 
     def _def_names(self) -> tuple[frozenset[str], frozenset[str]]:
         """``(every def's name, every indented def's name)`` of the project's text, in one pass."""
-        cached = self.__dict__.get("_defs")
+        cached = self._defs
         if cached is None:
             import re
 
@@ -435,7 +408,7 @@ class Project:
                     every.add(name)
                     if indent:
                         indented.add(name)
-            cached = self.__dict__["_defs"] = (frozenset(every), frozenset(indented))
+            cached = self._defs = (frozenset(every), frozenset(indented))
         return cached
 
     def method_names(self) -> frozenset[str]:
@@ -448,27 +421,23 @@ class Project:
 
     def imports_gpu_module(self, ctx: FileContext) -> bool:
         """A project module that ``ctx`` imports mentions CUDA (where its device comes from)."""
-        memo = ctx.__dict__.get("_imports_gpu")
-        if memo is None:
-            memo = False
-            for module, attr, level in self.imports(ctx).values():
-                for mod in (module, f"{module}.{attr}" if attr else module):
-                    path = self.module_file(str(ctx.path), mod, level) if mod or level else None
-                    if path is not None and "cuda" in self._files[path][1]:
-                        memo = True
-                        break
-                if memo:
-                    break
-            ctx.__dict__["_imports_gpu"] = memo
-        return bool(memo)
+        return bool(ctx.memo("imports_gpu", lambda: self._imports_gpu(ctx)))
+
+    def _imports_gpu(self, ctx: FileContext) -> bool:
+        for module, attr, level in self.imports(ctx).values():
+            for mod in (module, f"{module}.{attr}" if attr else module):
+                path = self.module_file(str(ctx.path), mod, level) if mod or level else None
+                if path is not None and "cuda" in self._files[path][1]:
+                    return True
+        return False
 
     def imported_by_gpu_module(self, ctx: FileContext) -> bool:
         """A project file that mentions CUDA imports ``ctx``'s module (or its package): the tensors an
         algorithm's ``update()`` trains on may come from there (``agent.update(rollouts)`` in a
         ``main.py`` that moves them to the device)."""
-        memo = ctx.__dict__.get("_imported_by_gpu")
-        if memo is not None:
-            return bool(memo)
+        return bool(ctx.memo("imported_by_gpu", lambda: self._imported_by_gpu(ctx)))
+
+    def _imported_by_gpu(self, ctx: FileContext) -> bool:
         own = str(ctx.path)
         parts = _norm(own).split("/")
         stem = parts[-1][: -len(".py")] if parts[-1].endswith(".py") else parts[-1]
@@ -492,7 +461,6 @@ class Project:
                     break
             if memo:
                 break
-        ctx.__dict__["_imported_by_gpu"] = memo
         return memo
 
     def _imports_file(self, importer: FileContext, target: str) -> bool:
@@ -622,15 +590,43 @@ def _is_test_path(path: str) -> bool:
 
 
 def _calls_named(ctx: FileContext) -> dict[str, list[ast.Call]]:
-    cached = ctx.__dict__.get("_calls_named")
-    if cached is None:
-        cached = {}
+    def index() -> dict[str, list[ast.Call]]:
+        named: dict[str, list[ast.Call]] = {}
         for call in ctx.calls:
             name = terminal_name(call.func)
             if name:
-                cached.setdefault(name, []).append(call)
-        ctx.__dict__["_calls_named"] = cached
-    return cached
+                named.setdefault(name, []).append(call)
+        return named
+
+    return ctx.memo("calls_named", index)
 
 
 __all__ = ["Project"]
+
+
+def _import_table(ctx: FileContext) -> dict[str, tuple[str, Optional[str], int]]:
+    """``{local name: (module, attribute or None, level)}`` of the file's imports (any depth)."""
+    table: dict[str, tuple[str, Optional[str], int]] = {}
+    for node in ctx.import_nodes:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    table[a.asname] = (a.name, None, 0)
+                else:
+                    top = a.name.split(".")[0]
+                    table.setdefault(top, (top, None, 0))
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if a.name != "*":
+                    table[a.asname or a.name] = (node.module or "", a.name, node.level)
+    return table
+
+
+def _assign_index(ctx: FileContext) -> dict[str, list[ast.Assign]]:
+    """The file's plain ``name = value`` assignments, by name."""
+    index: dict[str, list[ast.Assign]] = {}
+    for node in ctx.assigns:
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                index.setdefault(target.id, []).append(node)
+    return index

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import ast
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Optional, Protocol, TypeVar, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, LOOP_TYPES, Binding, child_nodes, mentions_step, terminal_name
 from lightning_speedups.lint.guards import (
@@ -188,16 +188,20 @@ def nodes_within(owner: Any, key: str, nodes: Any, node: ast.AST) -> list[Any]:
     """The ``nodes`` on the lines of ``node`` (from its first line to its last; all of them for a module), by a
     bisection of ``nodes`` sorted by line, the sorted index cached on ``owner`` under ``key``: what
     ``ast.walk(node)`` would find of them, without walking."""
-    index = owner.__dict__.get(key)
-    if index is None:
+
+    def build() -> tuple[list[int], list[Any]]:
         ordered = sorted(nodes, key=lambda n: n.lineno)
-        index = owner.__dict__[key] = ([n.lineno for n in ordered], ordered)
-    lines, ordered = index
+        return [n.lineno for n in ordered], ordered
+
+    lines, ordered = owner.memo(key, build)
     if not hasattr(node, "lineno"):  # the module: all of them
         return list(ordered)
     lo = bisect.bisect_left(lines, node.lineno)
     hi = bisect.bisect_right(lines, getattr(node, "end_lineno", None) or node.lineno)
     return ordered[lo:hi]
+
+
+T = TypeVar("T")
 
 
 class WhereHost(Protocol):
@@ -220,6 +224,8 @@ class WhereHost(Protocol):
     def ancestors(self, node: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]: ...
 
     def bindings_before(self, name: ast.Name) -> Optional[list[Binding]]: ...
+
+    def memo(self, key: str, make: Callable[[], T]) -> T: ...
 
 
 if TYPE_CHECKING:  # the type checker sees the host's members on Where; at run time Where is a plain mixin
@@ -309,9 +315,9 @@ class Where(_Hosted):
         that can be step functions: their lines hold a backward / optimizer or scaler step call, or they
         call such a function of this file by name (as deep as :meth:`_calls_step` follows helpers). A
         superset, found from the call list without walking any body."""
-        cached: Optional[tuple[set[FuncDef], set[FuncDef]]] = self.__dict__.get("_step_cands")
-        if cached is not None:
-            return cached
+        return self.memo("step_cands", self._find_step_candidates)
+
+    def _find_step_candidates(self) -> tuple[set[FuncDef], set[FuncDef]]:
         listed = {fn for defs in self.functions.values() for fn in defs}
         lines = sorted(call.lineno for call in self.calls if _is_step_call(call))
         cands: set[FuncDef] = set()
@@ -331,12 +337,11 @@ class Where(_Hosted):
                 if not added:
                     break
                 cands |= added
-        cached = self.__dict__["_step_cands"] = (cands, listed)
-        return cached
+        return cands, listed
 
     def is_step_function(self, fn: FuncDef, depth: int = 0) -> bool:
         """``fn`` performs one training step: it calls backward / ``optimizer.step()`` outside loops."""
-        memo = self.__dict__.setdefault("_step_fn", {})
+        memo: dict[FuncDef, bool] = self.memo("step_fn", dict)
         if fn in memo:
             return bool(memo[fn])
         cands, listed = self._step_candidates()
@@ -349,7 +354,7 @@ class Where(_Hosted):
 
     def _nested_loops(self, loop: Loop) -> list[Loop]:
         """The loops directly nested in ``loop`` (not in a nested function, nor inside those loops)."""
-        memo = self.__dict__.setdefault("_nested", {})
+        memo: dict[Loop, list[Loop]] = self.memo("nested", dict)
         cached = memo.get(loop)
         if cached is None:
             cached = memo[loop] = self._find_nested_loops(loop)
@@ -405,7 +410,7 @@ class Where(_Hosted):
     def is_rollout_loop(self, loop: Loop) -> bool:
         """``loop`` steps an environment once per iteration (``envs.step(action)`` in its own body, not in
         a nested loop or function): RL rollouts run as often as training steps, or more."""
-        memo = self.__dict__.setdefault("_rollout", {})
+        memo: dict[Loop, bool] = self.memo("rollout", dict)
         cached = memo.get(loop)
         if cached is None:
             cached = False
@@ -446,7 +451,7 @@ class Where(_Hosted):
         return found
 
     def _contains_training_loop(self, loop: Loop) -> bool:
-        memo = self.__dict__.setdefault("_contains", {})
+        memo: dict[Loop, bool] = self.memo("contains", dict)
         cached = memo.get(loop)
         if cached is None:
             memo[loop] = False
@@ -651,7 +656,7 @@ class Where(_Hosted):
         project = getattr(self, "project", None)
         return project is None or not (project.imports_gpu_module(self) or project.imported_by_gpu_module(self))
 
-    def _maybe_hot(self, node: ast.AST) -> bool:
+    def maybe_hot(self, node: ast.AST) -> bool:
         """``node`` is in a function a training step reaches, or in a training loop: only then can it
         run per step (cheap: the project's reachable set is computed once)."""
         project = getattr(self, "project", None)
@@ -668,7 +673,7 @@ class Where(_Hosted):
         """How often ``node`` runs when that is once per training step (``None`` otherwise: not part of
         the step, every N steps, an error branch, a CPU-only training loop); its ``via`` says which
         file's step makes it hot."""
-        if not self._maybe_hot(node):
+        if not self.maybe_hot(node):
             return None
         r = self.runs(node)
         if r.how != PER_BATCH or not r.training or r.root_cpu:

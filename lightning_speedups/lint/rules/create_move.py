@@ -306,7 +306,7 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
         if _to_host_tensors_device(ctx, call):
             continue
         runs = ctx.runs(call)
-        if runs.how == UNKNOWN and not ctx._maybe_hot(call):
+        if runs.how == UNKNOWN and not ctx.maybe_hot(call):
             # nothing linted calls it and no training step reaches it: a sampling or demo script's
             # function, or an API for other code; its one-off tensors are not a training cost
             continue
@@ -337,7 +337,7 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
 
 def _bound_hit(ctx: FileContext, move: ast.Call, factory: str, random: bool, made: ast.Call) -> Iterator[Hit]:
     runs = ctx.runs(move)
-    if runs.how == UNKNOWN and not ctx._maybe_hot(move):
+    if runs.how == UNKNOWN and not ctx.maybe_hot(move):
         return
     func = move.func
     assert isinstance(func, ast.Attribute)

@@ -137,7 +137,7 @@ def numpy_through_cuda_class(ctx: FileContext) -> Iterator[Hit]:
             continue
         cls, device = alias
         runs = ctx.runs(call)
-        if runs.how == UNKNOWN and not ctx._maybe_hot(call):
+        if runs.how == UNKNOWN and not ctx.maybe_hot(call):
             continue
         replacement, fix = _numpy_made_fix(ctx, data, cls, device)
         shown = snippet(call.func, 30)

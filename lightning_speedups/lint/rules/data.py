@@ -135,7 +135,7 @@ def _in_memory_elsewhere(ctx: FileContext, call: Optional[ast.Call]) -> bool:
 def _loader_uses(ctx: FileContext, call: ast.Call) -> Optional[list[ast.AST]]:
     """The reads of the name (or ``self.<attr>``) the loader is assigned to, in this file; ``None`` when
     it is not assigned to one. Remembered per loader: LS102 and LS103 both ask, for every loader of the file."""
-    memo: dict[ast.Call, Optional[list[ast.AST]]] = ctx.__dict__.setdefault("_loader_uses", {})
+    memo: dict[ast.Call, Optional[list[ast.AST]]] = ctx.memo("loader_uses", dict)
     if call not in memo:
         memo[call] = _find_loader_uses(ctx, call)
     return memo[call]

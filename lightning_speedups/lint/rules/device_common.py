@@ -94,13 +94,15 @@ def default_device_moved(ctx: FileContext) -> bool:
     imports or that imports it."""
     if _sets_gpu_default(ctx.source):
         return True
-    memo = ctx.__dict__.get("_default_device")
-    if memo is None:
-        project = ctx.project
-        memo = ctx.__dict__["_default_device"] = project is not None and project.related_file_mentions(
-            ctx, _DEFAULT_DEVICE_WORDS, _sets_gpu_default
+    project = ctx.project
+    return bool(
+        ctx.memo(
+            "default_device",
+            lambda: (
+                project is not None and project.related_file_mentions(ctx, _DEFAULT_DEVICE_WORDS, _sets_gpu_default)
+            ),
         )
-    return bool(memo)
+    )
 
 
 def _sets_gpu_default(source: str) -> bool:

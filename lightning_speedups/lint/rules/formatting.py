@@ -93,7 +93,7 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
         if is_string_format(node):
             if isinstance(node, ast.JoinedStr) and isinstance(ctx.parents.get(node), ast.FormattedValue):
                 continue  # a format spec inside an f-string
-            if not ctx._maybe_hot(node):
+            if not ctx.maybe_hot(node):
                 continue
             shown = ctx.formatted_tensor(node)
             if shown is not None:
@@ -116,7 +116,7 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
                     break
         else:
             read = _logger_reads(ctx, call)
-            if read is not None and ctx._maybe_hot(call):
+            if read is not None and ctx.maybe_hot(call):
                 candidates.append((call, read[0], read[1]))
     for node, shown, kind in sorted(candidates, key=lambda c: (c[0].lineno, c[0].col_offset)):
         if node in reported or _in_print(ctx, node):

@@ -79,7 +79,7 @@ def _after_synchronize(ctx: FileContext, call: ast.Call) -> bool:
         fn = next((anc for anc, _ in ctx.ancestors(call) if isinstance(anc, (ast.For, ast.AsyncFor, ast.While))), None)
         if fn is None:
             return False
-    memo = ctx.__dict__.setdefault("_sync_lines", {})
+    memo: dict[ast.AST, list[int]] = ctx.memo("sync_lines", dict)
     lines = memo.get(fn)
     if lines is None:
         lines = memo[fn] = [n.lineno for n in ctx.calls_within(fn) if is_synchronize(ctx, n)]
@@ -97,7 +97,7 @@ def _consumer(node: ast.AST) -> bool:
 
 
 def _consumers(ctx: FileContext, scope: ast.AST) -> list[ast.Call]:
-    memo = ctx.__dict__.setdefault("_consumers", {})
+    memo: dict[ast.AST, list[ast.Call]] = ctx.memo("consumers", dict)
     found = memo.get(scope)
     if found is None:
         found = memo[scope] = [n for n in ctx.calls_within(scope) if _consumer(n)]
@@ -196,9 +196,10 @@ def _calls_between(ctx: FileContext, lo: int, hi: int) -> list[ast.Call]:
 
 def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
     """Every host read on a per-step line of the file: ``(node, message, runs)`` (LS201 and LS206)."""
-    cached = ctx.__dict__.get("_syncs")
-    if cached is not None:
-        return cached
+    return ctx.memo("syncs", lambda: _find_syncs(ctx))
+
+
+def _find_syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
     found: dict[ast.AST, tuple[str, Runs]] = {}
     builtins_ok = {b for b in _SYNC_BUILTINS if not ctx.imports_name(b)}
     for call in ctx.calls:
@@ -259,9 +260,7 @@ def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
             else:
                 cur = cur.value
     out = [(node, message, r) for node, (message, r) in found.items() if node not in inner]
-    out = _merge_runs_of_reads(ctx, out)
-    ctx.__dict__["_syncs"] = out
-    return out
+    return _merge_runs_of_reads(ctx, out)
 
 
 def _merge_runs_of_reads(ctx: FileContext, reads: list[tuple[ast.AST, str, Runs]]) -> list[tuple[ast.AST, str, Runs]]:
@@ -285,13 +284,18 @@ def _merge_runs_of_reads(ctx: FileContext, reads: list[tuple[ast.AST, str, Runs]
             node, message, r = run[0]
             out.append((node, message, r))
             if len(run) > 1:
-                ctx.__dict__.setdefault("_read_runs", {})[node] = [x[0] for x in run[1:]]
+                _read_runs(ctx)[node] = [x[0] for x in run[1:]]
     return out
+
+
+def _read_runs(ctx: FileContext) -> dict[ast.AST, list[ast.AST]]:
+    """The host reads after a run's first one that wait for the same work, by the first (filled by the merge)."""
+    return ctx.memo("read_runs", dict)
 
 
 def _with_run(ctx: FileContext, node: ast.AST, message: str) -> str:
     """``message``, naming the host reads right after ``node`` that wait for the same work."""
-    rest = ctx.__dict__.get("_read_runs", {}).get(node)
+    rest = _read_runs(ctx).get(node)
     if not rest:
         return message
     lines = sorted({getattr(x, "lineno", 0) for x in rest})
