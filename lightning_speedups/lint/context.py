@@ -140,7 +140,7 @@ class FileContext(Classifiers, Where):
         self._training_loop: dict[ast.AST, bool] = {}
         self._runs: dict[ast.AST, Runs] = {}
         #: the :class:`~lightning_speedups.lint.graph.Project` of the run (callers in other files).
-        self.project: Optional[Project] = None
+        self.project: Optional[Project[FileContext]] = None
 
     # ------------------------------------------------------------------ names
 

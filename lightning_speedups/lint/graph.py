@@ -25,13 +25,52 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Callable
-from typing import Any, Optional, Union
+from collections.abc import Callable, Iterator
+from pathlib import PurePath
+from typing import Any, Generic, Optional, Protocol, TypeVar, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, mentions_step, terminal_name
+from lightning_speedups.lint.where import FuncDef, Loop
 
-#: lint.context.FileContext, which imports this module (so not imported here, not even for types)
-FileContext = Any
+T = TypeVar("T")
+
+
+class FileFacts(Protocol):
+    """What the project reads of a file's context. :class:`lightning_speedups.lint.context.FileContext` provides it;
+    it is a protocol here because that module imports this one (a project links the contexts of its files)."""
+
+    tree: ast.Module
+    path: PurePath
+    parents: dict[ast.AST, ast.AST]
+    calls: list[ast.Call]
+    assigns: list[ast.Assign]
+    import_nodes: list[ast.AST]
+    project: Optional[Project[Any]]
+
+    @property
+    def functions(self) -> dict[str, list[FuncDef]]: ...
+
+    def memo(self, key: str, make: Callable[[], T]) -> T: ...
+
+    def release(self) -> None: ...
+
+    def ancestors(self, node: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]: ...
+
+    def scope_of(self, node: ast.AST) -> ast.AST: ...
+
+    def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]: ...
+
+    def self_attrs(self, cls: ast.ClassDef) -> tuple[dict[str, list[ast.AST]], set[str]]: ...
+
+    def calls_within(self, node: ast.AST) -> list[ast.Call]: ...
+
+    def is_step_function(self, fn: FuncDef, depth: int = 0) -> bool: ...
+
+    def is_training_loop(self, loop: Loop) -> bool: ...
+
+
+#: the project's file context type (FileContext for the linter; the protocol is all the project reads of it)
+C = TypeVar("C", bound=FileFacts)
 
 _Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -40,20 +79,20 @@ def _norm(path: str) -> str:
     return os.path.normpath(path).replace(os.sep, "/")
 
 
-class Project:
+class Project(Generic[C]):
     """The files of one ``lint`` run: ``{path: (tree, source)}`` (``tree`` ``None``: not parsed yet);
     contexts are made on demand."""
 
     def __init__(
         self,
         files: dict[str, tuple[Optional[ast.Module], str]],
-        make_context: Optional[Callable[[ast.Module, str, str], FileContext]] = None,
+        make_context: Optional[Callable[[ast.Module, str, str], C]] = None,
     ) -> None:
-        # FileContext's module imports this one: the class comes in as an argument (no import cycle)
+        # C's module imports this one: the class comes in as an argument (no import cycle)
         self._make_context = make_context
         self._files = files
         self._norm = {_norm(p): p for p in files}
-        self._contexts: dict[str, FileContext] = {}
+        self._contexts: dict[str, C] = {}
         self._by_stem: dict[str, list[str]] = {}
         for p in self._norm:
             stem = p.rsplit("/", 1)[-1]
@@ -61,7 +100,7 @@ class Project:
             if stem == "__init__":
                 stem = p.rsplit("/", 2)[-2] if p.count("/") else stem
             self._by_stem.setdefault(stem, []).append(p)
-        self._callers: dict[_Def, list[tuple[FileContext, ast.Call]]] = {}
+        self._callers: dict[_Def, list[tuple[C, ast.Call]]] = {}
         self._module_file: dict[tuple[str, str, int], Optional[str]] = {}
         self._tokens: Optional[dict[str, list[str]]] = None
         self._hot: Optional[set[ast.AST]] = None
@@ -86,8 +125,8 @@ class Project:
         return len(self._files)
 
     # ------------------------------------------------------------------ files and contexts
-    def context(self, path: str) -> FileContext:
-        """The :class:`FileContext` of ``path`` (made once)."""
+    def context(self, path: str) -> C:
+        """The :class:`C` of ``path`` (made once)."""
         ctx = self._contexts.get(path)
         if ctx is None:
             if self._make_context is None:
@@ -101,7 +140,7 @@ class Project:
             self._contexts[path] = ctx
         return ctx
 
-    def adopt(self, ctx: FileContext, path: str) -> None:
+    def adopt(self, ctx: C, path: str) -> None:
         """Use ``ctx`` (already made by the runner) as the context of ``path``."""
         ctx.project = self
         self._contexts[path] = ctx
@@ -141,17 +180,17 @@ class Project:
         return max(cands, key=lambda p: len(os.path.commonprefix([p, importer])))
 
     # ------------------------------------------------------------------ names of a file
-    def top_level(self, ctx: FileContext) -> dict[str, ast.AST]:
+    def top_level(self, ctx: C) -> dict[str, ast.AST]:
         """Module-level functions and classes of a file, by name."""
         return ctx.memo(
             "top_level", lambda: {n.name: n for n in ctx.tree.body if isinstance(n, (*DEF_TYPES, ast.ClassDef))}
         )
 
-    def imports(self, ctx: FileContext) -> dict[str, tuple[str, Optional[str], int]]:
+    def imports(self, ctx: C) -> dict[str, tuple[str, Optional[str], int]]:
         """``{local name: (module, attribute or None, level)}`` of the file's imports (any depth)."""
         return ctx.memo("import_table", lambda: _import_table(ctx))
 
-    def _lookup(self, path: str, name: str, depth: int = 0) -> Optional[tuple[FileContext, ast.AST]]:
+    def _lookup(self, path: str, name: str, depth: int = 0) -> Optional[tuple[C, ast.AST]]:
         """The function or class ``name`` defined (or re-exported) in the file ``path``."""
         ctx = self.context(path)
         node = self.top_level(ctx).get(name)
@@ -164,8 +203,8 @@ class Project:
         return None
 
     def _resolve_import(
-        self, ctx: FileContext, entry: tuple[str, Optional[str], int], depth: int = 0
-    ) -> Optional[tuple[FileContext, ast.AST]]:
+        self, ctx: C, entry: tuple[str, Optional[str], int], depth: int = 0
+    ) -> Optional[tuple[C, ast.AST]]:
         module, attr, level = entry
         if attr is None:
             return None
@@ -176,7 +215,7 @@ class Project:
                 return found
         return None
 
-    def _module_of(self, ctx: FileContext, name: str) -> Optional[str]:
+    def _module_of(self, ctx: C, name: str) -> Optional[str]:
         """The file of the module that ``name`` is bound to by an import (``import pkg.mod as m``)."""
         entry = self.imports(ctx).get(name)
         if entry is None:
@@ -189,7 +228,7 @@ class Project:
             return self.module_file(str(ctx.path), sub, level)
         return None
 
-    def resolve_name(self, ctx: FileContext, node: ast.AST) -> Optional[tuple[FileContext, ast.AST]]:
+    def resolve_name(self, ctx: C, node: ast.AST) -> Optional[tuple[C, ast.AST]]:
         """The function or class of the project that the name ``node`` (``f``, ``mod.f``) denotes."""
         if isinstance(node, ast.Name):
             found = self.top_level(ctx).get(node.id)
@@ -203,9 +242,7 @@ class Project:
                 return self._lookup(path, node.attr)
         return None
 
-    def _class_of_value(
-        self, ctx: FileContext, value: Optional[ast.AST], depth: int = 0
-    ) -> Optional[tuple[FileContext, ast.ClassDef]]:
+    def _class_of_value(self, ctx: C, value: Optional[ast.AST], depth: int = 0) -> Optional[tuple[C, ast.ClassDef]]:
         """``value`` is ``Cls(...)`` for a class of the project (also ``Cls(...).to(device)``, ``.cuda()``,
         and ``f(...)`` / ``self.m(...)`` whose every return is a ``Cls(...)``)."""
         while (
@@ -232,10 +269,10 @@ class Project:
                 self._resolving.discard(value)
         return None
 
-    def _returned_class(self, ctx: FileContext, fn: _Def, depth: int) -> Optional[tuple[FileContext, ast.ClassDef]]:
+    def _returned_class(self, ctx: C, fn: _Def, depth: int) -> Optional[tuple[C, ast.ClassDef]]:
         """The class of the project whose object ``fn`` returns on every ``return`` (``None`` when the
         returns differ, return something else, or there is none)."""
-        memo: dict[_Def, Optional[tuple[FileContext, ast.ClassDef]]] = ctx.memo("returned_class", dict)
+        memo: dict[_Def, Optional[tuple[C, ast.ClassDef]]] = ctx.memo("returned_class", dict)
         if fn in memo:
             return memo[fn]
         memo[fn] = None  # recursion guard
@@ -252,7 +289,7 @@ class Project:
                 continue
             if isinstance(node, ast.stmt):
                 stack.extend(n for n in ast.iter_child_nodes(node) if isinstance(n, (ast.stmt, ast.excepthandler)))
-        classes: set[Optional[tuple[FileContext, ast.ClassDef]]] = set()
+        classes: set[Optional[tuple[C, ast.ClassDef]]] = set()
         for value in values:
             if isinstance(value, ast.Name):
                 assigned = self._assigned_values(ctx, value)
@@ -267,7 +304,7 @@ class Project:
         memo[fn] = result
         return result
 
-    def _assigned_values(self, ctx: FileContext, owner: ast.Name) -> list[ast.AST]:
+    def _assigned_values(self, ctx: C, owner: ast.Name) -> list[ast.AST]:
         """What ``owner`` is assigned in its own scope (or, when nothing there, at module level); empty
         when it is a parameter there. Cheaper than the full bindings of the scope: only plain
         ``name = value`` assignments of the file are looked at, indexed once by name."""
@@ -285,9 +322,7 @@ class Project:
             values = [a.value for a in found if ctx.scope_of(a) is ctx.tree]
         return values
 
-    def method(
-        self, ctx: FileContext, cls: ast.ClassDef, name: str, depth: int = 0
-    ) -> Optional[tuple[FileContext, _Def]]:
+    def method(self, ctx: C, cls: ast.ClassDef, name: str, depth: int = 0) -> Optional[tuple[C, _Def]]:
         """Method ``name`` of ``cls`` or of one of its bases in the project."""
         for node in cls.body:
             if isinstance(node, DEF_TYPES) and node.name == name:
@@ -301,10 +336,10 @@ class Project:
                         return m
         return None
 
-    def resolve_call(self, ctx: FileContext, call: ast.Call) -> Optional[tuple[FileContext, _Def]]:
+    def resolve_call(self, ctx: C, call: ast.Call) -> Optional[tuple[C, _Def]]:
         """The function of the project that ``call`` runs, when the code shows it (see the module docstring)."""
         func = call.func
-        found: Optional[tuple[FileContext, ast.AST]]
+        found: Optional[tuple[C, ast.AST]]
         if isinstance(func, ast.Name):
             found = self.resolve_name(ctx, func)
             return (found[0], found[1]) if found is not None and isinstance(found[1], DEF_TYPES) else None
@@ -353,7 +388,7 @@ class Project:
 
         hot: set[ast.AST] = set()
         self._hot = hot
-        work: list[tuple[FileContext, ast.AST]] = []
+        work: list[tuple[C, ast.AST]] = []
         for path, (_, source) in self._files.items():
             if _is_test_path(path) or not mentions_step(source):
                 continue
@@ -419,11 +454,11 @@ class Project:
         """Names of every ``def`` in the project's text: a call of any other name resolves to nothing here."""
         return self._def_names()[0]
 
-    def imports_gpu_module(self, ctx: FileContext) -> bool:
+    def imports_gpu_module(self, ctx: C) -> bool:
         """A project module that ``ctx`` imports mentions CUDA (where its device comes from)."""
         return bool(ctx.memo("imports_gpu", lambda: self._imports_gpu(ctx)))
 
-    def _imports_gpu(self, ctx: FileContext) -> bool:
+    def _imports_gpu(self, ctx: C) -> bool:
         for module, attr, level in self.imports(ctx).values():
             for mod in (module, f"{module}.{attr}" if attr else module):
                 path = self.module_file(str(ctx.path), mod, level) if mod or level else None
@@ -431,13 +466,13 @@ class Project:
                     return True
         return False
 
-    def imported_by_gpu_module(self, ctx: FileContext) -> bool:
+    def imported_by_gpu_module(self, ctx: C) -> bool:
         """A project file that mentions CUDA imports ``ctx``'s module (or its package): the tensors an
         algorithm's ``update()`` trains on may come from there (``agent.update(rollouts)`` in a
         ``main.py`` that moves them to the device)."""
         return bool(ctx.memo("imported_by_gpu", lambda: self._imported_by_gpu(ctx)))
 
-    def _imported_by_gpu(self, ctx: FileContext) -> bool:
+    def _imported_by_gpu(self, ctx: C) -> bool:
         own = str(ctx.path)
         parts = _norm(own).split("/")
         stem = parts[-1][: -len(".py")] if parts[-1].endswith(".py") else parts[-1]
@@ -463,7 +498,7 @@ class Project:
                 break
         return memo
 
-    def _imports_file(self, importer: FileContext, target: str) -> bool:
+    def _imports_file(self, importer: C, target: str) -> bool:
         """``importer`` imports the module of the file ``target`` (or its package's ``__init__``)."""
         parts = _norm(target).split("/")
         targets = {_norm(target)}
@@ -477,7 +512,7 @@ class Project:
         return False
 
     def related_file_mentions(
-        self, ctx: FileContext, words: tuple[str, ...], test: Optional[Callable[[str], bool]] = None
+        self, ctx: C, words: tuple[str, ...], test: Optional[Callable[[str], bool]] = None
     ) -> bool:
         """A project file that ``ctx`` imports, or that imports ``ctx``, holds one of ``words`` (a
         switch set in the training script that imports a helper, or in a module the script imports) and
@@ -499,12 +534,12 @@ class Project:
         return str(path) in self._hot_files
 
     # ------------------------------------------------------------------ callers
-    def callers(self, ctx: FileContext, fn: _Def) -> list[tuple[FileContext, ast.Call]]:
+    def callers(self, ctx: C, fn: _Def) -> list[tuple[C, ast.Call]]:
         """Every call in the project (this file included) that resolves to ``fn`` of ``ctx``."""
         cached = self._callers.get(fn)
         if cached is not None:
             return cached
-        out: list[tuple[FileContext, ast.Call]] = []
+        out: list[tuple[C, ast.Call]] = []
         self._callers[fn] = out
         name = fn.name
         cls = ctx.parents.get(fn)
@@ -589,7 +624,7 @@ def _is_test_path(path: str) -> bool:
     return any(p in ("tests", "test") for p in parts[:-1])
 
 
-def _calls_named(ctx: FileContext) -> dict[str, list[ast.Call]]:
+def _calls_named(ctx: FileFacts) -> dict[str, list[ast.Call]]:
     def index() -> dict[str, list[ast.Call]]:
         named: dict[str, list[ast.Call]] = {}
         for call in ctx.calls:
@@ -604,7 +639,7 @@ def _calls_named(ctx: FileContext) -> dict[str, list[ast.Call]]:
 __all__ = ["Project"]
 
 
-def _import_table(ctx: FileContext) -> dict[str, tuple[str, Optional[str], int]]:
+def _import_table(ctx: FileFacts) -> dict[str, tuple[str, Optional[str], int]]:
     """``{local name: (module, attribute or None, level)}`` of the file's imports (any depth)."""
     table: dict[str, tuple[str, Optional[str], int]] = {}
     for node in ctx.import_nodes:
@@ -622,7 +657,7 @@ def _import_table(ctx: FileContext) -> dict[str, tuple[str, Optional[str], int]]
     return table
 
 
-def _assign_index(ctx: FileContext) -> dict[str, list[ast.Assign]]:
+def _assign_index(ctx: FileFacts) -> dict[str, list[ast.Assign]]:
     """The file's plain ``name = value`` assignments, by name."""
     index: dict[str, list[ast.Assign]] = {}
     for node in ctx.assigns:

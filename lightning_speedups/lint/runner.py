@@ -193,7 +193,7 @@ def lint_tree(
     *,
     noqa: bool = True,
     include_tests: bool = False,
-    project: Optional[Project] = None,
+    project: Optional[Project[FileContext]] = None,
 ) -> list[Finding]:
     """Run ``rules`` (default: all) on a parsed file.
 
