@@ -116,6 +116,28 @@ def test_a_synchronize_before_a_host_read_names_the_read_in_its_fix():
     assert "remove it" in alone[0].fix and "line 10" not in alone[0].fix
 
 
+def test_a_synchronize_a_cuda_event_timer_needs_is_never_advised_away():
+    """Issue 38: removing the synchronize before ``start.elapsed_time(end)`` makes elapsed_time raise (the end
+    event has not completed); the finding says to read the timings every N steps instead."""
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for x in loader:
+            start.record()
+            loss = model(x.cuda()).mean()
+            loss.backward()
+            opt.step()
+            end.record()
+            torch.cuda.synchronize()
+            print(start.elapsed_time(end))
+    """
+    (f,) = lint_source(textwrap.dedent(src), "train.py", select=["LS205"])
+    assert f.line == 12 and "keep it while `start.elapsed_time(end)` (line 13)" in f.fix, f.fix
+    assert "remove" not in f.fix and "every N batches" in f.fix
+
+
 def test_a_read_under_a_configuration_switch_is_not_sure_to_run_every_step():
     src = """
     import lightning.pytorch as pl

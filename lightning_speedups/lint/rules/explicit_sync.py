@@ -30,6 +30,16 @@ def _synchronize_in_step(ctx: FileContext) -> Iterator[Hit]:
         lambda call: is_synchronize(ctx, call),
         "waits for every queued kernel on every batch (the host can no longer run ahead of the GPU)",
     ):
+        timer = _event_timer_after(ctx, hit.node)
+        if timer is not None:
+            # end.record(); torch.cuda.synchronize(); start.elapsed_time(end): without the wait, elapsed_time
+            # raises (the end event has not completed), so the advice is never to remove it
+            yield hit._replace(
+                fix=f"keep it while `{snippet(timer, 40)}` (line {timer.lineno}) reads the events: elapsed_time needs"
+                " the end event complete. To stop waiting on every batch, record the events every batch and read the"
+                " timings every N batches (synchronize, or end.synchronize(), only then)"
+            )
+            continue
         read = _host_read_after(ctx, hit.node)
         if read is None:
             yield hit
@@ -39,6 +49,22 @@ def _synchronize_in_step(ctx: FileContext) -> Iterator[Hit]:
             " for the same kernels, so removing the synchronize alone gains nothing; keep that value on the device"
             " (log the tensor, accumulate with .detach()) or read it every N steps"
         )
+
+
+def _event_timer_after(ctx: FileContext, sync: ast.AST) -> Optional[ast.Call]:
+    """A CUDA-event timer's read (``start.elapsed_time(end)``) in the few lines after ``sync``, in its function:
+    the synchronize is what lets it read the events."""
+    fn = ctx.enclosing_function(sync)
+    line = getattr(sync, "lineno", 0)
+    reads = [
+        c
+        for c in ctx.calls
+        if line <= c.lineno <= line + 6
+        and isinstance(c.func, ast.Attribute)
+        and c.func.attr == "elapsed_time"
+        and ctx.enclosing_function(c) is fn
+    ]
+    return min(reads, key=lambda c: (c.lineno, c.col_offset), default=None)
 
 
 def _host_read_after(ctx: FileContext, sync: ast.AST) -> Optional[ast.Call]:
