@@ -30,27 +30,29 @@ from pathlib import PurePath
 from typing import Any, Generic, Optional, Protocol, TypeVar, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, mentions_step, terminal_name
+from lightning_speedups.lint.file_index import (
+    FileNodes,
+    assign_index,
+    calls_named,
+    import_table,
+    is_test_path,
+    norm_path,
+    text_calls,
+)
 from lightning_speedups.lint.where import FuncDef, Loop
 
-T = TypeVar("T")
 
-
-class FileFacts(Protocol):
+class FileFacts(FileNodes, Protocol):
     """What the project reads of a file's context. :class:`lightning_speedups.lint.context.FileContext` provides it;
     it is a protocol here because that module imports this one (a project links the contexts of its files)."""
 
     tree: ast.Module
     path: PurePath
     parents: dict[ast.AST, ast.AST]
-    calls: list[ast.Call]
-    assigns: list[ast.Assign]
-    import_nodes: list[ast.AST]
     project: Optional[Project[Any]]
 
     @property
     def functions(self) -> dict[str, list[FuncDef]]: ...
-
-    def memo(self, key: str, make: Callable[[], T]) -> T: ...
 
     def release(self) -> None: ...
 
@@ -75,10 +77,6 @@ C = TypeVar("C", bound=FileFacts)
 _Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
-def _norm(path: str) -> str:
-    return os.path.normpath(path).replace(os.sep, "/")
-
-
 class Project(Generic[C]):
     """The files of one ``lint`` run: ``{path: (tree, source)}`` (``tree`` ``None``: not parsed yet);
     contexts are made on demand."""
@@ -91,7 +89,7 @@ class Project(Generic[C]):
         # C's module imports this one: the class comes in as an argument (no import cycle)
         self._make_context = make_context
         self._files = files
-        self._norm = {_norm(p): p for p in files}
+        self._norm = {norm_path(p): p for p in files}
         self._contexts: dict[str, C] = {}
         self._by_stem: dict[str, list[str]] = {}
         for p in self._norm:
@@ -150,7 +148,7 @@ class Project(Generic[C]):
         key = (importer, module, level)
         if key in self._module_file:
             return self._module_file[key]
-        found = self._find_module(_norm(importer), module, level)
+        found = self._find_module(norm_path(importer), module, level)
         out = self._norm[found] if found is not None else None
         self._module_file[key] = out
         return out
@@ -188,7 +186,7 @@ class Project(Generic[C]):
 
     def imports(self, ctx: C) -> dict[str, tuple[str, Optional[str], int]]:
         """``{local name: (module, attribute or None, level)}`` of the file's imports (any depth)."""
-        return ctx.memo("import_table", lambda: _import_table(ctx))
+        return ctx.memo("import_table", lambda: import_table(ctx))
 
     def _lookup(self, path: str, name: str, depth: int = 0) -> Optional[tuple[C, ast.AST]]:
         """The function or class ``name`` defined (or re-exported) in the file ``path``."""
@@ -308,7 +306,7 @@ class Project(Generic[C]):
         """What ``owner`` is assigned in its own scope (or, when nothing there, at module level); empty
         when it is a parameter there. Cheaper than the full bindings of the scope: only plain
         ``name = value`` assignments of the file are looked at, indexed once by name."""
-        index: dict[str, list[ast.Assign]] = ctx.memo("assign_index", lambda: _assign_index(ctx))
+        index: dict[str, list[ast.Assign]] = ctx.memo("assign_index", lambda: assign_index(ctx))
         found = index.get(owner.id)
         if not found:
             return []
@@ -390,7 +388,7 @@ class Project(Generic[C]):
         self._hot = hot
         work: list[tuple[C, ast.AST]] = []
         for path, (_, source) in self._files.items():
-            if _is_test_path(path) or not mentions_step(source):
+            if is_test_path(path) or not mentions_step(source):
                 continue
             ctx = self.context(path)
             for defs in ctx.functions.values():
@@ -474,22 +472,22 @@ class Project(Generic[C]):
 
     def _imported_by_gpu(self, ctx: C) -> bool:
         own = str(ctx.path)
-        parts = _norm(own).split("/")
+        parts = norm_path(own).split("/")
         stem = parts[-1][: -len(".py")] if parts[-1].endswith(".py") else parts[-1]
         package = parts[-2] if len(parts) > 1 else ""
-        targets = {_norm(own)}
+        targets = {norm_path(own)}
         if package:
             targets.add("/".join(parts[:-1]) + "/__init__.py")
         names = [n for n in (stem, package) if n and n != "__init__"]
         memo = False
         for path, (_, source) in self._files.items():
-            if path == own or "cuda" not in source or not any(n in source for n in names) or _is_test_path(path):
+            if path == own or "cuda" not in source or not any(n in source for n in names) or is_test_path(path):
                 continue
             other = self.context(path)
             for module, attr, level in self.imports(other).values():
                 for mod in (module, f"{module}.{attr}" if attr else module):
                     found = self.module_file(path, mod, level) if mod or level else None
-                    if found is not None and _norm(found) in targets:
+                    if found is not None and norm_path(found) in targets:
                         memo = True
                         break
                 if memo:
@@ -500,14 +498,14 @@ class Project(Generic[C]):
 
     def _imports_file(self, importer: C, target: str) -> bool:
         """``importer`` imports the module of the file ``target`` (or its package's ``__init__``)."""
-        parts = _norm(target).split("/")
-        targets = {_norm(target)}
+        parts = norm_path(target).split("/")
+        targets = {norm_path(target)}
         if len(parts) > 1:
             targets.add("/".join(parts[:-1]) + "/__init__.py")
         for module, attr, level in self.imports(importer).values():
             for mod in (module, f"{module}.{attr}" if attr else module):
                 found = self.module_file(str(importer.path), mod, level) if mod or level else None
-                if found is not None and _norm(found) in targets:
+                if found is not None and norm_path(found) in targets:
                     return True
         return False
 
@@ -517,10 +515,10 @@ class Project(Generic[C]):
         """A project file that ``ctx`` imports, or that imports ``ctx``, holds one of ``words`` (a
         switch set in the training script that imports a helper, or in a module the script imports) and
         passes ``test`` on its text, if one is given."""
-        own = _norm(str(ctx.path))
+        own = norm_path(str(ctx.path))
         for word in words:
             for path in self.files_naming(word):
-                if _norm(path) == own or _is_test_path(path):
+                if norm_path(path) == own or is_test_path(path):
                     continue
                 if test is not None and not test(self._files[path][1]):
                     continue
@@ -552,7 +550,7 @@ class Project(Generic[C]):
         elif isinstance(cls, ast.Module):
             # f() of another file resolves only through an import naming f's module (``from .misc
             # import f``, ``import misc``) or its package (a re-export in ``__init__.py``)
-            parts = _norm(str(ctx.path)).split("/")
+            parts = norm_path(str(ctx.path)).split("/")
             stem = parts[-1][: -len(".py")] if parts[-1].endswith(".py") else parts[-1]
             names = {stem, parts[-2]} if stem == "__init__" and len(parts) > 1 else {stem}
             if len(parts) > 1 and stem != "__init__":
@@ -560,10 +558,10 @@ class Project(Generic[C]):
             own = str(ctx.path)
             paths = [p for p in paths if p == own or any(n in self._files[p][1] for n in names)]
         for path in paths:
-            if _is_test_path(path):
+            if is_test_path(path):
                 continue  # a test calling a helper in a loop is not training
             other = self.context(path)
-            for call in _calls_named(other).get(name, ()):
+            for call in calls_named(other).get(name, ()):
                 if method != isinstance(call.func, ast.Attribute) and not (
                     not method and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
                 ):
@@ -583,7 +581,7 @@ class Project(Generic[C]):
         found = self._tokens.get(key)
         if found is None:
             found = self._tokens[key] = [
-                path for path in self.files_naming(name) if _text_calls(self._files[path][1], name)
+                path for path in self.files_naming(name) if text_calls(self._files[path][1], name)
             ]
         return found
 
@@ -597,71 +595,4 @@ class Project(Generic[C]):
         return found
 
 
-def _text_calls(source: str, name: str) -> bool:
-    """``source`` holds ``name`` as a whole identifier followed by ``(`` (spaces and line breaks allowed
-    between): plain ``str.find`` steps, cheaper than a regular expression that must check the character
-    before every candidate."""
-    end = len(source)
-    size = len(name)
-    i = source.find(name)
-    while i != -1:
-        before = source[i - 1] if i else " "
-        if not (before.isalnum() or before == "_"):
-            j = i + size
-            while j < end and source[j] in " \t\r\n\\":
-                j += 1
-            if j < end and source[j] == "(":
-                return True
-        i = source.find(name, i + size)
-    return False
-
-
-def _is_test_path(path: str) -> bool:
-    parts = _norm(path).lower().split("/")
-    name = parts[-1]
-    if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
-        return True
-    return any(p in ("tests", "test") for p in parts[:-1])
-
-
-def _calls_named(ctx: FileFacts) -> dict[str, list[ast.Call]]:
-    def index() -> dict[str, list[ast.Call]]:
-        named: dict[str, list[ast.Call]] = {}
-        for call in ctx.calls:
-            name = terminal_name(call.func)
-            if name:
-                named.setdefault(name, []).append(call)
-        return named
-
-    return ctx.memo("calls_named", index)
-
-
-__all__ = ["Project"]
-
-
-def _import_table(ctx: FileFacts) -> dict[str, tuple[str, Optional[str], int]]:
-    """``{local name: (module, attribute or None, level)}`` of the file's imports (any depth)."""
-    table: dict[str, tuple[str, Optional[str], int]] = {}
-    for node in ctx.import_nodes:
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    table[a.asname] = (a.name, None, 0)
-                else:
-                    top = a.name.split(".")[0]
-                    table.setdefault(top, (top, None, 0))
-        elif isinstance(node, ast.ImportFrom):
-            for a in node.names:
-                if a.name != "*":
-                    table[a.asname or a.name] = (node.module or "", a.name, node.level)
-    return table
-
-
-def _assign_index(ctx: FileFacts) -> dict[str, list[ast.Assign]]:
-    """The file's plain ``name = value`` assignments, by name."""
-    index: dict[str, list[ast.Assign]] = {}
-    for node in ctx.assigns:
-        for target in node.targets:
-            if isinstance(target, ast.Name):
-                index.setdefault(target.id, []).append(node)
-    return index
+__all__ = ["FileFacts", "Project"]
