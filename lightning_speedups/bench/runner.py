@@ -335,6 +335,18 @@ class Bench(TargetRuns, CombinationRuns):
         base = self.records[0]
         self.baselines[1] = base
         self._add_total(len(self.records) * o.repeats)
+        first = self._first_baseline_run(base)
+        repeats = self._repeats_in_budget(first)
+        self.repeats_used = repeats
+        self._sweeps(base, repeats)
+        if self.target is not None:
+            self._run_waiting(repeats)
+        self._summarize_phase_one(base)
+
+    def _first_baseline_run(self, base: VariantRecord) -> dict[str, Any]:
+        """The baseline's first run (the fork server warmed first): a time-out or a failure to train stops the
+        bench with what to change; in target mode it plans the schedules' spans."""
+        o = self.options
         warm = getattr(self._launcher, "warm", None)
         if warm is not None:
             if self._progress is not None:
@@ -365,6 +377,12 @@ class Bench(TargetRuns, CombinationRuns):
             )
         if self.target is not None:
             self._plan_from_baseline(first)
+        return first
+
+    def _repeats_in_budget(self, first: dict[str, Any]) -> int:
+        """The paired repeats that fit in ``--budget`` after the baseline's first run (in target mode, candidates are
+        cut from the end of the plan before repeats are)."""
+        o = self.options
         repeats = o.repeats
         if o.budget is not None:
             if first["wall_s"] * 2 > o.budget:
@@ -392,7 +410,11 @@ class Bench(TargetRuns, CombinationRuns):
                     f" (one sweep of {len(self.records)} variants takes about {per_sweep:.0f} s)"
                 )
                 self._add_total((repeats - o.repeats) * len(self.records))
-        self.repeats_used = repeats
+        return repeats
+
+    def _sweeps(self, base: VariantRecord, repeats: int) -> None:
+        """Every variant once per repeat, each repeat in a rotated order, so machine noise hits them alike."""
+        o = self.options
         order = list(self.records)
         for repeat in range(repeats):
             shift = repeat % len(order)
@@ -412,8 +434,10 @@ class Bench(TargetRuns, CombinationRuns):
                     self._add_total(-1)
                     continue
                 self._run_one(record, repeat)
-        if self.target is not None:
-            self._run_waiting(repeats)
+
+    def _summarize_phase_one(self, base: VariantRecord) -> None:
+        """Each variant's summary, and its ratio to the baseline (or its time to the target against the baseline's)."""
+        o = self.options
         for record in self.records:
             record.summary = summarize(record.runs) if record.runs else None
         base.summary = summarize(base.runs)
