@@ -5,6 +5,7 @@ The shared property suite that runs every part is in tests/suite/."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -113,15 +114,10 @@ def test_callbacks_are_placed_in_the_records_order():
 
 
 def test_the_tips_catalog_is_the_registry_written_out():
-    """`tips` prints lightning_speedups.catalog.ROWS without importing the records: it must equal them."""
-    import pprint
-
+    """`tips` prints lightning_speedups.catalog.ROWS (catalog.json) without importing the records: it must equal them."""
     from lightning_speedups.catalog import ROWS
 
-    assert ROWS == catalog_rows(), (
-        "lightning_speedups/catalog.py is out of date; set ROWS to this (then ruff format):\n"
-        + pprint.pformat(catalog_rows(), width=115)
-    )
+    assert ROWS == catalog_rows(), "catalog.json is out of date: run python -m lightning_speedups.tips.generate"
 
 
 def test_the_parts_page_table_is_generated_from_the_records():
@@ -129,8 +125,24 @@ def test_the_parts_page_table_is_generated_from_the_records():
     match = re.search(r"<!-- parts-table:start -->\n(.*?)\n<!-- parts-table:end -->", text, re.S)
     assert match, "docs/parts.md lost its parts table markers"
     assert match.group(1).strip() == parts_table().strip(), (
-        "docs/parts.md's table is out of date: paste lightning_speedups.tips.parts_table() between the markers"
+        "docs/parts.md's table is out of date: run python -m lightning_speedups.tips.generate"
     )
+
+
+def test_the_generator_finds_and_rewrites_what_is_out_of_date(tmp_path, monkeypatch, capsys):
+    """Issue 38 item 2: the copies of a tip are written by a script, not kept equal by hand."""
+    from lightning_speedups.tips import generate
+
+    assert generate.main(["--check"]) == 0, capsys.readouterr().out  # the checkout's files are current
+    catalog, page = tmp_path / "catalog.json", tmp_path / "parts.md"
+    catalog.write_text("[]\n")
+    page.write_text(PARTS_PAGE.read_text(encoding="utf-8").replace("| T24", "| T99", 1))
+    monkeypatch.setattr(generate, "CATALOG", catalog)
+    monkeypatch.setattr(generate, "PARTS_PAGE", page)
+    assert generate.stale() == [catalog, page] and generate.main(["--check"]) == 1
+    assert generate.main([]) == 0 and generate.stale() == []
+    assert json.loads(catalog.read_text()) == [list(row) for row in catalog_rows()]
+    assert page.read_text(encoding="utf-8") == PARTS_PAGE.read_text(encoding="utf-8")
 
 
 def test_tips_command_lists_every_tip(capsys):
