@@ -55,6 +55,13 @@ GUARDED_HOOKS = frozenset(
 )
 #: set to show the traceback of a part that steps aside (and stop there instead)
 TRACEBACK_ENV = "LIGHTNING_SPEEDUPS_TRACEBACK"
+
+
+def wants_traceback() -> bool:
+    """Whether the user asked for a part's error as a traceback instead of the part stepping aside."""
+    return bool(os.environ.get(TRACEBACK_ENV))
+
+
 _GUARD = "__speedups_guard__"
 _log = logging.getLogger("lightning_speedups")
 
@@ -74,7 +81,7 @@ def _guarded(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return hook(self, *args, **kwargs)
         except Exception as err:
-            if refuses_the_run(err) or os.environ.get(TRACEBACK_ENV):
+            if refuses_the_run(err) or wants_traceback():
                 raise
             trainer = args[0] if args else None
             pl_module = args[1] if len(args) > 1 else None
@@ -253,7 +260,7 @@ class SpeedupCallback(Callback):
         Warnings are not told: they stay Python warnings (``rank_zero_warn``), which a user can filter.
         """
         if not self._quiet:
-            rank_zero_info(f"{self.part}: {message}" if not message.startswith(type(self).__name__) else message)
+            rank_zero_info(f"{self.part}: {message}")
         elif message not in self.told and message not in self.told_late:
             (self.told_late if self._summarized else self.told).append(message)
 

@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch.utilities.seed import isolate_rng
 from typing_extensions import override
 
-from lightning_speedups.callbacks.base import TRACEBACK_ENV, SpeedupCallback, no_op
+from lightning_speedups.callbacks.base import SpeedupCallback, no_op, wants_traceback
 from lightning_speedups.errors import BadInput, refuses_the_run
 from lightning_speedups.functional.failures import error_phrase, raising_op
 from lightning_speedups.functional.snapshot import TrainingSnapshot
@@ -307,7 +307,7 @@ class Safeguard(SpeedupCallback):
         if getattr(error, _JUDGED, False) or refuses_the_run(error):
             raise error
         parts = self.parts(trainer)
-        if not parts or _os_traceback():
+        if not parts or wants_traceback():
             _judge(error)
             raise error
         why = f"{error_phrase(error)} {when}" + (f" at {raising_op(error)}" if raising_op(error) else "")
@@ -409,12 +409,6 @@ def _name(part: SpeedupCallback) -> str:
     if isinstance(part, PresetPrecision):
         return part.chosen
     return part.part
-
-
-def _os_traceback() -> bool:
-    import os
-
-    return bool(os.environ.get(TRACEBACK_ENV))
 
 
 def _judge(error: BaseException) -> None:
