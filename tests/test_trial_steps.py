@@ -86,3 +86,73 @@ def test_a_trial_needs_no_second_copy_of_the_model_on_the_device():
         during = torch.cuda.memory_allocated()
     model_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
     assert during - held < 0.1 * model_bytes  # a device clone would add the model (and its momentum) again
+
+
+# ------------------------------------------------------------------------------ trials through the fit loop
+def _flags(trainer):
+    from lightning_speedups.trainer.trial_steps import _RESTART_FLAGS, _loops
+
+    return [{f: getattr(lp, f) for f in _RESTART_FLAGS if hasattr(lp, f)} for lp in _loops(trainer.fit_loop)]
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_fit_loop_trials_leave_the_loops_and_logged_results_as_they_found_them(resumed, tmp_path):
+    """Trials through the fit loop: the loops stay fresh (none left marked as loaded from a state dict, which the
+    range test's own restore left set), the progress is back, a resumed run still continues where it stopped, and
+    what the trial steps logged is not in the run's metrics."""
+    import lightning.pytorch as pl
+
+    from lightning_speedups.trainer.trial_steps import fit_loop_trials
+
+    seen = {}
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("trial_or_run", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            data = torch.utils.data.TensorDataset(torch.randn(32, 4))
+            return torch.utils.data.DataLoader(data, batch_size=4)
+
+    class Trials(pl.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            before = (_flags(trainer), trainer.fit_loop.state_dict(), trainer.global_step)
+            with fit_loop_trials(trainer, pl_module, max_steps=trainer.global_step + 3) as trials:
+                trainer.fit_loop.run()
+                seen["trial_steps"] = trainer.global_step
+                trials.rewind()
+                seen["rewound"] = trainer.global_step
+            seen["same"] = (
+                _flags(trainer) == before[0]
+                and trainer.fit_loop.state_dict() == before[1]
+                and trainer.global_step == before[2]
+            )
+            seen["metrics"] = dict(trainer.callback_metrics)
+            seen["flags"] = _flags(trainer)[0]
+
+    kwargs = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, max_steps=4)
+    ckpt = None
+    if resumed:
+        first = pl.Trainer(default_root_dir=tmp_path, **kwargs)
+        first.fit(Model())
+        ckpt = first.checkpoint_callback.best_model_path or str(tmp_path / "last.ckpt")
+        if not first.checkpoint_callback.best_model_path:
+            first.save_checkpoint(ckpt)
+        kwargs["max_steps"] = 6
+    trainer = pl.Trainer(default_root_dir=tmp_path, callbacks=[Trials()], **kwargs)
+    trainer.fit(Model(), ckpt_path=ckpt)
+    # Lightning restores a checkpoint's loop state after on_fit_start: trials there start from a fresh loop, and
+    # the resume that follows them still continues where the first run stopped
+    assert seen["trial_steps"] == 3 and seen["rewound"] == 0
+    assert seen["same"] and seen["flags"]["_restarting"] is False
+    assert "trial_or_run" not in seen["metrics"]
+    assert trainer.global_step == (6 if resumed else 4)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,9 +17,8 @@ from lightning_speedups.errors import BadInput, SettingError
 from lightning_speedups.functional.failures import error_phrase
 from lightning_speedups.functional.probe import MIN_ROUNDS, Axis, Option, ProbeResult, decide_axes, run_probe, unprobed
 from lightning_speedups.functional.timing import Timeline
-from lightning_speedups.functional.tree import tensors_in
 from lightning_speedups.trainer.attributes import set_at_init
-from lightning_speedups.trainer.trial_steps import trial_steps
+from lightning_speedups.trainer.trial_steps import step_trial
 
 
 def _loss(outputs: Any) -> Optional[torch.Tensor]:
@@ -162,17 +160,12 @@ class AutoProbe(SpeedupCallback):
     ) -> ProbeResult:
         strategy = trainer.strategy
         optimizer = trainer.optimizers[0]
-        root = strategy.model if isinstance(strategy.model, torch.nn.Module) else pl_module
         trial = contextlib.ExitStack()
         wall = self.clock or time.perf_counter
         start = wall()
         try:
-            trial.enter_context(trial_steps(root, trainer.optimizers))
-            precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
-            # a training_step that changes its batch in place must find the batch as the loader gave it (read, never
-            # rebuilt: a batch class may validate its fields)
-            inputs = tensors_in(batch)
-            saved_inputs = [t.detach().clone() for t in inputs]
+            # a training_step that changes its batch in place finds it as the loader gave it; self.log dropped
+            trial.enter_context(step_trial(trainer, pl_module, batch))
         except Exception as err:  # the model's state cannot be kept aside: nothing is tried, nothing decided
             trial.close()
             why = f"its snapshot of the model raised {error_phrase(err)}"
@@ -197,10 +190,6 @@ class AutoProbe(SpeedupCallback):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        # the steps' self.log calls are dropped: they are not training
-        patched = {name: pl_module.__dict__.get(name) for name in ("log", "log_dict")}
-        for name in patched:
-            object.__setattr__(pl_module, name, _drop)
         try:
             return run_probe(
                 step,
@@ -222,17 +211,7 @@ class AutoProbe(SpeedupCallback):
             failed.decisions = unprobed(axes, why)
             return failed
         finally:
-            for name, value in patched.items():
-                if value is None:
-                    pl_module.__dict__.pop(name, None)
-                else:
-                    object.__setattr__(pl_module, name, value)
-            trial.close()  # weights, optimizer state, random generators: as before the probe
-            trainer.precision_plugin.load_state_dict(precision_state)
-            with torch.no_grad():
-                for t, saved in zip(inputs, saved_inputs):
-                    if not torch.equal(t, saved):
-                        t.copy_(saved)
+            trial.close()  # weights, optimizer state, generators, precision plugin, batch: as before the probe
 
 
 def _axes_of(part: SpeedupCallback, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[Axis]:
@@ -257,7 +236,3 @@ def _aside(axis: Axis, trainer: pl.Trainer, pl_module: pl.LightningModule, err: 
 
 class _NoLoss(RuntimeError):
     pass
-
-
-def _drop(*args: Any, **kwargs: Any) -> None:
-    return None

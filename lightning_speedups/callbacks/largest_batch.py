@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import lightning.pytorch as pl
-import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.parsing import (
@@ -37,18 +36,14 @@ from lightning_speedups.functional.memory import (
 )
 from lightning_speedups.trainer.attributes import set_at_init
 from lightning_speedups.trainer.batch_trials import (
-    enter_trials,
-    exit_trials,
     measure_trial_peak,
     multi_process_error,
-    reset_loaders,
-    restore_trial_state,
     scale_trainer_lrs,
     too_small_error,
     train_set_length,
 )
 from lightning_speedups.trainer.namespace import is_lightning
-from lightning_speedups.trainer.trial_steps import trial_steps
+from lightning_speedups.trainer.trial_steps import drop_loaders, fit_loop_trials
 
 _LR_RULES = ("linear", "sqrt", None)
 
@@ -400,7 +395,7 @@ class LargestBatch(SpeedupCallback):
     def _apply_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: int, accumulate: int) -> None:
         lightning_setattr(pl_module, self.batch_arg_name, batch)
         trainer.accumulate_grad_batches = accumulate
-        reset_loaders(trainer)
+        drop_loaders(trainer)
 
     def _log(self, trainer: pl.Trainer) -> None:
         metrics: dict[str, float] = {
@@ -437,11 +432,11 @@ class LargestBatch(SpeedupCallback):
             )
         self.trials = []
         device = trainer.strategy.root_device
-        snapshot = enter_trials(trainer, pl_module, self.batch_arg_name, self.steps_per_trial)
+        batch_before: Any = lightning_getattr(pl_module, self.batch_arg_name)
         try:
             # eager trials: compiled modules would recompile at every trial size (see eager_while)
-            root = trainer.strategy.model if isinstance(trainer.strategy.model, torch.nn.Module) else pl_module
-            with trial_steps(root, trainer.optimizers) as state, eager_while(pl_module):
+            with fit_loop_trials(trainer, pl_module, max_steps=self.steps_per_trial) as trials, eager_while(pl_module):
+                trainer.limit_train_batches = 1.0
 
                 def fits(batch: int) -> bool:
                     accumulate = self._trial_accumulation(batch, old_accumulate, per_process)
@@ -454,15 +449,12 @@ class LargestBatch(SpeedupCallback):
                         out_of_memory = True
                     # out of the except block: the exception and its traceback (whose frames hold the
                     # trial's activations) are gone, so the memory can really be given back now
+                    trials.rewind()
                     if out_of_memory:
                         self.trials.append((batch, None))
-                        state.restore()
-                        restore_trial_state(trainer, pl_module, snapshot)
                         release_device_memory(device)
                         return False
                     self.trials.append((batch, peak))
-                    state.restore()
-                    restore_trial_state(trainer, pl_module, snapshot)
                     return limit is None or peak <= limit
 
                 found, _ = find_largest_batch_size(
@@ -471,7 +463,7 @@ class LargestBatch(SpeedupCallback):
                 if found == 0:
                     raise self._too_small_error(trainer, pl_module, old_accumulate, per_process, limit)
         finally:
-            exit_trials(trainer, pl_module, snapshot, self.batch_arg_name)
+            lightning_setattr(pl_module, self.batch_arg_name, batch_before)
             # the run's own peak-memory figures start here, not at the largest trial's peak
             release_device_memory(device)
         if limit is None and self.margin > 0:  # out-of-memory search: keep a margin of batch

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
 from typing import Any
 
@@ -16,7 +14,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
-from lightning_speedups.trainer.trial_steps import TrainerSettings, trial_steps
+from lightning_speedups.trainer.trial_steps import fit_loop_trials
 
 #: the learning rates a range test (``max_lr="auto"``) sweeps, exponentially
 RANGE_MIN_LR, RANGE_MAX_LR = 1e-6, 1.0
@@ -72,56 +70,25 @@ def run_range_test(
     training), then put back everything those steps touched; returns ``(lrs, raw losses)`` (rank zero's,
     broadcast).
 
-    The state is kept in host memory (:func:`~lightning_speedups.trainer.trial_steps.trial_steps`:
-    weights, buffers, module modes, plain attributes of the model and datamodule, optimizer state;
-    the random generators isolated by Lightning's ``isolate_rng``), with the loops' progress, the precision plugin's state and the data loaders
-    (built afresh, so the first epoch starts at its first batch in the order a run without the test
-    draws). Lightning's own finder restores from a checkpoint with ``torch.load(weights_only=True)``,
-    which refuses hyper-parameters holding config objects, ``functools.partial`` or user classes;
-    nothing here is pickled.
+    The state is kept in host memory and put back by
+    :func:`~lightning_speedups.trainer.trial_steps.fit_loop_trials` (weights, buffers, module modes, plain
+    attributes of the model and datamodule, optimizer state, random generators, the loops' progress, the
+    precision plugin's state, the Trainer's settings and the data loaders, built afresh so that the first epoch
+    starts at its first batch in the order a run without the test draws). Lightning's own finder restores from
+    a checkpoint with ``torch.load(weights_only=True)``, which refuses hyper-parameters holding config objects,
+    ``functools.partial`` or user classes; nothing here is pickled.
     """
 
     optimizer = trainer.optimizers[0]
-    root = trainer.strategy.model if isinstance(trainer.strategy.model, torch.nn.Module) else pl_module
-    datamodule = getattr(trainer, "datamodule", None)  # a Trainer property Lightning's stubs do not declare
-    extra = [datamodule] if datamodule is not None else []
-    trial = contextlib.ExitStack()
-    trial.enter_context(trial_steps(root, trainer.optimizers, extra=extra))
-    loop = trainer.fit_loop
-    loop_state = copy.deepcopy(loop.state_dict())
-    precision_state = copy.deepcopy(trainer.precision_plugin.state_dict())
-    saved = (trainer.strategy.optimizers, trainer.strategy.lr_scheduler_configs)
-    settings = TrainerSettings.dump(trainer)
-    for group in optimizer.param_groups:
-        group["lr"] = min_lr
-    ratio = max_lr / min_lr
-    sweep_sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: ratio ** min(i / steps, 1.0))
     sweep = _RangeSweep(optimizer)
-    bar = trainer.progress_bar_callback
-    if bar is not None:
-        bar.disable()
-    try:
+    with fit_loop_trials(trainer, pl_module, max_steps=steps + trainer.global_step, callbacks=[sweep]):
+        for group in optimizer.param_groups:
+            group["lr"] = min_lr
+        ratio = max_lr / min_lr
+        sweep_sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: ratio ** min(i / steps, 1.0))
         trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(sweep_sched, interval="step")]
-        settings.reset(trainer, max_steps=steps + trainer.global_step, callbacks=[sweep])
-        loop.load_state_dict(copy.deepcopy(loop_state))
-        loop.restarting = False
-        loop.run()
+        trainer.fit_loop.run()
         lrs, losses = trainer.strategy.broadcast((sweep.lrs, sweep.losses))
-    finally:
-        trainer.strategy.optimizers, trainer.strategy.lr_scheduler_configs = saved
-        settings.restore(trainer)
-        if bar is not None:
-            bar.enable()
-        loop.load_state_dict(copy.deepcopy(loop_state))
-        loop.restarting = False
-        loop.epoch_loop.restarting = False
-        trainer.should_stop = False
-        trial.close()  # weights, optimizer state, random generators: as before the test
-        trainer.precision_plugin.load_state_dict(precision_state)
-        # private: the loaders of the test are dropped, so the fit builds them afresh where a fit without
-        # the test builds them (Lightning's own finder resets the same two attributes)
-        loop.epoch_loop.val_loop._combined_loader = None
-        loop._combined_loader = None
     return list(lrs), list(losses)
 
 

@@ -26,22 +26,21 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities.seed import isolate_rng
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback, no_op, wants_traceback
 from lightning_speedups.errors import BadInput, refuses_the_run
 from lightning_speedups.functional.failures import error_phrase, raising_op
 from lightning_speedups.functional.snapshot import TrainingSnapshot
-from lightning_speedups.functional.tree import tensors_in
 from lightning_speedups.trainer.attributes import set_at_init
 from lightning_speedups.trainer.hooks import HookPatches
 from lightning_speedups.trainer.namespace import package_of
+from lightning_speedups.trainer.trial_steps import root_module, step_trial
 
 __all__ = ["Safeguard"]
 
@@ -281,11 +280,11 @@ class Safeguard(SpeedupCallback):
         """One step of the real model on the real batch as the run will take it, nothing kept; what it raised."""
         manual = not pl_module.automatic_optimization
         strategy = trainer.strategy
-        root = strategy.model if isinstance(strategy.model, torch.nn.Module) else pl_module
         parts = self.parts(trainer)
         try:
             with contextlib.ExitStack() as stack:
-                stack.enter_context(_kept(trainer, pl_module, root, batch, manual))
+                # under manual optimization the step steps the optimizers: the weights are kept too
+                stack.enter_context(step_trial(trainer, pl_module, batch, weights=manual))
                 for part in parts:
                     stack.enter_context(part.trial_watch(trainer, pl_module))
                 original = self._patches.original(strategy, "training_step")
@@ -443,51 +442,7 @@ def _restore_grads(pl_module: Any, grads: Optional[list[tuple[torch.nn.Parameter
 
 
 def _manual_snapshot(trainer: Any, pl_module: Any) -> TrainingSnapshot:
-    root = trainer.strategy.model if isinstance(trainer.strategy.model, torch.nn.Module) else pl_module
-    return TrainingSnapshot.capture(root, trainer.optimizers)
-
-
-@contextlib.contextmanager
-def _kept(trainer: Any, pl_module: Any, root: torch.nn.Module, batch: Any, manual: bool) -> Iterator[None]:
-    """Everything a trial step changes, put back: buffers, module modes and plain attributes (the weights and the
-    optimizers too under manual optimization, which steps them), the schedulers, the random generators, the
-    precision plugin's state, the batch's tensors; ``self.log`` calls dropped."""
-    inputs = tensors_in(batch)
-    saved_inputs = [t.detach().clone() for t in inputs]
-    schedulers = [
-        (config.scheduler, config.scheduler.state_dict())
-        for config in getattr(trainer, "lr_scheduler_configs", ())
-        if hasattr(config.scheduler, "state_dict")
-    ]
-    plugin = trainer.strategy.precision_plugin
-    precision_state = plugin.state_dict()
-    patched = {name: vars(pl_module).get(name) for name in ("log", "log_dict")}
-    for name in patched:
-        object.__setattr__(pl_module, name, _drop)
-    try:
-        with isolate_rng(include_cuda=True):
-            snapshot = TrainingSnapshot.capture(root, trainer.optimizers if manual else (), weights=manual)
-            try:
-                yield
-            finally:
-                snapshot.restore()
-    finally:
-        for name, value in patched.items():
-            if value is None:
-                vars(pl_module).pop(name, None)
-            else:
-                object.__setattr__(pl_module, name, value)
-        for scheduler, state in schedulers:
-            scheduler.load_state_dict(state)
-        plugin.load_state_dict(precision_state)
-        with torch.no_grad():
-            for t, saved in zip(inputs, saved_inputs):
-                if t.shape == saved.shape and not torch.equal(t, saved):
-                    t.copy_(saved)
-
-
-def _drop(*args: Any, **kwargs: Any) -> None:
-    return None
+    return TrainingSnapshot.capture(root_module(trainer, pl_module), trainer.optimizers)
 
 
 def parts_of(callbacks: Sequence[Any]) -> list[SpeedupCallback]:

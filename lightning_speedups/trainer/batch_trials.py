@@ -1,39 +1,22 @@
-"""T04 trial steps for :class:`~lightning_speedups.callbacks.LargestBatch`: snapshot the trainer, run a few
-real training steps at one batch size, measure their peak memory, restore everything; and the
+"""T04 trial steps for :class:`~lightning_speedups.callbacks.LargestBatch`: a few real training steps at one batch
+size through the fit loop and their peak memory (inside
+:func:`~lightning_speedups.trainer.trial_steps.fit_loop_trials`, which puts everything back); and the
 trainer-level helpers of the callback (learning-rate scaling of its optimizers, the search's errors)."""
 
 from __future__ import annotations
 
 import math
-from copy import deepcopy
 from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.loops.loop import _Loop  # private: the loops' base class, to find every nested loop
-from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_setattr
+from lightning.pytorch.utilities.parsing import lightning_setattr
 
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
 from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
-from lightning_speedups.functional.snapshot import to_host
-from lightning_speedups.trainer.trial_steps import TrainerSettings
-
-
-def _loops(loop: Any) -> list[Any]:
-    found = [loop]
-    for value in vars(loop).values():
-        if isinstance(value, _Loop):
-            found.extend(_loops(value))
-    return found
-
-
-def reset_loaders(trainer: pl.Trainer) -> None:
-    """Drop the fit loop's built loaders, so that they are built again (at the new batch size) on first use."""
-    # private: what Lightning's own ``_reset_dataloaders`` does; there is no public way to drop them
-    trainer.fit_loop._combined_loader = None
-    trainer.fit_loop.epoch_loop.val_loop._combined_loader = None
+from lightning_speedups.trainer.trial_steps import drop_loaders
 
 
 def train_set_length(trainer: pl.Trainer) -> Optional[int]:
@@ -48,64 +31,8 @@ def train_set_length(trainer: pl.Trainer) -> Optional[int]:
     except (TypeError, AttributeError, NotImplementedError):
         return None
     finally:
-        reset_loaders(trainer)
+        drop_loaders(trainer)
     return min(lengths) if lengths else None
-
-
-def enter_trials(
-    trainer: pl.Trainer, pl_module: pl.LightningModule, batch_arg_name: str, steps_per_trial: int
-) -> dict[str, Any]:
-    """Snapshot what the trial steps change beside the model and optimizers (schedulers, precision plugin,
-    loop progress, loggers, callbacks, limits) and set the trainer up for them. The model and optimizers are
-    :func:`~lightning_speedups.trainer.trial_steps.trial_steps`' to keep (on the host, random generators
-    isolated), as for the LR range test and the start-up probe."""
-    fit_loop = trainer.fit_loop
-    snapshot: dict[str, Any] = {
-        "batch_size": lightning_getattr(pl_module, batch_arg_name),
-        "schedulers": [to_host(cfg.scheduler.state_dict()) for cfg in trainer.lr_scheduler_configs],
-        "precision": to_host(trainer.precision_plugin.state_dict()),
-        "loop": deepcopy(fit_loop.state_dict()),
-        "settings": TrainerSettings.dump(trainer),
-    }
-    snapshot["settings"].reset(trainer, max_steps=steps_per_trial)
-    trainer.limit_train_batches = 1.0
-    return snapshot
-
-
-def restore_trial_state(trainer: pl.Trainer, pl_module: pl.LightningModule, snapshot: dict[str, Any]) -> None:
-    """Put schedulers, precision plugin and loop progress back as in ``snapshot`` (the model and optimizers:
-    the :class:`~lightning_speedups.functional.snapshot.TrainingSnapshot` of ``trial_steps``)."""
-    for cfg, state in zip(trainer.lr_scheduler_configs, snapshot["schedulers"]):
-        cfg.scheduler.load_state_dict(state)
-    trainer.precision_plugin.load_state_dict(snapshot["precision"])
-    fit_loop = trainer.fit_loop
-    fit_loop.load_state_dict(deepcopy(snapshot["loop"]))
-    for loop in _loops(fit_loop):
-        # private: loading a loop state marks it as resuming; no public way to start it afresh
-        loop._restarting = False
-        for flag in ("_loaded_from_state_dict", "_resuming_from_checkpoint"):
-            if hasattr(loop, flag):
-                setattr(loop, flag, False)
-    epoch_loop = fit_loop.epoch_loop
-    if pl_module.automatic_optimization:
-        epoch_loop.automatic_optimization.optim_progress.reset()
-    else:
-        epoch_loop.manual_optimization.optim_step_progress.reset()
-    fit_loop.epoch_progress.reset()
-    trainer.should_stop = False
-
-
-def exit_trials(
-    trainer: pl.Trainer, pl_module: pl.LightningModule, snapshot: dict[str, Any], batch_arg_name: str
-) -> None:
-    """Undo :func:`enter_trials`: every state back as it was, loaders rebuilt on first use."""
-    restore_trial_state(trainer, pl_module, snapshot)
-    snapshot["settings"].restore(trainer)
-    lightning_setattr(pl_module, batch_arg_name, snapshot["batch_size"])
-    reset_loaders(trainer)
-    connector = trainer._logger_connector  # private: the trial steps' logged results must not leak into the run
-    connector.reset_results()
-    connector.reset_metrics()
 
 
 def measure_trial_peak(
@@ -116,10 +43,11 @@ def measure_trial_peak(
     accumulate_grad_batches: int,
     limit: Optional[int],
 ) -> int:
-    """Run the fit loop (``max_steps`` set by :func:`enter_trials`) at ``batch_size``; return its peak memory in bytes."""
+    """Run the fit loop (inside :func:`~lightning_speedups.trainer.trial_steps.fit_loop_trials`) at ``batch_size``;
+    return its peak memory in bytes."""
     lightning_setattr(pl_module, batch_arg_name, batch_size)
     trainer.accumulate_grad_batches = accumulate_grad_batches
-    reset_loaders(trainer)
+    drop_loaders(trainer)
     device = trainer.strategy.root_device
     seed: list[torch.Tensor] = [*pl_module.parameters(), *pl_module.buffers()]
     seed += [p.grad for p in pl_module.parameters() if p.grad is not None]
