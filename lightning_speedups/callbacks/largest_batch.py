@@ -42,6 +42,7 @@ from lightning_speedups.trainer.batch_trials import (
     too_small_error,
     train_set_length,
 )
+from lightning_speedups.trainer.internals import data_source
 from lightning_speedups.trainer.namespace import is_lightning
 from lightning_speedups.trainer.trial_steps import drop_loaders, fit_loop_trials
 
@@ -221,8 +222,7 @@ class LargestBatch(SpeedupCallback):
                 f"size there and read it in `train_dataloader()` (as for Lightning's BatchSizeFinder)."
             )
             return
-        # private: Lightning has no public way to tell loaders passed to fit() from the model's own
-        source = getattr(trainer.fit_loop, "_data_source", None)
+        source = data_source(trainer.fit_loop)
         if source is not None and hasattr(source, "is_module") and not source.is_module():
             self._skip_with_warning(
                 "the train dataloaders were passed to `fit()` directly, so their batch size cannot change. Build them "

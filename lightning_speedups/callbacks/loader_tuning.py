@@ -23,6 +23,7 @@ from lightning_speedups.data.loaders import (
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.loaders import non_tensor_leaves
 from lightning_speedups.trainer.hooks import HookPatches
+from lightning_speedups.trainer.internals import data_source
 from lightning_speedups.trainer.namespace import is_lightning, is_overridden
 
 _STAGE_HOOKS = {
@@ -51,8 +52,7 @@ def _data_sources(trainer: Trainer) -> list[tuple[str, Any]]:
     ]
     out = []
     for stage, loop in loops:
-        # private: Lightning has no public hook to see or replace the loaders a loop will request
-        source = getattr(loop, "_data_source", None)
+        source = data_source(loop)
         if source is not None and hasattr(source, "instance"):
             out.append((stage, source))
     return out

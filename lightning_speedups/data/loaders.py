@@ -30,9 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-
-# private: Lightning's own way to re-create a loader (and the wrapping that lets it inject samplers later)
-from lightning.fabric.utilities.data import _reinstantiate_wrapped_cls
 from torch.utils.data import BatchSampler, DataLoader
 
 from lightning_speedups.errors import SettingError, SettingTypeError
@@ -41,6 +38,7 @@ from lightning_speedups.functional.loaders import (
     available_cpus,
     worker_pickle_problem,
 )
+from lightning_speedups.trainer.internals import reinstantiate_loader
 
 __all__ = [
     "LoaderRebuildError",
@@ -398,7 +396,7 @@ def rebuild_dataloader(loader: DataLoader, **overrides: Any) -> DataLoader:
     else:
         args, kwargs = _args_from_attributes(loader, overrides)
     try:
-        new = _reinstantiate_wrapped_cls(loader, *args, **kwargs)
+        new = reinstantiate_loader(loader, *args, **kwargs)
     except Exception as ex:
         raise LoaderRebuildError(f"`{type(loader).__name__}(...)` failed with the new settings: {ex}") from ex
     for key, value in overrides.items():

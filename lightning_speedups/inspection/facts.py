@@ -34,6 +34,7 @@ from lightning_speedups.functional import (
     storage_report,
 )
 from lightning_speedups.inspection.model import error_text, inspect_model
+from lightning_speedups.trainer.internals import data_source
 from lightning_speedups.trainer.namespace import is_overridden
 
 __all__ = ["Facts", "TensorInfo", "collect_static", "user_source_files"]
@@ -249,8 +250,7 @@ def _has_eval_loop(trainer: Any, model: Any) -> bool | None:
         return True
     source = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     val_loop = getattr(source, "val_loop", None)
-    data_source = getattr(val_loop, "_data_source", None)
-    return bool(getattr(data_source, "instance", None) is not None)
+    return bool(getattr(data_source(val_loop), "instance", None) is not None)
 
 
 def _cuda_name(device: torch.device) -> str:

@@ -28,6 +28,7 @@ from lightning_speedups.strategies.fsdp import (
     manual_layout_problems,
 )
 from lightning_speedups.tips.record import BuildContext, Setting, SuiteCase, Tip
+from lightning_speedups.trainer.internals import ddp_kwargs
 from lightning_speedups.trainer.namespace import package_of
 
 
@@ -134,7 +135,7 @@ def check(facts: Facts) -> Finding:
         )
     strategy = facts.strategy_obj
     if strategy is not None and "DDP" in facts.strategy and (used > 1 or facts.configured_devices is not None):
-        kwargs = getattr(strategy, "_ddp_kwargs", {}) or {}
+        kwargs = ddp_kwargs(strategy)
         if not kwargs.get("gradient_as_bucket_view"):
             items.append(
                 Item(
