@@ -226,27 +226,30 @@ class _SpeedupsCLI(_CLIBase):
             if trainer.get("max_epochs") is None and trainer.get("max_steps", -1) == -1:
                 trainer["max_epochs"] = DEFAULT_DEMO_EPOCHS
 
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
-        speedups: Speedups = self._get(self.config_init, "speedups") or Speedups()
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """LightningCLI's public hook for building the Trainer: the ``speedups:`` section's flags and parts are added
+        to the ``trainer:`` section's (a flag the config sets is the user's choice and wins, a part the user already
+        lists in ``trainer.callbacks`` is theirs)."""
+        cfg = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        speedups: Speedups = cfg.get("speedups") or Speedups()
+        config = {**(cfg.get("trainer") or {}), **kwargs}
         accelerator = config.get("accelerator", "auto")
         # the model exists already (LightningCLI instantiates it first): what Lightning would refuse
         # for it (clipping under manual optimization) is skipped here, before the Trainer is built
         model = getattr(self, "model", None)
-        kwargs, notes = speedups.trainer_kwargs(accelerator=accelerator, model=model)
+        flags, notes = speedups.trainer_kwargs(accelerator=accelerator, model=model)
         defaults = _trainer_defaults()
         # a flag the config leaves at Lightning's default is not set; one the user's config sets is their choice
         # and wins (merge_flags: the same rule as preset(...).trainer_kwargs from Python)
-        given = {k: config[k] for k in kwargs if k in config and config[k] != defaults.get(k)}
-        applied, flag_notes = merge_flags(kwargs, given, "the config", explicit=True)
+        given = {k: config[k] for k in flags if k in config and config[k] != defaults.get(k)}
+        applied, flag_notes = merge_flags(flags, given, "the config", explicit=True)
         notes.extend(flag_notes)
         config.update(applied)
         pack = speedups.callbacks(notes, accelerator=config.get("accelerator", "auto"), model=model)
-        # a part the user already lists in trainer.callbacks is theirs
         listed = config.get("callbacks") or []
-        pack = without_theirs(
-            pack, [*callbacks, *(listed if isinstance(listed, list) else [listed])], "trainer.callbacks"
-        )
-        trainer = super()._instantiate_trainer(config, list(callbacks) + pack)
+        listed = list(listed) if isinstance(listed, list) else [listed]
+        pack = without_theirs(pack, listed, "trainer.callbacks")
+        trainer = super().instantiate_trainer(**{**kwargs, **applied, "callbacks": [*listed, *pack]})
         setattr(trainer, BUILT_BY_PACK, True)  # LIGHTNING_SPEEDUPS, if set, adds nothing to it
         return trainer
 
