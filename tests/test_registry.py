@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lightning_speedups.config import PACK_SETTINGS, Speedups, all_settings
 from lightning_speedups.tips import BY_ID, TIPS, catalog_rows, get_tip, parts_table
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Setting, Tip
+from lightning_speedups.tips.record import PHASES, BenchVariant, BuildContext, Setting, Tip, at
 
 PARTS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "parts.md"
 
@@ -134,15 +134,20 @@ def test_the_generator_finds_and_rewrites_what_is_out_of_date(tmp_path, monkeypa
     from lightning_speedups.tips import generate
 
     assert generate.main(["--check"]) == 0, capsys.readouterr().out  # the checkout's files are current
-    catalog, page = tmp_path / "catalog.json", tmp_path / "parts.md"
+    catalog, page, t16 = tmp_path / "catalog.json", tmp_path / "parts.md", tmp_path / "t16_conv_bias.py"
     catalog.write_text("[]\n")
     page.write_text(PARTS_PAGE.read_text(encoding="utf-8").replace("| T24", "| T99", 1))
+    real_t16 = generate.tip_module_path(TIPS[15])
+    t16.write_text(real_t16.read_text(encoding="utf-8").replace("Expected gain: fewer", "Expected gain: more", 1))
+    real_path = generate.tip_module_path
     monkeypatch.setattr(generate, "CATALOG", catalog)
     monkeypatch.setattr(generate, "PARTS_PAGE", page)
-    assert generate.stale() == [catalog, page] and generate.main(["--check"]) == 1
+    monkeypatch.setattr(generate, "tip_module_path", lambda tip: t16 if tip.id == "T16" else real_path(tip))
+    assert generate.stale() == [catalog, t16, page] and generate.main(["--check"]) == 1
     assert generate.main([]) == 0 and generate.stale() == []
     assert json.loads(catalog.read_text()) == [list(row) for row in catalog_rows()]
     assert page.read_text(encoding="utf-8") == PARTS_PAGE.read_text(encoding="utf-8")
+    assert t16.read_text(encoding="utf-8") == real_t16.read_text(encoding="utf-8")  # the card written from the record
 
 
 def test_tips_command_lists_every_tip(capsys):
@@ -154,9 +159,11 @@ def test_tips_command_lists_every_tip(capsys):
         assert tip.id in out
 
 
-def test_adding_a_tip_is_one_record(monkeypatch):
-    """A new tip's own module is all it takes: its setting, Trainer argument, callback, bench variant and
-    check appear in the generated section, the callback list, bench and the doctor."""
+def test_adding_a_tip_is_one_record(monkeypatch, tmp_path):
+    """A new tip is added as docs/development.md says (its record, its part, a row of PHASES, its name in TIPS) and
+    that is all it takes: its setting, Trainer argument, callback (at its phase), bench variant and check appear in
+    the generated section, the callback list, bench and the doctor; the generator writes its card into its module's
+    docstring, its row of the tips table and of the parts page."""
     import lightning_speedups.config as config_mod
     import lightning_speedups.tips as tips_mod
     from lightning_speedups.callbacks import SpeedupCallback
@@ -182,10 +189,11 @@ def test_adding_a_tip_is_one_record(monkeypatch):
         check=lambda facts: Finding.ok("T25", "checked"),
         settings=(Setting("marker", bool, False, doc="T25. Mark the run."),),
         trainer_kwargs=kwargs,
-        callbacks=lambda s, ctx: [(55, Marker())] if s.marker else [],
+        callbacks=lambda s, ctx: [(at("marker"), Marker())] if s.marker else [],
         parts=(Marker,),
         bench=BenchVariant({"marker": True}),
     )
+    monkeypatch.setitem(PHASES, "marker", 55)  # between conv_bias (50) and channels_last (60)
     monkeypatch.setattr(tips_mod, "TIPS", (*TIPS, new))
     monkeypatch.setattr(config_mod, "TIPS", (*TIPS, new))
     cls, _ = config_mod._generate()
@@ -201,11 +209,27 @@ def test_adding_a_tip_is_one_record(monkeypatch):
     ]
     assert PACK_SETTINGS[-1].path == "summary"
 
+    from lightning_speedups.tips import generate
+
+    module = tmp_path / "t25_marker.py"
+    module.write_text('"""T25 marker: a test tip.\n\nCard:\n    (written by the generator)\n"""\n')
+    real_path = generate.tip_module_path
+    monkeypatch.setattr(generate, "TIPS", (*TIPS, new))
+    monkeypatch.setattr(generate, "tip_module_path", lambda tip: module if tip.id == "T25" else real_path(tip))
+    monkeypatch.setattr(generate, "CATALOG", tmp_path / "catalog.json")
+    monkeypatch.setattr(generate, "PARTS_PAGE", tmp_path / "parts.md")
+    (tmp_path / "parts.md").write_text(PARTS_PAGE.read_text(encoding="utf-8"))
+    assert generate.main([]) == 0 and generate.stale() == []
+    assert new.card() in module.read_text() and "(written by the generator)" not in module.read_text()
+    assert any(row[0] == "T25" for row in json.loads((tmp_path / "catalog.json").read_text()))
+    assert "T25" in (tmp_path / "parts.md").read_text() and "T25" not in PARTS_PAGE.read_text(encoding="utf-8")
+
 
 def test_each_tip_card_is_written_once_in_its_record():
     """Issue 30: a card was written three times (record, callback, function) and the copies disagreed (T24:
     "1.2x on a small CNN on CPU" / "little in fp32 or on CPU" / "about neutral in fp32"). The record states it;
-    the tip module's docstring is generated from it; no part's docstring restates a gain or a cost."""
+    the tip module's docstring is generated from it (tips/generate.py); no part's docstring restates a gain or a
+    cost."""
     import importlib
     import inspect
     import re
@@ -213,7 +237,9 @@ def test_each_tip_card_is_written_once_in_its_record():
     claims = re.compile(r"\b(Expected gain|When it hurts|Seed tips?:)")
     for tip in TIPS:
         module = importlib.import_module(tip.check.__module__)
-        assert tip.card() in (module.__doc__ or ""), f"{module.__name__}: paste {tip.id}'s card() in its docstring"
+        assert tip.card() in (module.__doc__ or ""), (
+            f"{module.__name__}: run python -m lightning_speedups.tips.generate"
+        )
         for part in tip.parts:
             home = importlib.import_module(part.__module__)
             docs = [(part.__qualname__, inspect.getdoc(part))]

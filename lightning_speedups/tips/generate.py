@@ -1,5 +1,6 @@
 """Write out what is generated from the tip records, so that no copy of a tip is kept in sync by hand: the ``tips``
-command's table (``lightning_speedups/catalog.json``, read without importing the records) and the parts table of
+command's table (``lightning_speedups/catalog.json``, read without importing the records), the ``Card:`` block of
+each tip module's docstring (:meth:`~lightning_speedups.tips.record.Tip.card`) and the parts table of
 ``docs/parts.md`` (between its ``parts-table`` markers, in a checkout).
 
     python -m lightning_speedups.tips.generate           # rewrite what is out of date
@@ -8,6 +9,7 @@ command's table (``lightning_speedups/catalog.json``, read without importing the
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import sys
@@ -15,12 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from lightning_speedups.tips import catalog_rows, parts_table
+from lightning_speedups.tips import TIPS, catalog_rows, parts_table
+from lightning_speedups.tips.record import Tip
 
 PACKAGE = Path(__file__).resolve().parent.parent
 CATALOG = PACKAGE / "catalog.json"
 PARTS_PAGE = PACKAGE.parent / "docs" / "parts.md"
 _MARKERS = re.compile(r"(<!-- parts-table:start -->\n)(.*?)(\n<!-- parts-table:end -->)", re.S)
+#: a tip module's card: the ``Card:`` line and the indented lines under it
+_CARD = re.compile(r"^Card:\n(?: {4}.*\n)*", re.M)
 
 
 def catalog_text() -> str:
@@ -35,9 +40,26 @@ def parts_page_text(current: str) -> str:
     return _MARKERS.sub(lambda m: m.group(1) + parts_table().strip() + m.group(3), current, count=1)
 
 
+def tip_module_path(tip: Tip) -> Path:
+    """The module that holds ``tip``'s record (its ``check`` is defined there)."""
+    module = importlib.import_module(tip.check.__module__)
+    return Path(str(module.__file__))
+
+
+def tip_module_text(tip: Tip, current: str) -> str:
+    """The tip module's source with the ``Card:`` block of its docstring written from the record."""
+    card = tip.card() + "\n"
+    if not _CARD.search(current):
+        raise ValueError(f"{tip_module_path(tip)}: its docstring has no 'Card:' block for {tip.id}'s card")
+    return _CARD.sub(lambda m: card, current, count=1)
+
+
 def generated() -> dict[Path, str]:
     """Each generated file and the text it should hold (the parts page only where the checkout has it)."""
     out = {CATALOG: catalog_text()}
+    for tip in TIPS:
+        path = tip_module_path(tip)
+        out[path] = tip_module_text(tip, path.read_text(encoding="utf-8"))
     if PARTS_PAGE.is_file():
         out[PARTS_PAGE] = parts_page_text(PARTS_PAGE.read_text(encoding="utf-8"))
     return out
