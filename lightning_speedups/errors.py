@@ -20,7 +20,16 @@ import platform
 from importlib import metadata
 from typing import Optional
 
-__all__ = ["BadInput", "SettingError", "SettingTypeError", "bad_input", "bug_report", "refuses_the_run"]
+__all__ = [
+    "BadInput",
+    "MissingFileError",
+    "SettingError",
+    "SettingTypeError",
+    "UnknownNameError",
+    "bad_input",
+    "bug_report",
+    "refuses_the_run",
+]
 
 #: Where to report a bug of the pack.
 ISSUES = "the project's issue tracker"
@@ -36,6 +45,17 @@ class SettingError(BadInput, ValueError):
 
 class SettingTypeError(BadInput, TypeError):
     """A value the user gave has the wrong type (the message names the setting and the fix)."""
+
+
+class MissingFileError(BadInput, FileNotFoundError):
+    """A file or folder the user named, or data the user must install, is not there (the message says how to get it)."""
+
+
+class UnknownNameError(BadInput, KeyError):
+    """A name the user gave (a tip's id or slug) is not known (the message lists the known ones)."""
+
+    def __str__(self) -> str:  # KeyError's own str() quotes the message
+        return str(self.args[0]) if self.args else ""
 
 
 def refuses_the_run(err: BaseException) -> bool:

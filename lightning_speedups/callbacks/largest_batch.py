@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import lightning.pytorch as pl
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.parsing import (
     lightning_getattr,
@@ -44,6 +43,7 @@ from lightning_speedups.trainer.batch_trials import (
 )
 from lightning_speedups.trainer.internals import data_source
 from lightning_speedups.trainer.namespace import is_lightning
+from lightning_speedups.trainer.refusal import SetupRefused
 from lightning_speedups.trainer.trial_steps import drop_loaders, fit_loop_trials
 
 _LR_RULES = ("linear", "sqrt", None)
@@ -231,7 +231,7 @@ class LargestBatch(SpeedupCallback):
             return
         callbacks = set_at_init(trainer).callbacks
         if self.keep_effective_batch and any(is_lightning(c, "GradientAccumulationScheduler") for c in callbacks):
-            raise MisconfigurationException(
+            raise SetupRefused(
                 "LargestBatch(keep_effective_batch=True) sets `accumulate_grad_batches`, which a "
                 "GradientAccumulationScheduler callback also changes; remove one of them."
             )

@@ -163,7 +163,7 @@ class SpeedDataModule(LightningDataModule):
 
     def _loader(self, dataset: Dataset | None, stage: str) -> DataLoader:
         if dataset is None:
-            raise RuntimeError(f"SpeedDataModule has no {stage} dataset; pass `{stage}_dataset=`.")
+            raise SettingError(f"SpeedDataModule has no {stage} dataset; pass `{stage}_dataset=`.")
         train = stage == "train"
         iterable = isinstance(dataset, IterableDataset)
         gen = None

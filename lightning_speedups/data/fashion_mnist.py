@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_speedups.errors import SettingError
+from lightning_speedups.errors import MissingFileError, SettingError
 
 __all__ = ["DEFAULT_ROOT", "FILES", "FashionMNISTDataModule", "find_fashion_mnist", "read_idx"]
 
@@ -91,7 +91,7 @@ def find_fashion_mnist(root: Union[str, Path, None] = None) -> Path:
     folder = Path(root or os.environ.get("FASHION_MNIST_DIR") or DEFAULT_ROOT)
     missing = [n for pair in FILES.values() for n in pair if _file(folder, n) is None]
     if missing:
-        raise FileNotFoundError(f"Fashion-MNIST not found in {folder} (missing {', '.join(missing)}): {INSTALL}.")
+        raise MissingFileError(f"Fashion-MNIST not found in {folder} (missing {', '.join(missing)}): {INSTALL}.")
     return folder
 
 

@@ -126,7 +126,7 @@ def total_memory_bytes(device: Union[str, torch.device, None] = None) -> int:
     if limit is not None:
         total = min(total, limit) if total else limit
     if not total:  # pragma: no cover
-        raise RuntimeError("Cannot tell how much memory this machine has; pass `memory_budget` in bytes.")
+        raise SettingError("Cannot tell how much memory this machine has; pass `memory_budget` in bytes.")
     return int(total)
 
 

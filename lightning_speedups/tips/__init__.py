@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from lightning_speedups.errors import UnknownNameError
 from lightning_speedups.tips import (
     t01_lr_schedule,
     t02_loader_workers,
@@ -92,7 +93,7 @@ def get_tip(key: str) -> Tip:
     """
     tip = BY_ID.get(key.upper()) or BY_SLUG.get(key.lower())
     if tip is None:
-        raise KeyError(f"unknown tip {key!r}; tips are {', '.join(BY_ID)} (or their slugs, e.g. 'conv-bias').")
+        raise UnknownNameError(f"unknown tip {key!r}; tips are {', '.join(BY_ID)} (or their slugs, e.g. 'conv-bias').")
     return tip
 
 

@@ -10,12 +10,12 @@ from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.parsing import lightning_setattr
 
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
 from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
+from lightning_speedups.trainer.refusal import SetupRefused
 from lightning_speedups.trainer.trial_steps import drop_loaders
 
 
@@ -65,14 +65,14 @@ def measure_trial_peak(
     return peak
 
 
-def multi_process_error(trainer: pl.Trainer) -> MisconfigurationException:
+def multi_process_error(trainer: pl.Trainer) -> SetupRefused:
     """The error for a search that cannot run: several processes, or a strategy that restores checkpoints late."""
     where = (
         f"a multi-process run (world size {trainer.world_size}): the trial steps would need every process in lockstep"
         if trainer.world_size > 1
         else f"a run with {type(trainer.strategy).__name__}, which restores checkpoints after setup"
     )
-    return MisconfigurationException(
+    return SetupRefused(
         f"LargestBatch cannot search for a batch size in {where}. Run the search once single-process on one "
         "device (`devices=1, num_nodes=1`, default strategy, e.g. with `max_steps=1`), note the batch size it "
         "prints, then pass `LargestBatch(batch_size=<that size>, ...)` to this run (or resume from a checkpoint "
@@ -107,7 +107,7 @@ def too_small_error(
 ) -> Exception:
     """The error when not even a batch of ``multiple`` fits: in the device memory, or in the budget (``limit``)."""
     if limit is None:
-        return MisconfigurationException(
+        return SetupRefused(
             f"LargestBatch: a batch of {multiple} does not fit in the device memory; lower `multiple`, use "
             "activation checkpointing or mixed precision."
         )
