@@ -39,10 +39,11 @@ from lightning_speedups.lint.file_index import (
     norm_path,
     text_calls,
 )
-from lightning_speedups.lint.where import FuncDef, Loop
+from lightning_speedups.lint.loops import Loops
+from lightning_speedups.lint.scopes import Scopes
 
 
-class FileFacts(FileNodes, Protocol):
+class ProjectFile(FileNodes, Protocol):
     """What the project reads of a file's context. :class:`lightning_speedups.lint.context.FileContext` provides it;
     it is a protocol here because that module imports this one (a project links the contexts of its files)."""
 
@@ -50,9 +51,8 @@ class FileFacts(FileNodes, Protocol):
     path: PurePath
     parents: dict[ast.AST, ast.AST]
     project: Optional[Project[Any]]
-
-    @property
-    def functions(self) -> dict[str, list[FuncDef]]: ...
+    scopes: Scopes
+    loops: Loops
 
     def release(self) -> None: ...
 
@@ -62,17 +62,11 @@ class FileFacts(FileNodes, Protocol):
 
     def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]: ...
 
-    def self_attrs(self, cls: ast.ClassDef) -> tuple[dict[str, list[ast.AST]], set[str]]: ...
-
     def calls_within(self, node: ast.AST) -> list[ast.Call]: ...
-
-    def is_step_function(self, fn: FuncDef, depth: int = 0) -> bool: ...
-
-    def is_training_loop(self, loop: Loop) -> bool: ...
 
 
 #: the project's file context type (FileContext for the linter; the protocol is all the project reads of it)
-C = TypeVar("C", bound=FileFacts)
+C = TypeVar("C", bound=ProjectFile)
 
 _Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -121,6 +115,10 @@ class Project(Generic[C]):
 
     def __len__(self) -> int:
         return len(self._files)
+
+    def __contains__(self, path: object) -> bool:
+        """``path`` (a display path) is one of the run's files."""
+        return path in self._files
 
     # ------------------------------------------------------------------ files and contexts
     def context(self, path: str) -> C:
@@ -364,7 +362,7 @@ class Project(Generic[C]):
             cls = ctx.enclosing_class(call)
             if cls is None:
                 return None
-            attrs, _ = ctx.self_attrs(cls)
+            attrs, _ = ctx.scopes.self_attrs(cls)
             classes = {self._class_of_value(ctx, v) for v in attrs.get(owner.attr, ())}
             if len(classes) == 1:
                 only = next(iter(classes))
@@ -391,10 +389,10 @@ class Project(Generic[C]):
             if is_test_path(path) or not mentions_step(source):
                 continue
             ctx = self.context(path)
-            for defs in ctx.functions.values():
+            for defs in ctx.loops.functions.values():
                 for fn in defs:
                     method = isinstance(ctx.parents.get(fn), ast.ClassDef)
-                    if (method and fn.name in roots) or ctx.is_step_function(fn):
+                    if (method and fn.name in roots) or ctx.loops.is_step_function(fn):
                         if fn not in hot:
                             hot.add(fn)
                             work.append((ctx, fn))
@@ -406,7 +404,7 @@ class Project(Generic[C]):
                 ):
                     continue
                 for anc, _ in ctx.ancestors(call):
-                    if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and ctx.is_training_loop(anc):
+                    if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and ctx.loops.is_training_loop(anc):
                         work.append((ctx, anc))
                         break
         defined = self.defined_names()
@@ -595,4 +593,4 @@ class Project(Generic[C]):
         return found
 
 
-__all__ = ["FileFacts", "Project"]
+__all__ = ["Project", "ProjectFile"]

@@ -6,15 +6,8 @@ import ast
 from collections.abc import Iterator
 from typing import Optional, Union
 
-from lightning_speedups.lint.context import (
-    DATALOADER,
-    FileContext,
-    argument,
-    is_const,
-    keyword,
-    snippet,
-    terminal_name,
-)
+from lightning_speedups.lint.astutil import DATALOADER, argument, is_const, keyword, snippet, terminal_name
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 
 # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
@@ -30,8 +23,8 @@ def _tensor_from_numpy(ctx: FileContext) -> Iterator[Hit]:
         if device is not None and not is_const(device.value, "cpu"):
             continue  # the data must cross to the device anyway: as_tensor would copy too
         arg = call.args[0]
-        if ctx.is_numpy(arg):
-            runs = ctx.runs(call)
+        if ctx.classify.is_numpy(arg):
+            runs = ctx.where.runs(call)
             h = hit_at(call, f"torch.tensor({snippet(arg)}) copies a numpy array, {runs.how} (in {runs.where})", runs)
             if h is not None:
                 yield h
@@ -43,13 +36,13 @@ def _tensor_of_tensors(ctx: FileContext) -> Iterator[Hit]:
             continue
         arg = call.args[0]
         if isinstance(arg, (ast.ListComp, ast.GeneratorExp)):
-            tensors = ctx.is_tensor(arg.elt)
+            tensors = ctx.classify.is_tensor(arg.elt)
         elif isinstance(arg, (ast.List, ast.Tuple)) and arg.elts:
-            tensors = all(ctx.is_tensor(e) for e in arg.elts)
+            tensors = all(ctx.classify.is_tensor(e) for e in arg.elts)
         else:
             tensors = False
         if tensors:
-            runs = ctx.runs(call)
+            runs = ctx.where.runs(call)
             h = hit_at(
                 call,
                 f"torch.tensor({snippet(arg)}) builds a tensor from tensors one Python scalar at a "
@@ -69,13 +62,13 @@ def _loaders(ctx: FileContext) -> Iterator[ast.Call]:
 def _dataset_call(ctx: FileContext, node: Optional[ast.AST], at: ast.AST) -> Optional[ast.Call]:
     """The call that made the dataset ``node`` (``Cls(...)``; through a name or ``self.attr``), if visible."""
     if isinstance(node, ast.Name):
-        prior = ctx.bindings_before(node) or ctx.bindings(ctx.tree).get(node.id)
+        prior = ctx.scopes.bindings_before(node) or ctx.scopes.bindings(ctx.tree).get(node.id)
         if not prior or any(b.kind != "value" or b.value is None for b in prior):
             return None
         node = prior[-1].value
     elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
         cls = ctx.enclosing_class(at)
-        values = ctx.self_attrs(cls)[0].get(node.attr, []) if cls is not None else []
+        values = ctx.scopes.self_attrs(cls)[0].get(node.attr, []) if cls is not None else []
         if len(values) != 1:
             return None
         node = values[0]
@@ -125,7 +118,7 @@ def _in_memory_datasets(ctx: FileContext) -> set[str]:
 
 def _in_memory_elsewhere(ctx: FileContext, call: Optional[ast.Call]) -> bool:
     """The dataset's class lives in another file of the project and is in memory (``gail.ExpertDataset``)."""
-    project = getattr(ctx, "project", None)
+    project = ctx.project
     if call is None or project is None:
         return False
     found = project.resolve_name(ctx, call.func)
@@ -207,9 +200,9 @@ _WORKERS_FIX = "num_workers=4 (about 4 per GPU, at most the CPUs you have) and p
 
 
 def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
-    if not ctx.mentions_cuda:
+    if not ctx.facts.mentions_cuda:
         return
-    iterable = ctx.iterable_dataset_classes()
+    iterable = ctx.facts.iterable_dataset_classes
     if any(".demos." in q or q.endswith(".demos") for q in ctx.aliases.values()):
         return  # Lightning's demo datasets (WikiText2, RandomDataset) index tensors in memory
     for call in _loaders(ctx):
@@ -231,7 +224,7 @@ def _loader_workers(ctx: FileContext) -> Iterator[Hit]:
         if _quiet_loader(ctx, call):
             continue
         fix = None
-        if ctx.enclosing_function(call) is None and not ctx.under_main_guard(call):
+        if ctx.enclosing_function(call) is None and not ctx.purpose.under_main_guard(call):
             fix = (
                 f"{_WORKERS_FIX}, once the "
                 'script runs under `if __name__ == "__main__":` (it builds the loader at module level; workers '
@@ -251,7 +244,7 @@ def _pin_state(call: ast.Call) -> Optional[str]:
 
 
 def _loader_pin_memory(ctx: FileContext) -> Iterator[Hit]:
-    if not ctx.mentions_cuda:
+    if not ctx.facts.mentions_cuda:
         return
     for call in _loaders(ctx):
         state = _pin_state(call)
@@ -300,9 +293,9 @@ def _unpinned_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> Optional
     if isinstance(source, ast.Call):
         values = [source]
     elif isinstance(source, ast.Name):
-        prior = ctx.bindings_before(source)
+        prior = ctx.scopes.bindings_before(source)
         if prior is None:
-            module = ctx.bindings(ctx.tree).get(source.id)
+            module = ctx.scopes.bindings(ctx.tree).get(source.id)
             if ctx.scope_of(source) is ctx.tree or not module:
                 return None
             prior = module
@@ -313,7 +306,7 @@ def _unpinned_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> Optional
         cls = ctx.enclosing_class(at)
         if cls is None:
             return None
-        values = ctx.self_attrs(cls)[0].get(source.attr, [])
+        values = ctx.scopes.self_attrs(cls)[0].get(source.attr, [])
     else:
         return None
     if not values:
@@ -348,7 +341,7 @@ def _batch_loop(
             return None
         if not isinstance(anc, (ast.For, ast.AsyncFor)) or not any(child is s for s in anc.body):
             continue
-        later = [b for b in ctx.bindings(scope).get(name.id, ()) if anc.lineno < b.line < at.lineno]
+        later = [b for b in ctx.scopes.bindings(scope).get(name.id, ()) if anc.lineno < b.line < at.lineno]
         if name.id in _target_names(anc.target):
             return None if later else anc  # rebound inside the loop before `at`: cannot tell
         if hops == 0 and len(later) == 1 and later[0].kind in ("value", "unpack") and later[0].value is not None:
@@ -385,9 +378,9 @@ def _target_loop_is_host(ctx: FileContext, anc: Union[ast.For, ast.AsyncFor], at
 def _host_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> bool:
     if not isinstance(source, ast.Name):
         return False
-    prior = ctx.bindings_before(source)
+    prior = ctx.scopes.bindings_before(source)
     if prior is None:
-        prior = ctx.bindings(ctx.tree).get(source.id)
+        prior = ctx.scopes.bindings(ctx.tree).get(source.id)
     if not prior or any(b.kind != "value" or b.value is None for b in prior):
         return False
     for b in prior:
@@ -407,7 +400,7 @@ def _host_loader(ctx: FileContext, source: ast.AST, at: ast.AST) -> bool:
 
 
 def _non_blocking_unpinned(ctx: FileContext) -> Iterator[Hit]:
-    if not ctx.mentions_cuda:
+    if not ctx.facts.mentions_cuda:
         return
     for call in ctx.calls:
         func = call.func

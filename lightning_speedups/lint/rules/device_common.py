@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from lightning_speedups.lint.astutil import mentions_step
-from lightning_speedups.lint.context import FileContext, is_const, keyword
+from lightning_speedups.lint.astutil import is_const, keyword, mentions_step
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.data import loader_batch
 
 #: Tensor methods that copy a value to the host (LS201 / LS206 report them, LS202 leaves a print of one to them).
@@ -157,16 +157,16 @@ def host_tensor(ctx: FileContext, node: ast.AST, at: ast.Call, depth: int = 0) -
             # torch.tensor(t) / as_tensor(t) of a tensor stays on t's device: only host data counts
             data = node.args[0] if node.args else None
             host = data is not None and (
-                ctx.is_numpy(data)
+                ctx.classify.is_numpy(data)
                 or isinstance(data, ast.Constant)
-                or (isinstance(data, (ast.List, ast.Tuple)) and not any(ctx.is_tensor(e) for e in data.elts))
+                or (isinstance(data, (ast.List, ast.Tuple)) and not any(ctx.classify.is_tensor(e) for e in data.elts))
                 or (factory in LEGACY_CONSTRUCTORS and all(isinstance(a, (ast.Constant, ast.Name)) for a in node.args))
             )
             if not host:
                 return False
         return not default_device_moved(ctx)
     if isinstance(node, ast.Name) and depth < 2:
-        prior = ctx.bindings_before(node)
+        prior = ctx.scopes.bindings_before(node)
         if prior and all(b.kind == "value" and b.value is not None for b in prior):
             return all(b.value is not None and host_tensor(ctx, b.value, at, depth + 1) for b in prior)
         if prior and loader_batch(ctx, node, at):  # the loop's own binding, not rebound before the read

@@ -7,7 +7,8 @@ import ast
 from collections.abc import Callable, Iterator
 from typing import Optional
 
-from lightning_speedups.lint.context import FileContext, snippet
+from lightning_speedups.lint.astutil import snippet
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, Rule
 from lightning_speedups.lint.rules.device_common import SYNC_METHODS, is_synchronize
 
@@ -18,8 +19,8 @@ def _per_step_calls(ctx: FileContext, matches: Callable[[ast.Call], bool], says:
     for call in ctx.calls:
         if not matches(call):
             continue
-        r = ctx.hot_runs(call)
-        if r is None or ctx.is_exempt(call, _TIMING_WORDS):
+        r = ctx.where.hot_runs(call)
+        if r is None or ctx.purpose.is_exempt(call, _TIMING_WORDS):
             continue
         yield Hit(call, f"{snippet(call.func, 40)}() in {r.where} {says}")
 

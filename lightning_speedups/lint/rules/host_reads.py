@@ -8,7 +8,8 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, snippet, terminal_name
+from lightning_speedups.lint.astutil import DEF_TYPES, is_const, snippet, terminal_name
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, Rule
 from lightning_speedups.lint.rules.device_common import (
     HOT_TRIGGER,
@@ -16,7 +17,7 @@ from lightning_speedups.lint.rules.device_common import (
     host_tensor,
     is_synchronize,
 )
-from lightning_speedups.lint.where import Runs, _is_step_call
+from lightning_speedups.lint.runs import Runs, is_step_call
 
 #: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
 _SYNC_BUILTINS = frozenset({"bool", "float", "int"})
@@ -45,7 +46,7 @@ def _condition_tensors(ctx: FileContext, test: ast.AST) -> list[ast.AST]:
             stack.append(node.operand)
         elif isinstance(node, ast.BoolOp):
             stack.extend(node.values)
-        elif ctx.is_tensor(node):
+        elif ctx.classify.is_tensor(node):
             out.append(node)
     return out
 
@@ -148,7 +149,7 @@ def _drop_repeated_reads(ctx: FileContext, found: dict[ast.AST, tuple[str, Runs]
         # the receiver's names: first.func is `<receiver>.<sync method>` (grouped above only so), whose
         # method name is no ast.Name
         roots = {n.id for n in ast.walk(first.func) if isinstance(n, ast.Name)}
-        bindings = ctx.bindings(scope if scope is not None else ctx.tree)
+        bindings = ctx.scopes.bindings(scope if scope is not None else ctx.tree)
         for later in reads[1:]:
             lo, hi = first.lineno, later.lineno
             rebound = any(lo <= b.line <= hi for name in roots for b in bindings.get(name, ()))
@@ -157,7 +158,7 @@ def _drop_repeated_reads(ctx: FileContext, found: dict[ast.AST, tuple[str, Runs]
                 continue
             own = {id(n) for read in (first, later) for n in ast.walk(read)}
             between = [c for c in _calls_between(ctx, lo, hi) if id(c) not in own and c not in reads]
-            busy = any(_is_step_call(c) or ctx.is_tensor(c) for c in between)
+            busy = any(is_step_call(c) or ctx.classify.is_tensor(c) for c in between)
             if rebound or busy:
                 first = later
                 continue
@@ -210,7 +211,7 @@ def _find_syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
                 continue  # self.cpu(): moving the module, not reading a tensor
             if ctx.qualname(receiver) is not None:
                 continue  # an imported module's function (e.g. np.item is not a tensor method)
-            r = ctx.hot_runs(call)
+            r = ctx.where.hot_runs(call)
             if r is not None and not _for_rpc(ctx, call) and not _for_host_consumer(ctx, call):
                 if not _after_synchronize(ctx, call) and not host_tensor(ctx, receiver, call):
                     found[call] = (f"`.{func.attr}()` in {r.where} copies to the host and waits for the GPU", r)
@@ -221,22 +222,22 @@ def _find_syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
             and "scaler" in terminal_name(func.value).lower()
         ):
             # GradScaler.get_scale() (and the state_dict() that holds it) is the scale's .item()
-            r = ctx.hot_runs(call)
+            r = ctx.where.hot_runs(call)
             if r is not None and not _after_synchronize(ctx, call):
                 found[call] = (
                     f"`{snippet(call, 40)}` in {r.where} reads the loss scale on the host (GradScaler's .item())",
                     r,
                 )
         elif isinstance(func, ast.Name) and func.id in builtins_ok and len(call.args) == 1 and not call.keywords:
-            r = ctx.hot_runs(call)
-            if r is not None and ctx.is_tensor(call.args[0]) and not _after_synchronize(ctx, call):
+            r = ctx.where.hot_runs(call)
+            if r is not None and ctx.classify.is_tensor(call.args[0]) and not _after_synchronize(ctx, call):
                 found[call] = (
                     f"`{func.id}({snippet(call.args[0], 30)})` in {r.where} reads a tensor on the host (a device sync)",
                     r,
                 )
     for branch in ctx.branches:
         test = branch.test
-        r = ctx.hot_runs(test)
+        r = ctx.where.hot_runs(test)
         if r is None:
             continue
         operands = _condition_tensors(ctx, test)
@@ -315,10 +316,10 @@ def _same_work(ctx: FileContext, head: ast.AST, prev: ast.AST, node: ast.AST, ow
     if hi - lo > 8:
         return False
     inside = [c for c in ast.walk(node) if isinstance(c, ast.Call) and c is not node]
-    if any(_is_step_call(c) or _runs_a_model(c) for c in inside):
+    if any(is_step_call(c) or _runs_a_model(c) for c in inside):
         return False  # `int(self(x).argmax())`: the read waits for work of its own
     between = [c for c in _calls_between(ctx, lo, hi) if id(c) not in own]
-    return not any(_is_step_call(c) or ctx.is_tensor(c) or _runs_a_model(c) for c in between)
+    return not any(is_step_call(c) or ctx.classify.is_tensor(c) or _runs_a_model(c) for c in between)
 
 
 #: Words of a call that runs a model or a loss: device work queued between two reads.
@@ -363,7 +364,7 @@ def _passes_tensor(ctx: FileContext, node: ast.AST) -> bool:
     for other, call in ctx.project.callers(ctx, fn):
         if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
             return True  # update(**losses): what it passes is not visible, keep the finding
-        if any(other.is_tensor(a) for a in [*call.args, *(k.value for k in call.keywords)]):
+        if any(other.classify.is_tensor(a) for a in [*call.args, *(k.value for k in call.keywords)]):
             return True
     return False
 
@@ -375,7 +376,7 @@ def _read_of_visible_tensor(ctx: FileContext, node: ast.AST) -> bool:
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS):
         return True  # bool(t) / a tensor condition: the classifier already saw a tensor
     receiver = node.func.value
-    if ctx.is_tensor(receiver) or _tensor_guarded(ctx, node):  # under `if isinstance(v, torch.Tensor):`
+    if ctx.classify.is_tensor(receiver) or _tensor_guarded(ctx, node):  # under `if isinstance(v, torch.Tensor):`
         return True
     while True:  # the name the receiver starts from: `targets[:, 2:6].T` -> targets
         if isinstance(receiver, (ast.Attribute, ast.Subscript)):
@@ -386,7 +387,7 @@ def _read_of_visible_tensor(ctx: FileContext, node: ast.AST) -> bool:
             break
     if not isinstance(receiver, ast.Name):
         return False
-    prior = ctx.bindings_before(receiver) or []
+    prior = ctx.scopes.bindings_before(receiver) or []
     return bool(prior) and all(b.kind == "param" for b in prior) and _passes_tensor(ctx, node)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from lightning_speedups.lint.context import DEF_TYPES, TRAINER, FileContext, is_const, keyword, snippet, terminal_name
+from lightning_speedups.lint.astutil import DEF_TYPES, TRAINER, is_const, keyword, snippet, terminal_name
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import AnyHit, Hit, Rule, hit_at
 
 _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.data_parallel")
@@ -45,7 +46,7 @@ def _data_parallel(ctx: FileContext) -> Iterator[AnyHit]:
             cls = ctx.enclosing_class(call)
             if cls is not None and "DataParallel" in cls.name:
                 continue  # the implementation of a DataParallel option (a Lightning strategy), not a use
-            if _without_gpu(ctx, call) or ctx.for_inference(call):
+            if _without_gpu(ctx, call) or ctx.purpose.for_inference(call):
                 continue  # on the CPU DataParallel drives nothing; evaluation scripts do not train
             yield call, f"{snippet(call.func)}(...) runs one process for all GPUs (GIL, replicas rebuilt each step)"
     for cls in ctx.classes:
@@ -62,9 +63,9 @@ def _zero_grad_keep(ctx: FileContext) -> Iterator[Hit]:
         kw = keyword(call, "set_to_none")
         value = kw.value if kw is not None else (call.args[0] if call.args else None)
         if is_const(value, False):
-            if ctx.grads_used_in_place:
+            if ctx.facts.grads_used_in_place:
                 continue  # p.grad += g later: with set_to_none=True that raises on None
-            runs = ctx.runs(call)
+            runs = ctx.where.runs(call)
             h = hit_at(
                 call,
                 f"zero_grad(set_to_none=False) writes zeros into every gradient (a memset per parameter), {runs.how}",
@@ -112,7 +113,7 @@ def _grad_zeroed_in_place(ctx: FileContext) -> Iterator[Hit]:
             and len(call.args) == 1
             and (is_const(call.args[0], 0) or is_const(call.args[0], 0.0))
         )
-        if zeroes and _zeroing_context(ctx, call) and not ctx.grads_used_in_place:
+        if zeroes and _zeroing_context(ctx, call) and not ctx.facts.grads_used_in_place:
             yield Hit(call, f"{snippet(call)} writes zeros into the gradient instead of dropping it")
 
 
@@ -140,7 +141,7 @@ def _in_reproducibility_branch(ctx: FileContext, node: ast.AST) -> bool:
 
 
 def _benchmark_off(ctx: FileContext) -> Iterator[AnyHit]:
-    if ctx.deterministic:
+    if ctx.facts.deterministic:
         return
     for node in ctx.assigns:
         if is_const(node.value, False) and any(
@@ -174,7 +175,7 @@ def _anomaly_on(ctx: FileContext) -> Iterator[AnyHit]:
             kw = keyword(call, "detect_anomaly")
             if kw is not None and is_const(kw.value, True):
                 hit = "Trainer(detect_anomaly=True) re-runs checks on every backward op"
-        if hit and not ctx.is_exempt(call, _DEBUG_WORDS, ("anomaly",)):
+        if hit and not ctx.purpose.is_exempt(call, _DEBUG_WORDS, ("anomaly",)):
             yield call, hit + " (outside debugging code)"
 
 
@@ -194,7 +195,7 @@ def _profiler_on(ctx: FileContext) -> Iterator[AnyHit]:
                     hit = f"Trainer(profiler={v.value!r}) times every hook"
                 elif isinstance(v, ast.Call) and (ctx.call_name(v) or "").endswith("Profiler"):
                     hit = f"Trainer(profiler={snippet(v.func)}(...)) times every hook"
-        if hit and not ctx.is_exempt(call, _PROFILE_WORDS, ("profile",)):
+        if hit and not ctx.purpose.is_exempt(call, _PROFILE_WORDS, ("profile",)):
             yield call, hit + " (outside debugging/profiling code)"
 
 
