@@ -11,11 +11,7 @@ from typing import Optional
 from lightning_speedups.lint.astutil import snippet
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, hit_at
-from lightning_speedups.lint.rules.device_common import (
-    LEGACY_CONSTRUCTORS,
-    LEGACY_DTYPES,
-    torch_alias,
-)
+from lightning_speedups.lint.rules.device_common import LEGACY_CONSTRUCTORS, LEGACY_DTYPES, torch_alias
 from lightning_speedups.lint.runs import UNKNOWN
 
 #: numpy functions that make an array from sizes (and a fill value): the same array can be made on the device

@@ -4,10 +4,12 @@ legacy constructors, explicit synchronizes, and whether a tensor is visibly on t
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Iterator
 
-from lightning_speedups.lint.astutil import is_const, keyword, mentions_step
+from lightning_speedups.lint.astutil import is_const, keyword, mentions_step, snippet
 from lightning_speedups.lint.context import FileContext
-from lightning_speedups.lint.rules.data import loader_batch
+from lightning_speedups.lint.rules.base import Hit
+from lightning_speedups.lint.rules.loaders import loader_batch
 
 #: Tensor methods that copy a value to the host (LS201 / LS206 report them, LS202 leaves a print of one to them).
 SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
@@ -179,3 +181,18 @@ def torch_alias(ctx: FileContext) -> str:
         if target == "torch":
             return local
     return "torch"
+
+
+TIMING_WORDS = ("bench", "profil", "debug")
+
+
+def per_step_calls(ctx: FileContext, matches: Callable[[ast.Call], bool], says: str) -> Iterator[Hit]:
+    """The calls ``matches`` picks on a line that runs once per training step (not every N steps, not in an
+    ``except`` block: an out-of-memory retry), outside benchmark / profiling / debugging code."""
+    for call in ctx.calls:
+        if not matches(call):
+            continue
+        r = ctx.where.hot_runs(call)
+        if r is None or ctx.purpose.is_exempt(call, TIMING_WORDS):
+            continue
+        yield Hit(call, f"{snippet(call.func, 40)}() in {r.where} {says}")

@@ -1,22 +1,15 @@
-"""LS201 / LS206 (tip T08): a host read (``.item()``, ``.cpu()``, ``bool(t)``, a tensor in a condition,
-a GradScaler's ``get_scale()``) on a line that runs per training step: in the step's own file (LS201),
-or in a function of another file that a training step calls (LS206)."""
+"""The host reads (``.item()``, ``.cpu()``, ``bool(t)``, a tensor in a condition, a GradScaler's ``get_scale()``)
+on the lines of a file that run per training step, worked out once per file: LS201 reports those the file's
+own step makes hot, LS206 those a step in another file reaches."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from typing import Optional
 
 from lightning_speedups.lint.astutil import DEF_TYPES, is_const, snippet, terminal_name
 from lightning_speedups.lint.context import FileContext
-from lightning_speedups.lint.rules.base import Hit, Rule
-from lightning_speedups.lint.rules.device_common import (
-    HOT_TRIGGER,
-    SYNC_METHODS,
-    host_tensor,
-    is_synchronize,
-)
+from lightning_speedups.lint.rules.device_common import SYNC_METHODS, host_tensor, is_synchronize
 from lightning_speedups.lint.runs import Runs, is_step_call
 
 #: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
@@ -67,6 +60,7 @@ def _latched(node: ast.AST, test: ast.AST) -> bool:
 
 #: Receivers whose calls need host data: an environment's step, a numpy replay buffer.
 _HOST_CONSUMERS = ("env", "buffer", "replay", "mem", "rb")
+
 _HOST_METHODS = frozenset(
     {"step", "add", "push", "append", "insert", "store", "extend", "update_priorities", "update_priority"}
 )
@@ -195,7 +189,7 @@ def _calls_between(ctx: FileContext, lo: int, hi: int) -> list[ast.Call]:
     return ctx.calls_within(probe)
 
 
-def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
+def host_reads_per_step(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
     """Every host read on a per-step line of the file: ``(node, message, runs)`` (LS201 and LS206)."""
     return ctx.memo("syncs", lambda: _find_syncs(ctx))
 
@@ -294,7 +288,7 @@ def _read_runs(ctx: FileContext) -> dict[ast.AST, list[ast.AST]]:
     return ctx.memo("read_runs", dict)
 
 
-def _with_run(ctx: FileContext, node: ast.AST, message: str) -> str:
+def with_run(ctx: FileContext, node: ast.AST, message: str) -> str:
     """``message``, naming the host reads right after ``node`` that wait for the same work."""
     rest = _read_runs(ctx).get(node)
     if not rest:
@@ -329,100 +323,3 @@ _MODEL_WORDS = ("model", "net", "head", "encoder", "decoder", "forward", "backwa
 def _runs_a_model(call: ast.Call) -> bool:
     text = snippet(call.func, 80).lower()
     return text == "self" or any(w in text for w in _MODEL_WORDS)
-
-
-def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
-    for node, message, r in _syncs(ctx):
-        if not r.via:
-            yield Hit(node, _with_run(ctx, node, message + " on every batch"))
-
-
-def _HOST_READ_TRIGGER(source: str) -> bool:
-    """A host read shows in the text (what LS206 looks for in a helper's file)."""
-    return any(w in source for w in (".item(", ".cpu(", ".numpy(", ".tolist(", "bool("))
-
-
-def _tensor_guarded(ctx: FileContext, node: ast.AST) -> bool:
-    """``node`` runs only when an argument is a tensor: ``if isinstance(v, torch.Tensor): v = v.item()``."""
-    for anc, child in ctx.ancestors(node):
-        if isinstance(anc, DEF_TYPES):
-            return False
-        if isinstance(anc, ast.If) and any(child is s for s in anc.body):
-            for n in ast.walk(anc.test):
-                if isinstance(n, ast.Call) and terminal_name(n.func) == "isinstance" and len(n.args) == 2:
-                    if "Tensor" in snippet(n.args[1], 80):
-                        return True
-    return False
-
-
-def _passes_tensor(ctx: FileContext, node: ast.AST) -> bool:
-    """A caller of the function around ``node`` passes a visible tensor (``meter.update(loss=loss)``,
-    not ``meter.update(loss=loss.item())``)."""
-    fn = ctx.enclosing_function(node)
-    if fn is None or ctx.project is None:
-        return True  # cannot tell: keep the finding
-    for other, call in ctx.project.callers(ctx, fn):
-        if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-            return True  # update(**losses): what it passes is not visible, keep the finding
-        if any(other.classify.is_tensor(a) for a in [*call.args, *(k.value for k in call.keywords)]):
-            return True
-    return False
-
-
-def _read_of_visible_tensor(ctx: FileContext, node: ast.AST) -> bool:
-    """The host read ``node`` (``x.item()``, ``x.tolist()``, ...) is of something visibly a tensor: ``x`` is
-    one in the helper, or is the helper's parameter and a caller passes a visible tensor. In a helper of
-    another file, ``x.tolist()`` of boxes a plotting helper got as numpy must not pass for a sync."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS):
-        return True  # bool(t) / a tensor condition: the classifier already saw a tensor
-    receiver = node.func.value
-    if ctx.classify.is_tensor(receiver) or _tensor_guarded(ctx, node):  # under `if isinstance(v, torch.Tensor):`
-        return True
-    while True:  # the name the receiver starts from: `targets[:, 2:6].T` -> targets
-        if isinstance(receiver, (ast.Attribute, ast.Subscript)):
-            receiver = receiver.value
-        elif isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
-            receiver = receiver.func.value
-        else:
-            break
-    if not isinstance(receiver, ast.Name):
-        return False
-    prior = ctx.scopes.bindings_before(receiver) or []
-    return bool(prior) and all(b.kind == "param" for b in prior) and _passes_tensor(ctx, node)
-
-
-def _sync_in_helper(ctx: FileContext) -> Iterator[Hit]:
-    for node, message, r in _syncs(ctx):
-        if r.via and _tensor_guarded(ctx, node) and not _passes_tensor(ctx, node):
-            continue  # the step passes numbers: the guarded host read never runs
-        if r.via and not _read_of_visible_tensor(ctx, node):
-            continue
-        if r.via:
-            yield Hit(node, _with_run(ctx, node, f"{message} on every batch: the step that calls it is at {r.via}"))
-
-
-RULES = [
-    Rule(
-        "LS201",
-        "T08",
-        "sync-in-step",
-        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)`, `float(t)`, `int(t)`, a GradScaler's `get_scale()` or "
-        "a tensor in an `if`/`while` condition inside training_step / validation_step or a training-loop body",
-        "keep values on the device: log the tensor (self.log accepts tensors), accumulate with loss.detach(), "
-        "read it on the host once per epoch or under `if step % N == 0`",
-        _sync_calls,
-        (HOT_TRIGGER,),
-    ),
-    Rule(
-        "LS206",
-        "T08",
-        "sync-in-step-helper",
-        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)` or a tensor condition inside a function of another "
-        "file that a training step calls (a metric meter's update, a clipping helper), found through the call graph",
-        "pass tensors and keep them on the device in the helper (accumulate with .detach(), return tensors), and "
-        "read them on the host once per epoch or every N steps",
-        _sync_in_helper,
-        (_HOST_READ_TRIGGER,),
-        gate=lambda project, path: project.is_hot_file(path),
-    ),
-]

@@ -1,4 +1,5 @@
-"""LS208 (tip T08): ``self.log(..., sync_dist=True)`` logged every step, an all-reduce per step."""
+"""LS208 (tip T08), sync-dist-per-step: self.log(..., sync_dist=True) logged every step (in training_step, where
+on_step=True is the default): an all-reduce every step under DDP / FSDP."""
 
 from __future__ import annotations
 
@@ -44,16 +45,14 @@ def _sync_dist_per_step(ctx: FileContext) -> Iterator[Hit]:
         )
 
 
-RULES = [
-    Rule(
-        "LS208",
-        "T08",
-        "sync-dist-per-step",
-        "self.log(..., sync_dist=True) logged every step (in training_step, where on_step=True is the default): "
-        "an all-reduce every step under DDP / FSDP",
-        "log the per-step value without sync_dist (each rank's own; rank 0's reaches the logger), or log it with "
-        "on_step=False, on_epoch=True so it is reduced once per epoch",
-        _sync_dist_per_step,
-        ("sync_dist",),
-    ),
-]
+RULE = Rule(
+    "LS208",
+    "T08",
+    "sync-dist-per-step",
+    "self.log(..., sync_dist=True) logged every step (in training_step, where on_step=True is the default): "
+    "an all-reduce every step under DDP / FSDP",
+    "log the per-step value without sync_dist (each rank's own; rank 0's reaches the logger), or log it with "
+    "on_step=False, on_epoch=True so it is reduced once per epoch",
+    _sync_dist_per_step,
+    ("sync_dist",),
+)

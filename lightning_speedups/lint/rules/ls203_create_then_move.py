@@ -1,7 +1,8 @@
-"""LS203 (tip T20): a tensor created on the CPU and then moved to the device (a factory chained to
-``.to(device)`` / ``.cuda()`` / ``.type(<CUDA type>)``, or bound to a name that is moved later), where it
-could be created on the device; the numpy variant (a CUDA class given a numpy array) is in
-:mod:`~lightning_speedups.lint.rules.cuda_class`."""
+"""LS203 (tip T20), create-then-move: a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n),
+torch.tensor(<a number>)) followed by .cuda() / .to(device), or a CUDA class (an alias of torch.cuda.FloatTensor)
+given a numpy array made from sizes (np.ones, np.random.normal), on a line that runs per batch (info where it runs
+per epoch, or where how often is unknown in code a training step reaches; not reported in code nothing linted
+calls)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ def _moves_to_cuda_by_type(call: ast.Call) -> bool:
 
 #: ``.type("torch.cuda.FloatTensor")``: the dtype that type string names.
 _TYPE_STRINGS = {f"torch.cuda.{k}": v for k, v in LEGACY_DTYPES.items() if v is not None}
-
 
 _SIZED_FACTORIES = frozenset({"empty", "zeros", "ones", "full", "rand", "randn"})
 
@@ -232,6 +232,7 @@ def _device_fix(
 
 
 _MOVES = (".to(", ".cuda(", ".type(")
+
 _FACTORY_WORDS = tuple(
     f + "("
     for f in (
@@ -374,18 +375,16 @@ def _ls203_trigger(source: str) -> bool:
     return _factory_then_move_trigger(source) or ("torch.cuda." in source and "Tensor" in source and "np" in source)
 
 
-RULES = [
-    Rule(
-        "LS203",
-        "T20",
-        "create-then-move",
-        "a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n), torch.tensor(<a number>)) "
-        "followed by .cuda() / "
-        ".to(device), or a CUDA class (an alias of torch.cuda.FloatTensor) given a numpy array made from sizes "
-        "(np.ones, np.random.normal), on a line that runs per batch (info where it runs per epoch, or where how often is unknown in code "
-        "a training step reaches; not reported in code nothing linted calls)",
-        "create it on the device: torch.zeros(..., device=device) (or x.new_zeros(...) / torch.zeros_like(x))",
-        _create_then_move_all,
-        (_ls203_trigger,),
-    ),
-]
+RULE = Rule(
+    "LS203",
+    "T20",
+    "create-then-move",
+    "a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n), torch.tensor(<a number>)) "
+    "followed by .cuda() / "
+    ".to(device), or a CUDA class (an alias of torch.cuda.FloatTensor) given a numpy array made from sizes "
+    "(np.ones, np.random.normal), on a line that runs per batch (info where it runs per epoch, or where how often is unknown in code "
+    "a training step reaches; not reported in code nothing linted calls)",
+    "create it on the device: torch.zeros(..., device=device) (or x.new_zeros(...) / torch.zeros_like(x))",
+    _create_then_move_all,
+    (_ls203_trigger,),
+)
