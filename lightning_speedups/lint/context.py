@@ -42,7 +42,13 @@ T = TypeVar("T")
 class FileContext:
     """One parsed file and the facts rules share about it (each computed once, when first asked)."""
 
-    def __init__(self, tree: ast.Module, path: Union[str, os.PathLike[str]] = "<string>", source: str = "") -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        path: Union[str, os.PathLike[str]] = "<string>",
+        source: str = "",
+        project: Optional[Project[FileContext]] = None,
+    ) -> None:
         #: what rules and the project worked out about this file once, by name (:meth:`memo`)
         self.memos: dict[str, Any] = {}
         self.tree = tree
@@ -60,7 +66,7 @@ class FileContext:
         self._ambiguous: set[str] = set()
         self._read_imports()
         #: the :class:`~lightning_speedups.lint.graph.Project` of the run (callers in other files).
-        self.project: Optional[Project[FileContext]] = None
+        self.project = project
         link = ProjectLink(self)
         self.scopes = Scopes(self)
         self.classify = Classifier(self, self.scopes)

@@ -27,7 +27,7 @@ import ast
 import os
 from collections.abc import Callable, Iterator
 from pathlib import PurePath
-from typing import Any, Generic, Optional, Protocol, TypeVar, Union
+from typing import Generic, Optional, Protocol, TypeVar, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, mentions_step, terminal_name
 from lightning_speedups.lint.file_index import (
@@ -50,7 +50,6 @@ class ProjectFile(FileNodes, Protocol):
     tree: ast.Module
     path: PurePath
     parents: dict[ast.AST, ast.AST]
-    project: Optional[Project[Any]]
     scopes: Scopes
     loops: Loops
 
@@ -78,9 +77,10 @@ class Project(Generic[C]):
     def __init__(
         self,
         files: dict[str, tuple[Optional[ast.Module], str]],
-        make_context: Optional[Callable[[ast.Module, str, str], C]] = None,
+        make_context: Optional[Callable[[ast.Module, str, str, Project[C]], C]] = None,
     ) -> None:
-        # C's module imports this one: the class comes in as an argument (no import cycle)
+        # C's module imports this one: the class comes in as an argument (no import cycle); it is given the
+        # tree, the path, the text and this project (the context's link to the other files)
         self._make_context = make_context
         self._files = files
         self._norm = {norm_path(p): p for p in files}
@@ -104,8 +104,7 @@ class Project(Generic[C]):
         """Drop the contexts and their links back to the project (a reference cycle: left alone, the
         garbage collector would later walk every ast node of the run to free them)."""
         for ctx in self._contexts.values():
-            ctx.project = None
-            ctx.release()
+            ctx.release()  # drops its link to the project too
         self._contexts.clear()
         self._callers.clear()
         self._files = {}
@@ -131,14 +130,12 @@ class Project(Generic[C]):
             if tree is None:  # only syntax-checked so far
                 tree = ast.parse(source, filename=path)
                 self._files[path] = (tree, source)
-            ctx = self._make_context(tree, path, source)
-            ctx.project = self
+            ctx = self._make_context(tree, path, source, self)
             self._contexts[path] = ctx
         return ctx
 
     def adopt(self, ctx: C, path: str) -> None:
-        """Use ``ctx`` (already made by the runner) as the context of ``path``."""
-        ctx.project = self
+        """Use ``ctx`` (already made by the runner, with this project) as the context of ``path``."""
         self._contexts[path] = ctx
 
     def module_file(self, importer: str, module: str, level: int) -> Optional[str]:

@@ -205,8 +205,9 @@ def lint_tree(
     if project is not None and str(path) in project:
         ctx = project.context(str(path))
     else:
-        ctx = FileContext(tree, path, source)
-        (project or Project({str(path): (tree, source)}, FileContext)).adopt(ctx, str(path))
+        project = project or Project({str(path): (tree, source)}, FileContext)
+        ctx = FileContext(tree, path, source, project)
+        project.adopt(ctx, str(path))
     if ctx.purpose.is_test_file and not include_tests:
         return []
     display = str(path)
