@@ -84,9 +84,12 @@ class FileContext:
         return cast(T, self.memos[key])
 
     def release(self) -> None:
-        """Drop everything worked out about the file and its link to the project (the project's ``close``)."""
+        """Drop everything worked out about the file, its analyses and its link to the project (the project's
+        ``close``, once the run is over). The analyses point back at the file: left alone, that reference cycle
+        would keep the file's tree alive until the garbage collector walks every ast node of the run."""
         self.memos.clear()
         self.project = None
+        del self.scopes, self.classify, self.facts, self.loops, self.where, self.purpose
 
     # ------------------------------------------------------------------ names
     def _read_imports(self) -> None:
