@@ -1,5 +1,6 @@
 """What the device rules (LS2xx) share: the host reads they look for, torch's tensor factories and
-legacy constructors, explicit synchronizes, and whether a tensor is visibly on the host."""
+legacy constructors, explicit synchronizes, whether a tensor is visibly on the host, and the calls on a per-step
+line outside benchmark / profiling / debugging code (LS205, LS207)."""
 
 from __future__ import annotations
 
@@ -183,6 +184,7 @@ def torch_alias(ctx: FileContext) -> str:
     return "torch"
 
 
+#: Names of code meant for timing or debugging, where a per-step synchronize or empty_cache is on purpose.
 TIMING_WORDS = ("bench", "profil", "debug")
 
 
