@@ -1,18 +1,17 @@
 """Cautious classifiers: is an expression *visibly* a numpy array, a tensor, a module, a device?
 
 Each answers ``False`` whenever it cannot tell, so a rule built on them reports nothing rather than
-guess. Mixed into :class:`~lightning_speedups.lint.context.FileContext`.
+guess. ``ctx.classify`` of a :class:`~lightning_speedups.lint.context.FileContext`; what the file as a whole
+shows (it runs on a GPU, it asks for determinism) is in :mod:`~lightning_speedups.lint.facts`.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Optional, TypeVar
+from typing import Optional
 
 from lightning_speedups.lint.astutil import (
-    _CUDA_STR,
     _DEVICE_NAMES,
     _DEVICE_STR,
     _NOT_MODULES,
@@ -23,23 +22,13 @@ from lightning_speedups.lint.astutil import (
     NP_ARRAY_FUNCS,
     NP_ARRAY_METHODS,
     TENSOR_ONLY_METHODS,
-    TRAINER,
-    is_const,
     is_format_string,
     is_string_format,
     keyword,
     terminal_name,
 )
-
-if TYPE_CHECKING:
-    from lightning_speedups.lint.astutil import Binding
-
-#: Lightning / Fabric entry points that pick the GPU themselves (``accelerator="auto"`` by default).
-_AUTO_ACCELERATOR = frozenset({TRAINER, "lightning.fabric.Fabric", "lightning.Fabric", "lightning_fabric.Fabric"})
-_GPU_ACCELERATORS = frozenset({"gpu", "cuda", "auto"})
-#: In-place uses of ``p.grad`` that raise (or silently do nothing) once gradients are ``None``.
-_GRAD_INPLACE = frozenset({"add_", "copy_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "clamp_", "lerp_"})
-
+from lightning_speedups.lint.basics import FileBasics
+from lightning_speedups.lint.scopes import Scopes
 
 #: Methods only an ``nn.Module`` has among what training code calls with no argument on a plain name.
 _MODULE_ONLY_USES = frozenset({"train", "eval", "parameters", "named_parameters", "named_modules", "children"})
@@ -53,37 +42,21 @@ _BACKWARD_CALLS = frozenset({"backward", "manual_backward"})
 _BACKWARD_OWNERS = ("accelerator", "fabric", "engine", "trainer", "self", "model", "scaler", "strategy", "precision")
 
 
-T = TypeVar("T")
+class Classifier:
+    """Is an expression of one file visibly a numpy array, a tensor, a module, a device? (``ctx.classify``)
 
+    It reads the file's names and node lists (:class:`~lightning_speedups.lint.basics.FileBasics`) and the
+    bindings of its scopes (:class:`~lightning_speedups.lint.scopes.Scopes`)."""
 
-class Classifiers:
-    """The classifier methods of :class:`FileContext` (they use its names, bindings and node lists)."""
-
-    if TYPE_CHECKING:  # provided by the host class, FileContext (declared here for the type checker only)
-        tree: ast.Module
-        source: str
-        parents: dict[ast.AST, ast.AST]
-        calls: list[ast.Call]
-        assigns: list[ast.Assign]
-        classes: list[ast.ClassDef]
-        strings: list[str]
-
-        def qualname(self, node: Optional[ast.AST]) -> Optional[str]: ...
-
-        def memo(self, key: str, make: Callable[[], T]) -> T: ...
-        def call_name(self, call: ast.Call) -> Optional[str]: ...
-        def scope_of(self, node: ast.AST) -> ast.AST: ...
-        def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]: ...
-        def bindings(self, scope: ast.AST) -> dict[str, list[Binding]]: ...
-        def bindings_before(self, name: ast.Name) -> Optional[list[Binding]]: ...
-        def self_attrs(self, cls: ast.ClassDef) -> tuple[dict[str, list[ast.AST]], set[str]]: ...
-        def calls_within(self, node: ast.AST) -> list[ast.Call]: ...
+    def __init__(self, file: FileBasics, scopes: Scopes) -> None:
+        self.file = file
+        self.scopes = scopes
 
     # ------------------------------------------------------------------ classifiers
     def is_numpy_annotation(self, ann: Optional[ast.AST]) -> bool:
         if isinstance(ann, ast.Subscript):
             ann = ann.value
-        return self.qualname(ann) in ("numpy.ndarray", "numpy.typing.NDArray")
+        return self.file.qualname(ann) in ("numpy.ndarray", "numpy.typing.NDArray")
 
     def is_numpy(self, node: ast.AST, depth: int = 0) -> bool:
         """``node`` is visibly a numpy array (never guesses)."""
@@ -91,7 +64,7 @@ class Classifiers:
             return False
         if isinstance(node, ast.Call):
             func = node.func
-            name = self.qualname(func)
+            name = self.file.qualname(func)
             if name is not None:
                 if name.startswith("numpy.random."):
                     fn = name.rsplit(".", 1)[1]
@@ -125,7 +98,7 @@ class Classifiers:
                 numeric(left) and self.is_numpy(right, depth + 1)
             )
         if isinstance(node, ast.Name):
-            prior = self.bindings_before(node)
+            prior = self.scopes.bindings_before(node)
             if not prior:
                 return False
             for b in prior:
@@ -138,7 +111,7 @@ class Classifiers:
         return False
 
     def is_tensor_annotation(self, ann: Optional[ast.AST]) -> bool:
-        return self.qualname(ann) == "torch.Tensor"
+        return self.file.qualname(ann) == "torch.Tensor"
 
     def is_tensor(self, node: ast.AST, depth: int = 0) -> bool:
         """``node`` is visibly a torch tensor (a torch op result, a submodule output, ...)."""
@@ -146,7 +119,7 @@ class Classifiers:
             return False
         if isinstance(node, ast.Call):
             func = node.func
-            name = self.qualname(func)
+            name = self.file.qualname(func)
             if name is not None:
                 parts = name.split(".")
                 if parts[0] != "torch":
@@ -188,7 +161,7 @@ class Classifiers:
         if isinstance(node, ast.IfExp):
             return self.is_tensor(node.body, depth + 1) and self.is_tensor(node.orelse, depth + 1)
         if isinstance(node, ast.Name):
-            prior = self.bindings_before(node)
+            prior = self.scopes.bindings_before(node)
             if not prior:
                 return False
             for b in prior:
@@ -198,23 +171,23 @@ class Classifiers:
                     continue
                 # `loss = model(x)[0]` of a model from another file: a tensor if its scope calls
                 # loss.backward(), unless a binding is plainly a number (`loss = 0` then `loss += ...`)
-                return node.id in self._uses_in_scope(self.scope_of(node))[1] and not any(
+                return node.id in self.uses_in_scope(self.file.scope_of(node))[1] and not any(
                     isinstance(p.value, ast.Constant) for p in prior
                 )
             return True
         return False
 
-    def _uses_in_scope(self, scope: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+    def uses_in_scope(self, scope: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
         """``(names used as modules, names a backward runs on)`` directly in ``scope``: ``model.train()``,
         ``model.parameters()``, ``model = nn.DataParallel(model)``; ``loss.backward()``,
         ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``."""
-        memo: dict[ast.AST, tuple[frozenset[str], frozenset[str]]] = self.memo("scope_uses", dict)
+        memo: dict[ast.AST, tuple[frozenset[str], frozenset[str]]] = self.file.memo("scope_uses", dict)
         found = memo.get(scope)
         if found is not None:
             return found
         modules: set[str] = set()
         grads: set[str] = set()
-        calls = self.calls if isinstance(scope, ast.Module) else self.calls_within(scope)
+        calls = self.file.calls if isinstance(scope, ast.Module) else self.file.calls_within(scope)
         for call in calls:
             func = call.func
             if not isinstance(func, ast.Attribute):
@@ -234,11 +207,11 @@ class Classifiers:
                     if func.attr == "backward" and not terminal_name(owner).lower().endswith(_BACKWARD_OWNERS):
                         continue
                     owner = call.args[0]
-            if isinstance(owner, ast.Name) and owner.id not in into and self.scope_of(call) is scope:
+            if isinstance(owner, ast.Name) and owner.id not in into and self.file.scope_of(call) is scope:
                 into.add(owner.id)
-        for name, bound in self.bindings(scope).items():
+        for name, bound in self.scopes.bindings(scope).items():
             if any(
-                b.kind == "value" and isinstance(b.value, ast.Call) and self.call_name(b.value) in _MODULE_WRAPPERS
+                b.kind == "value" and isinstance(b.value, ast.Call) and self.file.call_name(b.value) in _MODULE_WRAPPERS
                 for b in bound
             ):
                 modules.add(name)
@@ -252,11 +225,11 @@ class Classifiers:
         changed = True
         while changed:  # until subclasses of subclasses are found, in any order
             changed = False
-            for cls in self.classes:
+            for cls in self.file.classes:
                 if cls.name in out:
                     continue
                 for base in cls.bases:
-                    name = self.qualname(base) or ""
+                    name = self.file.qualname(base) or ""
                     if (
                         name.split(".")[0] in ("torch", "lightning", "pytorch_lightning") and name.endswith("Module")
                     ) or (isinstance(base, ast.Name) and base.id in out):
@@ -268,16 +241,16 @@ class Classifiers:
     def is_module_instance(self, name: ast.Name) -> bool:
         """``name`` is visibly an ``nn.Module`` instance: every binding is ``nn.Linear(...)``,
         ``Net()`` of a module class defined here, possibly followed by ``.to(...)`` / ``.cuda()``; or its
-        scope uses it as one (:meth:`_used_as_module`)."""
-        return self._built_as_module(name) or self._used_as_module(name)
+        scope uses it as one (:meth:`used_as_module`)."""
+        return self.built_as_module(name) or self.used_as_module(name)
 
-    def _built_as_module(self, name: ast.Name) -> bool:
-        prior = self.bindings_before(name)
+    def built_as_module(self, name: ast.Name) -> bool:
+        prior = self.scopes.bindings_before(name)
         if prior is None:
-            local = self.bindings(self.scope_of(name)).get(name.id)
+            local = self.scopes.bindings(self.file.scope_of(name)).get(name.id)
             if local:
                 return False  # bound later in this scope: cannot tell
-            prior = self.bindings(self.tree).get(name.id)
+            prior = self.scopes.bindings(self.file.tree).get(name.id)
         if not prior:
             return False
         for b in prior:
@@ -292,7 +265,7 @@ class Classifiers:
                 value = value.func.value
             if not isinstance(value, ast.Call):
                 return False
-            callee = self.qualname(value.func)
+            callee = self.file.qualname(value.func)
             if callee is not None:
                 last = callee.rsplit(".", 1)[1]
                 if not (callee.startswith("torch.nn.") and last[:1].isupper() and last not in _NOT_MODULES):
@@ -301,17 +274,17 @@ class Classifiers:
                 return False
         return True
 
-    def _used_as_module(self, name: ast.Name) -> bool:
+    def used_as_module(self, name: ast.Name) -> bool:
         """Its scope calls ``name.train()`` / ``.eval()`` / ``.parameters()`` or wraps it in DataParallel /
         DDP: a model built in another file (``model = get_model(cfg)``), or a function's parameter."""
-        return name.id in self._uses_in_scope(self.scope_of(name))[0]
+        return name.id in self.uses_in_scope(self.file.scope_of(name))[0]
 
     def is_submodule(self, attr: ast.Attribute) -> bool:
         """``self.<attr>`` is assigned in the enclosing class and is not one of its methods."""
-        cls = self.enclosing_class(attr)
+        cls = self.file.enclosing_class(attr)
         if cls is None:
             return False
-        attrs, methods = self.self_attrs(cls)
+        attrs, methods = self.scopes.self_attrs(cls)
         return attr.attr in attrs and attr.attr not in methods
 
     def formats_tensor(self, node: ast.AST) -> bool:
@@ -341,7 +314,7 @@ class Classifiers:
                 return bool(_DEVICE_STR.match(node.value))
             return type(node.value) is int
         if isinstance(node, ast.Call):
-            return self.qualname(node.func) == "torch.device"
+            return self.file.qualname(node.func) == "torch.device"
         if isinstance(node, ast.Attribute):
             return node.attr == "device" or node.attr.lower() in _DEVICE_NAMES
         if isinstance(node, ast.Name):
@@ -360,116 +333,3 @@ class Classifiers:
         if keyword(call, "device") is not None:
             return True
         return bool(call.args) and self.is_device(call.args[0])
-
-    # ------------------------------------------------------------------ file-level facts
-    @cached_property
-    def uses_gpu(self) -> bool:
-        """The file runs on a GPU as far as it shows: a ``.cuda()`` call, a ``"cuda"`` string,
-        ``accelerator="gpu"/"cuda"/"auto"``, ``torch.accelerator.*``, a Lightning ``Trainer`` /
-        ``Fabric`` that chooses the accelerator itself (no ``accelerator=``, or ``"auto"``), or a
-        Hugging Face ``Accelerator()`` (without ``cpu=``)."""
-        if any(_CUDA_STR.match(s) for s in self.strings):
-            return True
-        for call in self.calls:
-            func = call.func
-            if isinstance(func, ast.Attribute) and func.attr == "cuda":
-                return True
-            for kw in call.keywords:
-                if (
-                    kw.arg == "accelerator"
-                    and isinstance(kw.value, ast.Constant)
-                    and kw.value.value in _GPU_ACCELERATORS
-                ):
-                    return True
-            name = self.call_name(call)
-            if name is None:
-                continue
-            if name.startswith(("torch.accelerator.", "torch.cuda.")):
-                return True  # torch.cuda.synchronize() / empty_cache() / set_device(): a CUDA run
-            if (
-                name in _AUTO_ACCELERATOR
-                and keyword(call, "accelerator") is None
-                and not any(kw.arg is None for kw in call.keywords)
-            ):
-                return True
-            if name == "accelerate.Accelerator" and keyword(call, "cpu") is None:
-                return True  # Hugging Face Accelerate places the model and batches on the GPU itself
-        return False
-
-    @property
-    def mentions_cuda(self) -> bool:
-        """Alias of :attr:`uses_gpu` (the name the data rules have always used)."""
-        return self.uses_gpu
-
-    @cached_property
-    def cpu_only(self) -> bool:
-        """The file visibly never leaves the CPU: no GPU use (:attr:`uses_gpu`), no ``.to(<device>)``
-        and no ``device=`` other than ``"cpu"``. A sync there costs nothing worth a finding."""
-        if self.uses_gpu:
-            return False
-        for call in self.calls:
-            func = call.func
-            if isinstance(func, ast.Attribute) and func.attr == "to" and call.args and self.is_device(call.args[0]):
-                if not is_const(call.args[0], "cpu"):
-                    return False
-            kw = keyword(call, "device")
-            if kw is not None and not is_const(kw.value, "cpu"):
-                return False
-        return True
-
-    @cached_property
-    def grads_used_in_place(self) -> bool:
-        """The file writes into existing gradients (``p.grad += g``, ``p.grad.add_(...)``,
-        ``p.grad.data.copy_(...)``): with ``set_to_none=True`` those grads are ``None`` and it breaks."""
-        src = self.source
-        if src and ".grad" not in src:
-            return False
-        for node in self.parents:
-            if isinstance(node, ast.AugAssign) and _is_grad(node.target):
-                return True
-        for call in self.calls:
-            func = call.func
-            if isinstance(func, ast.Attribute) and func.attr in _GRAD_INPLACE and _is_grad(func.value):
-                if func.attr == "mul_" and call.args and (is_const(call.args[0], 0) or is_const(call.args[0], 0.0)):
-                    continue  # p.grad.mul_(0) is a zeroing (LS303), not a use
-                return True
-        return False
-
-    def iterable_dataset_classes(self) -> frozenset[str]:
-        """Classes defined here that subclass ``torch.utils.data.IterableDataset``."""
-        out = set()
-        for cls in self.classes:
-            for base in cls.bases:
-                name = self.qualname(base) or ""
-                if name.endswith("IterableDataset") or (isinstance(base, ast.Name) and base.id in out):
-                    out.add(cls.name)
-        return frozenset(out)
-
-    @cached_property
-    def deterministic(self) -> bool:
-        """The file asks for deterministic cuDNN / algorithms (which needs ``cudnn.benchmark = False``)."""
-        for node in self.assigns:
-            if is_const(node.value, True) and any(
-                self.qualname(t) == "torch.backends.cudnn.deterministic" for t in node.targets
-            ):
-                return True
-        for call in self.calls:
-            name = self.call_name(call)
-            if name == "torch.use_deterministic_algorithms":
-                if call.args and is_const(call.args[0], True):
-                    return True
-                kw = keyword(call, "mode")
-                if kw is not None and is_const(kw.value, True):
-                    return True
-            elif name == TRAINER:
-                kw = keyword(call, "deterministic")
-                if kw is not None and (is_const(kw.value, True) or is_const(kw.value, "warn")):
-                    return True
-        return False
-
-
-def _is_grad(node: ast.AST) -> bool:
-    """``p.grad`` or ``p.grad.data``."""
-    if isinstance(node, ast.Attribute) and node.attr == "data":
-        node = node.value
-    return isinstance(node, ast.Attribute) and node.attr == "grad"

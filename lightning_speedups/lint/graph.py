@@ -27,7 +27,7 @@ import ast
 import os
 from collections.abc import Callable, Iterator
 from pathlib import PurePath
-from typing import Any, Generic, Optional, Protocol, TypeVar, Union
+from typing import Generic, Optional, Protocol, TypeVar, Union
 
 from lightning_speedups.lint.astutil import DEF_TYPES, FUNC_TYPES, mentions_step, terminal_name
 from lightning_speedups.lint.file_index import (
@@ -39,20 +39,19 @@ from lightning_speedups.lint.file_index import (
     norm_path,
     text_calls,
 )
-from lightning_speedups.lint.where import FuncDef, Loop
+from lightning_speedups.lint.loops import Loops
+from lightning_speedups.lint.scopes import Scopes
 
 
-class FileFacts(FileNodes, Protocol):
+class ProjectFile(FileNodes, Protocol):
     """What the project reads of a file's context. :class:`lightning_speedups.lint.context.FileContext` provides it;
     it is a protocol here because that module imports this one (a project links the contexts of its files)."""
 
     tree: ast.Module
     path: PurePath
     parents: dict[ast.AST, ast.AST]
-    project: Optional[Project[Any]]
-
-    @property
-    def functions(self) -> dict[str, list[FuncDef]]: ...
+    scopes: Scopes
+    loops: Loops
 
     def release(self) -> None: ...
 
@@ -62,17 +61,11 @@ class FileFacts(FileNodes, Protocol):
 
     def enclosing_class(self, node: ast.AST) -> Optional[ast.ClassDef]: ...
 
-    def self_attrs(self, cls: ast.ClassDef) -> tuple[dict[str, list[ast.AST]], set[str]]: ...
-
     def calls_within(self, node: ast.AST) -> list[ast.Call]: ...
-
-    def is_step_function(self, fn: FuncDef, depth: int = 0) -> bool: ...
-
-    def is_training_loop(self, loop: Loop) -> bool: ...
 
 
 #: the project's file context type (FileContext for the linter; the protocol is all the project reads of it)
-C = TypeVar("C", bound=FileFacts)
+C = TypeVar("C", bound=ProjectFile)
 
 _Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -84,9 +77,10 @@ class Project(Generic[C]):
     def __init__(
         self,
         files: dict[str, tuple[Optional[ast.Module], str]],
-        make_context: Optional[Callable[[ast.Module, str, str], C]] = None,
+        make_context: Optional[Callable[[ast.Module, str, str, Project[C]], C]] = None,
     ) -> None:
-        # C's module imports this one: the class comes in as an argument (no import cycle)
+        # C's module imports this one: the class comes in as an argument (no import cycle); it is given the
+        # tree, the path, the text and this project (the context's link to the other files)
         self._make_context = make_context
         self._files = files
         self._norm = {norm_path(p): p for p in files}
@@ -110,8 +104,7 @@ class Project(Generic[C]):
         """Drop the contexts and their links back to the project (a reference cycle: left alone, the
         garbage collector would later walk every ast node of the run to free them)."""
         for ctx in self._contexts.values():
-            ctx.project = None
-            ctx.release()
+            ctx.release()  # drops its link to the project too
         self._contexts.clear()
         self._callers.clear()
         self._files = {}
@@ -121,6 +114,10 @@ class Project(Generic[C]):
 
     def __len__(self) -> int:
         return len(self._files)
+
+    def __contains__(self, path: object) -> bool:
+        """``path`` (a display path) is one of the run's files."""
+        return path in self._files
 
     # ------------------------------------------------------------------ files and contexts
     def context(self, path: str) -> C:
@@ -133,14 +130,12 @@ class Project(Generic[C]):
             if tree is None:  # only syntax-checked so far
                 tree = ast.parse(source, filename=path)
                 self._files[path] = (tree, source)
-            ctx = self._make_context(tree, path, source)
-            ctx.project = self
+            ctx = self._make_context(tree, path, source, self)
             self._contexts[path] = ctx
         return ctx
 
     def adopt(self, ctx: C, path: str) -> None:
-        """Use ``ctx`` (already made by the runner) as the context of ``path``."""
-        ctx.project = self
+        """Use ``ctx`` (already made by the runner, with this project) as the context of ``path``."""
         self._contexts[path] = ctx
 
     def module_file(self, importer: str, module: str, level: int) -> Optional[str]:
@@ -364,7 +359,7 @@ class Project(Generic[C]):
             cls = ctx.enclosing_class(call)
             if cls is None:
                 return None
-            attrs, _ = ctx.self_attrs(cls)
+            attrs, _ = ctx.scopes.self_attrs(cls)
             classes = {self._class_of_value(ctx, v) for v in attrs.get(owner.attr, ())}
             if len(classes) == 1:
                 only = next(iter(classes))
@@ -391,10 +386,10 @@ class Project(Generic[C]):
             if is_test_path(path) or not mentions_step(source):
                 continue
             ctx = self.context(path)
-            for defs in ctx.functions.values():
+            for defs in ctx.loops.functions.values():
                 for fn in defs:
                     method = isinstance(ctx.parents.get(fn), ast.ClassDef)
-                    if (method and fn.name in roots) or ctx.is_step_function(fn):
+                    if (method and fn.name in roots) or ctx.loops.is_step_function(fn):
                         if fn not in hot:
                             hot.add(fn)
                             work.append((ctx, fn))
@@ -406,7 +401,7 @@ class Project(Generic[C]):
                 ):
                     continue
                 for anc, _ in ctx.ancestors(call):
-                    if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and ctx.is_training_loop(anc):
+                    if isinstance(anc, (ast.For, ast.AsyncFor, ast.While)) and ctx.loops.is_training_loop(anc):
                         work.append((ctx, anc))
                         break
         defined = self.defined_names()
@@ -595,4 +590,4 @@ class Project(Generic[C]):
         return found
 
 
-__all__ = ["FileFacts", "Project"]
+__all__ = ["Project", "ProjectFile"]

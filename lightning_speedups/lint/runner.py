@@ -20,7 +20,7 @@ from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.graph import Project
 from lightning_speedups.lint.rules import RULES, Rule
 from lightning_speedups.lint.rules.base import WARNING, Hit
-from lightning_speedups.lint.where import UNDER_FLAG
+from lightning_speedups.lint.runs import UNDER_FLAG
 
 #: Directory names never descended into when a directory is given.
 EXCLUDED_DIRS = frozenset({"__pycache__", "node_modules", "venv", "build", "dist", "site-packages", "__pypackages__"})
@@ -202,12 +202,13 @@ def lint_tree(
     user's model and data, wherever they live). ``project`` holds the other files of the run: how
     often a function runs is then decided over all of them (see ``graph.py``).
     """
-    if project is not None and str(path) in project._files:
+    if project is not None and str(path) in project:
         ctx = project.context(str(path))
     else:
-        ctx = FileContext(tree, path, source)
-        (project or Project({str(path): (tree, source)}, FileContext)).adopt(ctx, str(path))
-    if ctx.is_test_file and not include_tests:
+        project = project or Project({str(path): (tree, source)}, FileContext)
+        ctx = FileContext(tree, path, source, project)
+        project.adopt(ctx, str(path))
+    if ctx.purpose.is_test_file and not include_tests:
         return []
     display = str(path)
     found: set[Finding] = set()
@@ -358,56 +359,14 @@ def lint_paths(
     """
     rules = select_rules(select, ignore)
     files, errors = iter_python_files(paths)
-    findings: list[Finding] = []
-    parsed: dict[str, tuple[Optional[ast.Module], str]] = {}
-    triggered: dict[str, list[Rule]] = {}
     syntax = SyntaxCache.default(cache)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # ast trees hold no cycles: collecting while a large file parses only costs time
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarning / DeprecationWarning of the user's code: not ours
-            for path in files:  # every file is parsed: a syntax error is reported whatever the file holds
-                try:
-                    data = path.read_bytes()
-                    text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
-                    if "\x00" in text:
-                        raise ValueError("source code string cannot contain null bytes")
-                    chosen = triggered_rules(text, rules)
-                    tree: Optional[ast.Module] = None
-                    if any(r.gate is None for r in chosen):
-                        tree = ast.parse(data, filename=str(path))
-                        syntax.add(data)
-                    elif not syntax.known(data):
-                        # no rule can fire here, or only gated ones (LS206: a file a training step
-                        # reaches, which most are not): check the syntax without building Python ast
-                        # objects or bytecode. The symbol table parses the whole file and checks its
-                        # scopes (a misplaced nonlocal / global, a repeated argument), at 60% of a
-                        # compile's cost and half of ast.parse's; parsed later if it must be
-                        symtable.symtable(text, str(path), "exec")
-                        syntax.add(data)
-                except SyntaxError as exc:
-                    where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
-                    errors.append(f"{where}: cannot parse: {exc.msg}")
-                    continue
-                except (OSError, ValueError, UnicodeError) as exc:
-                    errors.append(f"{path}: cannot read: {exc}")
-                    continue
-                parsed[str(path)] = (tree, text)
-                if chosen:
-                    triggered[str(path)] = chosen
+        parsed, triggered = _read_files(files, rules, syntax, errors)
         project = Project(parsed, FileContext)
         parsed_count = len(parsed)
-        for display, chosen in triggered.items():
-            chosen = [r for r in chosen if r.gate is None or r.gate(project, display)]
-            if chosen:  # a file no rule needs gets a context only if a caller's frequency needs it
-                try:
-                    ctx = project.context(display)  # parses a file that only a gated rule triggered on
-                    findings.extend(
-                        lint_tree(ctx.tree, ctx.source, display, chosen, include_tests=include_tests, project=project)
-                    )
-                except Exception as exc:  # a bug of ours on one file must not hide the others' findings
-                    errors.append(f"{display}: internal error of the linter: {type(exc).__name__}: {exc}")
+        findings = _lint_triggered(project, triggered, include_tests, errors)
         project.close()
         parsed.clear()
     finally:
@@ -415,3 +374,64 @@ def lint_paths(
             gc.enable()
         syntax.save()
     return LintResult(findings=_sure(findings, select), files=parsed_count, errors=errors)
+
+
+def _read_files(
+    files: list[Path], rules: Sequence[Rule], syntax: SyntaxCache, errors: list[str]
+) -> tuple[dict[str, tuple[Optional[ast.Module], str]], dict[str, list[Rule]]]:
+    """``(parsed, triggered)``: every file that reads and parses, ``{path: (tree, text)}`` (``tree`` ``None``:
+    only syntax-checked, no rule but a gated one can fire there), and the rules each file triggers. A file that
+    cannot be read or parsed is one line in ``errors``."""
+    parsed: dict[str, tuple[Optional[ast.Module], str]] = {}
+    triggered: dict[str, list[Rule]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SyntaxWarning / DeprecationWarning of the user's code: not ours
+        for path in files:  # every file is parsed: a syntax error is reported whatever the file holds
+            try:
+                data = path.read_bytes()
+                text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
+                if "\x00" in text:
+                    raise ValueError("source code string cannot contain null bytes")
+                chosen = triggered_rules(text, rules)
+                tree: Optional[ast.Module] = None
+                if any(r.gate is None for r in chosen):
+                    tree = ast.parse(data, filename=str(path))
+                    syntax.add(data)
+                elif not syntax.known(data):
+                    # no rule can fire here, or only gated ones (LS206: a file a training step
+                    # reaches, which most are not): check the syntax without building Python ast
+                    # objects or bytecode. The symbol table parses the whole file and checks its
+                    # scopes (a misplaced nonlocal / global, a repeated argument), at 60% of a
+                    # compile's cost and half of ast.parse's; parsed later if it must be
+                    symtable.symtable(text, str(path), "exec")
+                    syntax.add(data)
+            except SyntaxError as exc:
+                where = f"{path}:{exc.lineno}:{exc.offset or 0}" if exc.lineno else str(path)
+                errors.append(f"{where}: cannot parse: {exc.msg}")
+                continue
+            except (OSError, ValueError, UnicodeError) as exc:
+                errors.append(f"{path}: cannot read: {exc}")
+                continue
+            parsed[str(path)] = (tree, text)
+            if chosen:
+                triggered[str(path)] = chosen
+    return parsed, triggered
+
+
+def _lint_triggered(
+    project: Project[FileContext], triggered: dict[str, list[Rule]], include_tests: bool, errors: list[str]
+) -> list[Finding]:
+    """The findings of the rules each file triggered (a gated rule only where its gate opens); a file on which
+    the linter itself fails is one line in ``errors`` (an internal error, named as such)."""
+    findings: list[Finding] = []
+    for display, chosen in triggered.items():
+        chosen = [r for r in chosen if r.gate is None or r.gate(project, display)]
+        if chosen:  # a file no rule needs gets a context only if a caller's frequency needs it
+            try:
+                ctx = project.context(display)  # parses a file that only a gated rule triggered on
+                findings.extend(
+                    lint_tree(ctx.tree, ctx.source, display, chosen, include_tests=include_tests, project=project)
+                )
+            except Exception as exc:  # a bug of ours on one file must not hide the others' findings
+                errors.append(f"{display}: internal error of the linter: {type(exc).__name__}: {exc}")
+    return findings

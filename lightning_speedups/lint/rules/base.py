@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional, Union
 
 from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.graph import Project
-from lightning_speedups.lint.where import ON_ERROR, ONCE, PER_BATCH, PER_SAMPLE, Runs
+from lightning_speedups.lint.runs import ON_ERROR, ONCE, PER_BATCH, PER_SAMPLE, Runs
 
 WARNING = "warning"
 INFO = "info"

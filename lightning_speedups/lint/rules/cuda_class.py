@@ -8,14 +8,11 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from lightning_speedups.lint.context import FileContext, snippet
+from lightning_speedups.lint.astutil import snippet
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, hit_at
-from lightning_speedups.lint.rules.device_common import (
-    LEGACY_CONSTRUCTORS,
-    LEGACY_DTYPES,
-    torch_alias,
-)
-from lightning_speedups.lint.where import UNKNOWN
+from lightning_speedups.lint.rules.device_common import LEGACY_CONSTRUCTORS, LEGACY_DTYPES, torch_alias
+from lightning_speedups.lint.runs import UNKNOWN
 
 #: numpy functions that make an array from sizes (and a fill value): the same array can be made on the device
 _NUMPY_MADE = frozenset({"ones", "zeros", "full", "empty", "eye", "arange", "linspace"})
@@ -38,9 +35,9 @@ def _cuda_alias(ctx: FileContext, func: ast.AST) -> Optional[tuple[str, str]]:
         return direct, "'cuda'"
     if not isinstance(func, ast.Name):
         return None
-    prior = ctx.bindings_before(func)
+    prior = ctx.scopes.bindings_before(func)
     if prior is None and ctx.scope_of(func) is not ctx.tree:
-        prior = ctx.bindings(ctx.tree).get(func.id)
+        prior = ctx.scopes.bindings(ctx.tree).get(func.id)
     if not prior:
         return None
     found: Optional[tuple[str, str]] = None
@@ -136,8 +133,8 @@ def numpy_through_cuda_class(ctx: FileContext) -> Iterator[Hit]:
         if alias is None:
             continue
         cls, device = alias
-        runs = ctx.runs(call)
-        if runs.how == UNKNOWN and not ctx.maybe_hot(call):
+        runs = ctx.where.runs(call)
+        if runs.how == UNKNOWN and not ctx.where.maybe_hot(call):
             continue
         replacement, fix = _numpy_made_fix(ctx, data, cls, device)
         shown = snippet(call.func, 30)

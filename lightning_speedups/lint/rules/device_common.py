@@ -1,13 +1,16 @@
 """What the device rules (LS2xx) share: the host reads they look for, torch's tensor factories and
-legacy constructors, explicit synchronizes, and whether a tensor is visibly on the host."""
+legacy constructors, explicit synchronizes, whether a tensor is visibly on the host, and the calls on a per-step
+line outside benchmark / profiling / debugging code (LS205, LS207)."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Iterator
 
-from lightning_speedups.lint.astutil import mentions_step
-from lightning_speedups.lint.context import FileContext, is_const, keyword
-from lightning_speedups.lint.rules.data import loader_batch
+from lightning_speedups.lint.astutil import is_const, keyword, mentions_step, snippet
+from lightning_speedups.lint.context import FileContext
+from lightning_speedups.lint.rules.base import Hit
+from lightning_speedups.lint.rules.loaders import loader_batch
 
 #: Tensor methods that copy a value to the host (LS201 / LS206 report them, LS202 leaves a print of one to them).
 SYNC_METHODS = frozenset({"item", "cpu", "numpy", "tolist"})
@@ -157,16 +160,16 @@ def host_tensor(ctx: FileContext, node: ast.AST, at: ast.Call, depth: int = 0) -
             # torch.tensor(t) / as_tensor(t) of a tensor stays on t's device: only host data counts
             data = node.args[0] if node.args else None
             host = data is not None and (
-                ctx.is_numpy(data)
+                ctx.classify.is_numpy(data)
                 or isinstance(data, ast.Constant)
-                or (isinstance(data, (ast.List, ast.Tuple)) and not any(ctx.is_tensor(e) for e in data.elts))
+                or (isinstance(data, (ast.List, ast.Tuple)) and not any(ctx.classify.is_tensor(e) for e in data.elts))
                 or (factory in LEGACY_CONSTRUCTORS and all(isinstance(a, (ast.Constant, ast.Name)) for a in node.args))
             )
             if not host:
                 return False
         return not default_device_moved(ctx)
     if isinstance(node, ast.Name) and depth < 2:
-        prior = ctx.bindings_before(node)
+        prior = ctx.scopes.bindings_before(node)
         if prior and all(b.kind == "value" and b.value is not None for b in prior):
             return all(b.value is not None and host_tensor(ctx, b.value, at, depth + 1) for b in prior)
         if prior and loader_batch(ctx, node, at):  # the loop's own binding, not rebound before the read
@@ -179,3 +182,19 @@ def torch_alias(ctx: FileContext) -> str:
         if target == "torch":
             return local
     return "torch"
+
+
+#: Names of code meant for timing or debugging, where a per-step synchronize or empty_cache is on purpose.
+TIMING_WORDS = ("bench", "profil", "debug")
+
+
+def per_step_calls(ctx: FileContext, matches: Callable[[ast.Call], bool], says: str) -> Iterator[Hit]:
+    """The calls ``matches`` picks on a line that runs once per training step (not every N steps, not in an
+    ``except`` block: an out-of-memory retry), outside benchmark / profiling / debugging code."""
+    for call in ctx.calls:
+        if not matches(call):
+            continue
+        r = ctx.where.hot_runs(call)
+        if r is None or ctx.purpose.is_exempt(call, TIMING_WORDS):
+            continue
+        yield Hit(call, f"{snippet(call.func, 40)}() in {r.where} {says}")

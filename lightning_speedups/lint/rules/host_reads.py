@@ -1,22 +1,16 @@
-"""LS201 / LS206 (tip T08): a host read (``.item()``, ``.cpu()``, ``bool(t)``, a tensor in a condition,
-a GradScaler's ``get_scale()``) on a line that runs per training step: in the step's own file (LS201),
-or in a function of another file that a training step calls (LS206)."""
+"""The host reads (``.item()``, ``.cpu()``, ``bool(t)``, a tensor in a condition, a GradScaler's ``get_scale()``)
+on the lines of a file that run per training step, worked out once per file: LS201 reports those the file's
+own step makes hot, LS206 those a step in another file reaches."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from typing import Optional
 
-from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, snippet, terminal_name
-from lightning_speedups.lint.rules.base import Hit, Rule
-from lightning_speedups.lint.rules.device_common import (
-    HOT_TRIGGER,
-    SYNC_METHODS,
-    host_tensor,
-    is_synchronize,
-)
-from lightning_speedups.lint.where import Runs, _is_step_call
+from lightning_speedups.lint.astutil import DEF_TYPES, is_const, snippet, terminal_name
+from lightning_speedups.lint.context import FileContext
+from lightning_speedups.lint.rules.device_common import SYNC_METHODS, host_tensor, is_synchronize
+from lightning_speedups.lint.runs import Runs, is_step_call
 
 #: Builtins that read a tensor's value on the host: ``bool(t)``, ``float(t)``, ``int(t)``.
 _SYNC_BUILTINS = frozenset({"bool", "float", "int"})
@@ -45,7 +39,7 @@ def _condition_tensors(ctx: FileContext, test: ast.AST) -> list[ast.AST]:
             stack.append(node.operand)
         elif isinstance(node, ast.BoolOp):
             stack.extend(node.values)
-        elif ctx.is_tensor(node):
+        elif ctx.classify.is_tensor(node):
             out.append(node)
     return out
 
@@ -66,6 +60,7 @@ def _latched(node: ast.AST, test: ast.AST) -> bool:
 
 #: Receivers whose calls need host data: an environment's step, a numpy replay buffer.
 _HOST_CONSUMERS = ("env", "buffer", "replay", "mem", "rb")
+
 _HOST_METHODS = frozenset(
     {"step", "add", "push", "append", "insert", "store", "extend", "update_priorities", "update_priority"}
 )
@@ -148,7 +143,7 @@ def _drop_repeated_reads(ctx: FileContext, found: dict[ast.AST, tuple[str, Runs]
         # the receiver's names: first.func is `<receiver>.<sync method>` (grouped above only so), whose
         # method name is no ast.Name
         roots = {n.id for n in ast.walk(first.func) if isinstance(n, ast.Name)}
-        bindings = ctx.bindings(scope if scope is not None else ctx.tree)
+        bindings = ctx.scopes.bindings(scope if scope is not None else ctx.tree)
         for later in reads[1:]:
             lo, hi = first.lineno, later.lineno
             rebound = any(lo <= b.line <= hi for name in roots for b in bindings.get(name, ()))
@@ -157,7 +152,7 @@ def _drop_repeated_reads(ctx: FileContext, found: dict[ast.AST, tuple[str, Runs]
                 continue
             own = {id(n) for read in (first, later) for n in ast.walk(read)}
             between = [c for c in _calls_between(ctx, lo, hi) if id(c) not in own and c not in reads]
-            busy = any(_is_step_call(c) or ctx.is_tensor(c) for c in between)
+            busy = any(is_step_call(c) or ctx.classify.is_tensor(c) for c in between)
             if rebound or busy:
                 first = later
                 continue
@@ -194,7 +189,7 @@ def _calls_between(ctx: FileContext, lo: int, hi: int) -> list[ast.Call]:
     return ctx.calls_within(probe)
 
 
-def _syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
+def host_reads_per_step(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
     """Every host read on a per-step line of the file: ``(node, message, runs)`` (LS201 and LS206)."""
     return ctx.memo("syncs", lambda: _find_syncs(ctx))
 
@@ -210,7 +205,7 @@ def _find_syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
                 continue  # self.cpu(): moving the module, not reading a tensor
             if ctx.qualname(receiver) is not None:
                 continue  # an imported module's function (e.g. np.item is not a tensor method)
-            r = ctx.hot_runs(call)
+            r = ctx.where.hot_runs(call)
             if r is not None and not _for_rpc(ctx, call) and not _for_host_consumer(ctx, call):
                 if not _after_synchronize(ctx, call) and not host_tensor(ctx, receiver, call):
                     found[call] = (f"`.{func.attr}()` in {r.where} copies to the host and waits for the GPU", r)
@@ -221,22 +216,22 @@ def _find_syncs(ctx: FileContext) -> list[tuple[ast.AST, str, Runs]]:
             and "scaler" in terminal_name(func.value).lower()
         ):
             # GradScaler.get_scale() (and the state_dict() that holds it) is the scale's .item()
-            r = ctx.hot_runs(call)
+            r = ctx.where.hot_runs(call)
             if r is not None and not _after_synchronize(ctx, call):
                 found[call] = (
                     f"`{snippet(call, 40)}` in {r.where} reads the loss scale on the host (GradScaler's .item())",
                     r,
                 )
         elif isinstance(func, ast.Name) and func.id in builtins_ok and len(call.args) == 1 and not call.keywords:
-            r = ctx.hot_runs(call)
-            if r is not None and ctx.is_tensor(call.args[0]) and not _after_synchronize(ctx, call):
+            r = ctx.where.hot_runs(call)
+            if r is not None and ctx.classify.is_tensor(call.args[0]) and not _after_synchronize(ctx, call):
                 found[call] = (
                     f"`{func.id}({snippet(call.args[0], 30)})` in {r.where} reads a tensor on the host (a device sync)",
                     r,
                 )
     for branch in ctx.branches:
         test = branch.test
-        r = ctx.hot_runs(test)
+        r = ctx.where.hot_runs(test)
         if r is None:
             continue
         operands = _condition_tensors(ctx, test)
@@ -293,7 +288,7 @@ def _read_runs(ctx: FileContext) -> dict[ast.AST, list[ast.AST]]:
     return ctx.memo("read_runs", dict)
 
 
-def _with_run(ctx: FileContext, node: ast.AST, message: str) -> str:
+def with_run(ctx: FileContext, node: ast.AST, message: str) -> str:
     """``message``, naming the host reads right after ``node`` that wait for the same work."""
     rest = _read_runs(ctx).get(node)
     if not rest:
@@ -315,10 +310,10 @@ def _same_work(ctx: FileContext, head: ast.AST, prev: ast.AST, node: ast.AST, ow
     if hi - lo > 8:
         return False
     inside = [c for c in ast.walk(node) if isinstance(c, ast.Call) and c is not node]
-    if any(_is_step_call(c) or _runs_a_model(c) for c in inside):
+    if any(is_step_call(c) or _runs_a_model(c) for c in inside):
         return False  # `int(self(x).argmax())`: the read waits for work of its own
     between = [c for c in _calls_between(ctx, lo, hi) if id(c) not in own]
-    return not any(_is_step_call(c) or ctx.is_tensor(c) or _runs_a_model(c) for c in between)
+    return not any(is_step_call(c) or ctx.classify.is_tensor(c) or _runs_a_model(c) for c in between)
 
 
 #: Words of a call that runs a model or a loss: device work queued between two reads.
@@ -328,100 +323,3 @@ _MODEL_WORDS = ("model", "net", "head", "encoder", "decoder", "forward", "backwa
 def _runs_a_model(call: ast.Call) -> bool:
     text = snippet(call.func, 80).lower()
     return text == "self" or any(w in text for w in _MODEL_WORDS)
-
-
-def _sync_calls(ctx: FileContext) -> Iterator[Hit]:
-    for node, message, r in _syncs(ctx):
-        if not r.via:
-            yield Hit(node, _with_run(ctx, node, message + " on every batch"))
-
-
-def _HOST_READ_TRIGGER(source: str) -> bool:
-    """A host read shows in the text (what LS206 looks for in a helper's file)."""
-    return any(w in source for w in (".item(", ".cpu(", ".numpy(", ".tolist(", "bool("))
-
-
-def _tensor_guarded(ctx: FileContext, node: ast.AST) -> bool:
-    """``node`` runs only when an argument is a tensor: ``if isinstance(v, torch.Tensor): v = v.item()``."""
-    for anc, child in ctx.ancestors(node):
-        if isinstance(anc, DEF_TYPES):
-            return False
-        if isinstance(anc, ast.If) and any(child is s for s in anc.body):
-            for n in ast.walk(anc.test):
-                if isinstance(n, ast.Call) and terminal_name(n.func) == "isinstance" and len(n.args) == 2:
-                    if "Tensor" in snippet(n.args[1], 80):
-                        return True
-    return False
-
-
-def _passes_tensor(ctx: FileContext, node: ast.AST) -> bool:
-    """A caller of the function around ``node`` passes a visible tensor (``meter.update(loss=loss)``,
-    not ``meter.update(loss=loss.item())``)."""
-    fn = ctx.enclosing_function(node)
-    if fn is None or ctx.project is None:
-        return True  # cannot tell: keep the finding
-    for other, call in ctx.project.callers(ctx, fn):
-        if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-            return True  # update(**losses): what it passes is not visible, keep the finding
-        if any(other.is_tensor(a) for a in [*call.args, *(k.value for k in call.keywords)]):
-            return True
-    return False
-
-
-def _read_of_visible_tensor(ctx: FileContext, node: ast.AST) -> bool:
-    """The host read ``node`` (``x.item()``, ``x.tolist()``, ...) is of something visibly a tensor: ``x`` is
-    one in the helper, or is the helper's parameter and a caller passes a visible tensor. In a helper of
-    another file, ``x.tolist()`` of boxes a plotting helper got as numpy must not pass for a sync."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS):
-        return True  # bool(t) / a tensor condition: the classifier already saw a tensor
-    receiver = node.func.value
-    if ctx.is_tensor(receiver) or _tensor_guarded(ctx, node):  # under `if isinstance(v, torch.Tensor):`
-        return True
-    while True:  # the name the receiver starts from: `targets[:, 2:6].T` -> targets
-        if isinstance(receiver, (ast.Attribute, ast.Subscript)):
-            receiver = receiver.value
-        elif isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
-            receiver = receiver.func.value
-        else:
-            break
-    if not isinstance(receiver, ast.Name):
-        return False
-    prior = ctx.bindings_before(receiver) or []
-    return bool(prior) and all(b.kind == "param" for b in prior) and _passes_tensor(ctx, node)
-
-
-def _sync_in_helper(ctx: FileContext) -> Iterator[Hit]:
-    for node, message, r in _syncs(ctx):
-        if r.via and _tensor_guarded(ctx, node) and not _passes_tensor(ctx, node):
-            continue  # the step passes numbers: the guarded host read never runs
-        if r.via and not _read_of_visible_tensor(ctx, node):
-            continue
-        if r.via:
-            yield Hit(node, _with_run(ctx, node, f"{message} on every batch: the step that calls it is at {r.via}"))
-
-
-RULES = [
-    Rule(
-        "LS201",
-        "T08",
-        "sync-in-step",
-        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)`, `float(t)`, `int(t)`, a GradScaler's `get_scale()` or "
-        "a tensor in an `if`/`while` condition inside training_step / validation_step or a training-loop body",
-        "keep values on the device: log the tensor (self.log accepts tensors), accumulate with loss.detach(), "
-        "read it on the host once per epoch or under `if step % N == 0`",
-        _sync_calls,
-        (HOT_TRIGGER,),
-    ),
-    Rule(
-        "LS206",
-        "T08",
-        "sync-in-step-helper",
-        "`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)` or a tensor condition inside a function of another "
-        "file that a training step calls (a metric meter's update, a clipping helper), found through the call graph",
-        "pass tensors and keep them on the device in the helper (accumulate with .detach(), return tensors), and "
-        "read them on the host once per epoch or every N steps",
-        _sync_in_helper,
-        (_HOST_READ_TRIGGER,),
-        gate=lambda project, path: project.is_hot_file(path),
-    ),
-]

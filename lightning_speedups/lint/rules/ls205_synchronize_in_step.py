@@ -1,31 +1,20 @@
-"""LS205 / LS207 (tip T08): an explicit ``synchronize()`` (LS205) or ``empty_cache()`` (LS207) on a line
-that runs per training step, outside benchmark / profiling / debugging code."""
+"""LS205 (tip T08), synchronize-in-step: an explicit torch.cuda.synchronize() (torch.accelerator / mps / xpu, a
+stream's synchronize()) on a line that runs per step, outside benchmark/profiling/debugging code."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Optional
 
-from lightning_speedups.lint.context import FileContext, snippet
+from lightning_speedups.lint.astutil import snippet
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, Rule
-from lightning_speedups.lint.rules.device_common import SYNC_METHODS, is_synchronize
-
-
-def _per_step_calls(ctx: FileContext, matches: Callable[[ast.Call], bool], says: str) -> Iterator[Hit]:
-    """The calls ``matches`` picks on a line that runs once per training step (not every N steps, not in an
-    ``except`` block: an out-of-memory retry), outside benchmark / profiling / debugging code."""
-    for call in ctx.calls:
-        if not matches(call):
-            continue
-        r = ctx.hot_runs(call)
-        if r is None or ctx.is_exempt(call, _TIMING_WORDS):
-            continue
-        yield Hit(call, f"{snippet(call.func, 40)}() in {r.where} {says}")
+from lightning_speedups.lint.rules.device_common import SYNC_METHODS, is_synchronize, per_step_calls
 
 
 def _synchronize_in_step(ctx: FileContext) -> Iterator[Hit]:
-    for hit in _per_step_calls(
+    for hit in per_step_calls(
         ctx,
         lambda call: is_synchronize(ctx, call),
         "waits for every queued kernel on every batch (the host can no longer run ahead of the GPU)",
@@ -84,43 +73,14 @@ def _host_read_after(ctx: FileContext, sync: ast.AST) -> Optional[ast.Call]:
     return min(reads, key=lambda c: (c.lineno, c.col_offset), default=None)
 
 
-_TIMING_WORDS = ("bench", "profil", "debug")
-#: The caching allocator's ``empty_cache`` of each device module.
-EMPTY_CACHE = frozenset(
-    {"torch.cuda.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache", "torch.accelerator.empty_cache"}
+RULE = Rule(
+    "LS205",
+    "T08",
+    "synchronize-in-step",
+    "an explicit torch.cuda.synchronize() (torch.accelerator / mps / xpu, a stream's synchronize()) on a line "
+    "that runs per step, outside benchmark/profiling/debugging code",
+    "remove it; to time steps, synchronize only every N steps or time with torch.cuda.Event(enable_timing=True); "
+    "keep it where host code then reads device memory written outside PyTorch's streams",
+    _synchronize_in_step,
+    ("synchronize",),
 )
-
-
-def _empty_cache_in_step(ctx: FileContext) -> Iterator[Hit]:
-    yield from _per_step_calls(
-        ctx,
-        lambda call: ctx.call_name(call) in EMPTY_CACHE,
-        "hands the allocator's cached blocks back to the driver on every batch: freeing them waits for the "
-        "device, and the next step allocates them again",
-    )
-
-
-RULES = [
-    Rule(
-        "LS205",
-        "T08",
-        "synchronize-in-step",
-        "an explicit torch.cuda.synchronize() (torch.accelerator / mps / xpu, a stream's synchronize()) on a line "
-        "that runs per step, outside benchmark/profiling/debugging code",
-        "remove it; to time steps, synchronize only every N steps or time with torch.cuda.Event(enable_timing=True); "
-        "keep it where host code then reads device memory written outside PyTorch's streams",
-        _synchronize_in_step,
-        ("synchronize",),
-    ),
-    Rule(
-        "LS207",
-        "T08",
-        "empty-cache-in-step",
-        "torch.cuda.empty_cache() (mps / xpu / accelerator) on a line that runs per step, outside an except "
-        "block and benchmark/profiling/debugging code",
-        "remove it: the caching allocator reuses those blocks on the next step; against fragmentation set "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and empty the cache at most once, after evaluation",
-        _empty_cache_in_step,
-        ("empty_cache",),
-    ),
-]

@@ -1,5 +1,6 @@
-"""LS202 / LS204 (tip T08): a tensor printed (LS202), or formatted into text or handed to a logger that
-reads it on the host (LS204), on a line that runs per training step."""
+"""LS204 (tip T08), format-tensor-in-step: a tensor formatted into a string (f-string, %, .format, a logging call's
+arguments) or handed to a logger that reads it on the host (SummaryWriter.add_scalar, wandb.log, tqdm's set_postfix)
+on a line that runs per step (print is LS202)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,10 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from lightning_speedups.lint.astutil import is_string_format
-from lightning_speedups.lint.context import FileContext, keyword, snippet, terminal_name
+from lightning_speedups.lint.astutil import is_string_format, keyword, snippet, terminal_name
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, Rule
-from lightning_speedups.lint.rules.device_common import (
-    HOT_TRIGGER,
-    SYNC_METHODS,
-)
-from lightning_speedups.lint.where import STEP_METHODS
+from lightning_speedups.lint.rules.device_common import HOT_TRIGGER
 
 #: Logging calls that format their arguments: ``logger.info("loss %s", loss)``.
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
@@ -37,6 +34,7 @@ _WRITER_METHODS = {
     "add_scalars": (1, "tag_scalar_dict"),
     "add_histogram": (1, "values"),
 }
+
 _WRITER_OWNERS = ("writer", "tb", "summary", "experiment", "board")
 
 
@@ -72,7 +70,7 @@ def _logger_reads(ctx: FileContext, call: ast.Call) -> Optional[tuple[ast.AST, s
     else:
         return None
     for value in given:
-        if ctx.is_tensor(value):
+        if ctx.classify.is_tensor(value):
             return value, words
     return None
 
@@ -93,9 +91,9 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
         if is_string_format(node):
             if isinstance(node, ast.JoinedStr) and isinstance(ctx.parents.get(node), ast.FormattedValue):
                 continue  # a format spec inside an f-string
-            if not ctx.maybe_hot(node):
+            if not ctx.where.maybe_hot(node):
                 continue
-            shown = ctx.formatted_tensor(node)
+            shown = ctx.classify.formatted_tensor(node)
             if shown is not None:
                 kind = (
                     "an f-string"
@@ -108,7 +106,7 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
             first = call.args[0]
             percent = not (isinstance(first, ast.Constant) and isinstance(first.value, str) and "%" not in first.value)
             for a in call.args[1:]:
-                if ctx.is_tensor(a):
+                if ctx.classify.is_tensor(a):
                     # logging.info("loss %s", t) is a %-format; logger.log("train/loss", t, step) hands the
                     # tensor to a logger that formats it or reads it with .item()
                     kind = "(a %-format)" if percent else "(a key and a value: the logger formats or reads it)"
@@ -116,12 +114,12 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
                     break
         else:
             read = _logger_reads(ctx, call)
-            if read is not None and ctx.maybe_hot(call):
+            if read is not None and ctx.where.maybe_hot(call):
                 candidates.append((call, read[0], read[1]))
     for node, shown, kind in sorted(candidates, key=lambda c: (c[0].lineno, c[0].col_offset)):
         if node in reported or _in_print(ctx, node):
             continue
-        r = ctx.hot_runs(node)
+        r = ctx.where.hot_runs(node)
         if r is None:
             continue
         reported.add(node)
@@ -135,47 +133,16 @@ def _format_tensor(ctx: FileContext) -> Iterator[Hit]:
         yield Hit(node, message)
 
 
-def _print_tensor(ctx: FileContext) -> Iterator[Hit]:
-    if ctx.imports_name("print"):
-        return  # rich's print, or another one: not the builtin
-    for call in ctx.calls:
-        if not (isinstance(call.func, ast.Name) and call.func.id == "print"):
-            continue
-        shown = [a for a in call.args if ctx.formats_tensor(a)]
-        if not shown:
-            continue
-        if any(
-            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in SYNC_METHODS and not n.args
-            for a in call.args
-            for n in ast.walk(a)
-        ):
-            continue  # print(..., d_loss.item(), M): the .item() waits first (LS201); formatting M waits for nothing new
-        where = ctx.hot_context(call, STEP_METHODS)
-        if where is not None:
-            yield Hit(call, f"print({snippet(shown[0], 30)}) in {where} formats a tensor: a device sync on every batch")
-
-
-RULES = [
-    Rule(
-        "LS202",
-        "T08",
-        "print-tensor-in-step",
-        "print() of a tensor (also in an f-string or %-format) inside a step method or a training loop",
-        "log the tensor with self.log(...) or print it only every N steps (`if step % N == 0:`)",
-        _print_tensor,
-        (r"print\s*\(", HOT_TRIGGER),
-    ),
-    Rule(
-        "LS204",
-        "T08",
-        "format-tensor-in-step",
-        "a tensor formatted into a string (f-string, %, .format, a logging call's arguments) or handed to a logger "
-        "that reads it on the host (SummaryWriter.add_scalar, wandb.log, tqdm's set_postfix) on a line that runs "
-        "per step (print is LS202)",
-        "log the tensor with self.log (Lightning reads logged tensors only every log_every_n_steps), or format it or "
-        "hand it to a writer only every N steps (`if step % N == 0:`); to format a value you already need on the "
-        "host, read it once with .item()",
-        _format_tensor,
-        (HOT_TRIGGER,),
-    ),
-]
+RULE = Rule(
+    "LS204",
+    "T08",
+    "format-tensor-in-step",
+    "a tensor formatted into a string (f-string, %, .format, a logging call's arguments) or handed to a logger "
+    "that reads it on the host (SummaryWriter.add_scalar, wandb.log, tqdm's set_postfix) on a line that runs "
+    "per step (print is LS202)",
+    "log the tensor with self.log (Lightning reads logged tensors only every log_every_n_steps), or format it or "
+    "hand it to a writer only every N steps (`if step % N == 0:`); to format a value you already need on the "
+    "host, read it once with .item()",
+    _format_tensor,
+    (HOT_TRIGGER,),
+)

@@ -1,13 +1,15 @@
-"""LS208 (tip T08): ``self.log(..., sync_dist=True)`` logged every step, an all-reduce per step."""
+"""LS208 (tip T08), sync-dist-per-step: self.log(..., sync_dist=True) logged every step (in training_step, where
+on_step=True is the default): an all-reduce every step under DDP / FSDP."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
 
-from lightning_speedups.lint.context import DEF_TYPES, FileContext, is_const, keyword
+from lightning_speedups.lint.astutil import DEF_TYPES, is_const, keyword
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, Rule
-from lightning_speedups.lint.where import TRAIN_BATCH_HOOKS
+from lightning_speedups.lint.runs import TRAIN_BATCH_HOOKS
 
 #: Where ``self.log`` logs every step by default (``on_step=True``): the training step and the hooks that run
 #: with it (Lightning's ``_FxValidator``: on_train_batch_*, on_before / after_backward, on_before_optimizer_step,
@@ -33,7 +35,7 @@ def _sync_dist_per_step(ctx: FileContext) -> Iterator[Hit]:
             every_step = isinstance(fn, DEF_TYPES) and fn.name in _ON_STEP_DEFAULT
         if not every_step:
             continue  # reduced once, when the epoch's value is computed
-        r = ctx.hot_runs(call)
+        r = ctx.where.hot_runs(call)
         if r is None:
             continue
         yield Hit(
@@ -43,16 +45,14 @@ def _sync_dist_per_step(ctx: FileContext) -> Iterator[Hit]:
         )
 
 
-RULES = [
-    Rule(
-        "LS208",
-        "T08",
-        "sync-dist-per-step",
-        "self.log(..., sync_dist=True) logged every step (in training_step, where on_step=True is the default): "
-        "an all-reduce every step under DDP / FSDP",
-        "log the per-step value without sync_dist (each rank's own; rank 0's reaches the logger), or log it with "
-        "on_step=False, on_epoch=True so it is reduced once per epoch",
-        _sync_dist_per_step,
-        ("sync_dist",),
-    ),
-]
+RULE = Rule(
+    "LS208",
+    "T08",
+    "sync-dist-per-step",
+    "self.log(..., sync_dist=True) logged every step (in training_step, where on_step=True is the default): "
+    "an all-reduce every step under DDP / FSDP",
+    "log the per-step value without sync_dist (each rank's own; rank 0's reaches the logger), or log it with "
+    "on_step=False, on_epoch=True so it is reduced once per epoch",
+    _sync_dist_per_step,
+    ("sync_dist",),
+)

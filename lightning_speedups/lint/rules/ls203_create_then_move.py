@@ -1,7 +1,8 @@
-"""LS203 (tip T20): a tensor created on the CPU and then moved to the device (a factory chained to
-``.to(device)`` / ``.cuda()`` / ``.type(<CUDA type>)``, or bound to a name that is moved later), where it
-could be created on the device; the numpy variant (a CUDA class given a numpy array) is in
-:mod:`~lightning_speedups.lint.rules.cuda_class`."""
+"""LS203 (tip T20), create-then-move: a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n),
+torch.tensor(<a number>)) followed by .cuda() / .to(device), or a CUDA class (an alias of torch.cuda.FloatTensor)
+given a numpy array made from sizes (np.ones, np.random.normal), on a line that runs per batch (info where it runs
+per epoch, or where how often is unknown in code a training step reaches; not reported in code nothing linted
+calls)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import ast
 from collections.abc import Iterator
 from typing import Optional
 
-from lightning_speedups.lint.context import FileContext, is_const, keyword, snippet
+from lightning_speedups.lint.astutil import is_const, keyword, snippet
+from lightning_speedups.lint.context import FileContext
 from lightning_speedups.lint.rules.base import Hit, Rule, hit_at
 from lightning_speedups.lint.rules.cuda_class import numpy_through_cuda_class
 from lightning_speedups.lint.rules.device_common import (
@@ -23,7 +25,7 @@ from lightning_speedups.lint.rules.device_common import (
     host_tensor,
     torch_alias,
 )
-from lightning_speedups.lint.where import UNKNOWN
+from lightning_speedups.lint.runs import UNKNOWN
 
 
 def _moves_to_cuda_by_type(call: ast.Call) -> bool:
@@ -33,7 +35,6 @@ def _moves_to_cuda_by_type(call: ast.Call) -> bool:
 
 #: ``.type("torch.cuda.FloatTensor")``: the dtype that type string names.
 _TYPE_STRINGS = {f"torch.cuda.{k}": v for k, v in LEGACY_DTYPES.items() if v is not None}
-
 
 _SIZED_FACTORIES = frozenset({"empty", "zeros", "ones", "full", "rand", "randn"})
 
@@ -61,7 +62,7 @@ def _created_on_cpu(ctx: FileContext, receiver: ast.expr) -> Optional[tuple[str,
         if attr in PASS_METHODS:
             random = random or attr in RANDOM_INPLACE
             filled = filled or attr.endswith("_")
-        elif attr == "to" and not ctx.is_device_move(inner):
+        elif attr == "to" and not ctx.classify.is_device_move(inner):
             pass
         elif attr == "type" and not _moves_to_cuda_by_type(inner):
             pass
@@ -121,7 +122,7 @@ def _bound_then_moved(ctx: FileContext, move: ast.Call, receiver: ast.expr) -> O
         inner = inner.func.value
     if not isinstance(inner, ast.Name):
         return None
-    prior = ctx.bindings_before(inner)
+    prior = ctx.scopes.bindings_before(inner)
     if not prior or any(b.kind != "value" or b.value is None for b in prior):
         return None
     made: Optional[tuple[str, bool, ast.Call]] = None
@@ -231,6 +232,7 @@ def _device_fix(
 
 
 _MOVES = (".to(", ".cuda(", ".type(")
+
 _FACTORY_WORDS = tuple(
     f + "("
     for f in (
@@ -294,7 +296,7 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
         func = call.func
         if not isinstance(func, ast.Attribute):
             continue
-        if not (ctx.is_device_move(call) or (func.attr == "type" and _moves_to_cuda_by_type(call))):
+        if not (ctx.classify.is_device_move(call) or (func.attr == "type" and _moves_to_cuda_by_type(call))):
             continue
         created = _created_on_cpu(ctx, func.value)
         if created is None:
@@ -305,8 +307,8 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
         factory, random, inner, chain = created
         if _to_host_tensors_device(ctx, call):
             continue
-        runs = ctx.runs(call)
-        if runs.how == UNKNOWN and not ctx.maybe_hot(call):
+        runs = ctx.where.runs(call)
+        if runs.how == UNKNOWN and not ctx.where.maybe_hot(call):
             # nothing linted calls it and no training step reaches it: a sampling or demo script's
             # function, or an API for other code; its one-off tensors are not a training cost
             continue
@@ -336,8 +338,8 @@ def _create_then_move(ctx: FileContext) -> Iterator[Hit]:
 
 
 def _bound_hit(ctx: FileContext, move: ast.Call, factory: str, random: bool, made: ast.Call) -> Iterator[Hit]:
-    runs = ctx.runs(move)
-    if runs.how == UNKNOWN and not ctx.maybe_hot(move):
+    runs = ctx.where.runs(move)
+    if runs.how == UNKNOWN and not ctx.where.maybe_hot(move):
         return
     func = move.func
     assert isinstance(func, ast.Attribute)
@@ -373,18 +375,16 @@ def _ls203_trigger(source: str) -> bool:
     return _factory_then_move_trigger(source) or ("torch.cuda." in source and "Tensor" in source and "np" in source)
 
 
-RULES = [
-    Rule(
-        "LS203",
-        "T20",
-        "create-then-move",
-        "a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n), torch.tensor(<a number>)) "
-        "followed by .cuda() / "
-        ".to(device), or a CUDA class (an alias of torch.cuda.FloatTensor) given a numpy array made from sizes "
-        "(np.ones, np.random.normal), on a line that runs per batch (info where it runs per epoch, or where how often is unknown in code "
-        "a training step reaches; not reported in code nothing linted calls)",
-        "create it on the device: torch.zeros(..., device=device) (or x.new_zeros(...) / torch.zeros_like(x))",
-        _create_then_move_all,
-        (_ls203_trigger,),
-    ),
-]
+RULE = Rule(
+    "LS203",
+    "T20",
+    "create-then-move",
+    "a tensor factory (torch.zeros/ones/rand/arange/..., legacy torch.LongTensor(n), torch.tensor(<a number>)) "
+    "followed by .cuda() / "
+    ".to(device), or a CUDA class (an alias of torch.cuda.FloatTensor) given a numpy array made from sizes "
+    "(np.ones, np.random.normal), on a line that runs per batch (info where it runs per epoch, or where how often is unknown in code "
+    "a training step reaches; not reported in code nothing linted calls)",
+    "create it on the device: torch.zeros(..., device=device) (or x.new_zeros(...) / torch.zeros_like(x))",
+    _create_then_move_all,
+    (_ls203_trigger,),
+)
