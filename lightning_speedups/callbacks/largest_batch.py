@@ -17,7 +17,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from typing_extensions import override
 
 from lightning_speedups.callbacks.base import SpeedupCallback
-from lightning_speedups.errors import SettingError, SettingTypeError
+from lightning_speedups.errors import BadInput, SettingError, SettingTypeError
 from lightning_speedups.functional.batch_size import (
     find_largest_batch_size,
     largest_divisor_batch,
@@ -483,7 +483,7 @@ class LargestBatch(SpeedupCallback):
         old_accumulate: int,
         per_process: int,
         limit: Optional[int],
-    ) -> Exception:
+    ) -> BadInput:
         peak = None
         if limit is not None:
             try:  # measure once without a limit, to say how much is needed

@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.utilities.parsing import lightning_setattr
 
-from lightning_speedups.errors import SettingError
+from lightning_speedups.errors import BadInput, SettingError
 from lightning_speedups.functional.batch_size import SCHEDULER_LR_ATTRS, scale_lr_scheduler, scale_optimizer_lrs
 from lightning_speedups.functional.memory import format_bytes, measure_peak_memory
 from lightning_speedups.trainer.refusal import SetupRefused
@@ -104,7 +104,7 @@ def too_small_error(
     margin: float,
     multiple: int,
     peak: Optional[int],
-) -> Exception:
+) -> BadInput:
     """The error when not even a batch of ``multiple`` fits: in the device memory, or in the budget (``limit``)."""
     if limit is None:
         return SetupRefused(
