@@ -141,10 +141,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as err:
-        from lightning_speedups.errors import bad_input, bug_report
+        from lightning_speedups.errors import bad_input, bug_report, refuses_the_run
 
         bad = bad_input(err)
         text = _instantiation_error(err) or (str(bad) if bad is not None else None)
+        if text is None and refuses_the_run(err):  # Lightning refusing the user's setup: their input, said by Lightning
+            text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if text is None:
             if _raised_by_pack(err):  # not the user's input, not the user's code: ours
                 print(bug_report(err), file=sys.stderr)

@@ -118,6 +118,8 @@ def speedups(text: str) -> list[str]:
 CASES: list[tuple[str, list[str], str]] = [
     # --- fit: files and classes
     ("unknown-command", ["fitt"], "did you mean fit?"),
+    # Lightning refusing the user's Trainer setting: the user's input, in Lightning's words, one line
+    ("lightning-refuses", ["fit", "--config", "my.yaml", "--trainer.max_steps=-3", *QUIET], "`max_steps` must be"),
     ("missing-config", ["fit", "--config", "nope.yaml"], "neither a file nor a packaged preset"),
     ("empty-config", ["fit", "--config", "empty.yaml"], "empty.yaml is empty"),
     ("list-config", ["fit", "--config", "list.yaml"], "list.yaml holds a list, not a mapping"),

@@ -246,3 +246,70 @@ def test_each_bad_input_class_is_one_line_and_exit_2_from_the_command_line(cls, 
     errors = [line for line in out.err.splitlines() if line.startswith("error: ")]
     assert errors and message in errors[0], text[-2000:]
     assert "bug in lightning_speedups" not in text and "Traceback" not in text, text[-2000:]
+
+
+def _global_state() -> dict[str, Any]:
+    import logging
+    import signal
+    import sys
+    import warnings
+
+    import torch
+
+    loggers = {
+        name: (lg.level, tuple(lg.handlers), lg.propagate, lg.disabled)
+        for name, lg in [("", logging.getLogger()), *logging.root.manager.loggerDict.items()]
+        if isinstance(lg, logging.Logger)
+        and name.split(".")[0]
+        in ("", "lightning", "pytorch_lightning", "lightning_speedups", "lightning_fabric", "lightning_utilities")
+    }
+    return {
+        "argv": list(sys.argv),
+        "warnings": list(warnings.filters),
+        "loggers": loggers,
+        "sigint": signal.getsignal(signal.SIGINT),
+        "torch": (
+            torch.backends.cudnn.benchmark,
+            torch.get_float32_matmul_precision(),
+            torch.is_anomaly_enabled(),
+            torch.is_grad_enabled(),
+            torch.get_default_dtype(),
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fit", "--config", "my.yaml", "--config", "fast"],
+        ["fit", "--config", "my.yaml", "--config", "memory"],
+        ["fit", "--config", "my.yaml", "--trainer.max_steps", "-3"],  # refused by Lightning: one line, exit 2
+        ["tips"],
+        ["lint", "rs_proj.py"],
+    ],
+    ids=["fit-fast", "fit-memory", "refused", "tips", "lint"],
+)
+def test_a_command_leaves_no_global_state_changed(argv, tmp_path, monkeypatch, capsys):
+    """Issue 38 item 5: after a command (run from Python, as tests and notebooks do) sys.argv, the warnings filters,
+    the loggers of Lightning and the pack, the SIGINT handler and torch's global flags are as they were."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "rs_proj.py").write_text(PROJECT)
+    (tmp_path / "my.yaml").write_text(
+        "model:\n  class_path: rs_proj.Net\ndata:\n  class_path: rs_proj.Data\n"
+        "trainer:\n  max_steps: 2\n  logger: false\n  enable_progress_bar: false\n  enable_checkpointing: false\n"
+    )
+    import lightning.pytorch  # noqa: F401  (its loggers exist before the command, as in a user's session)
+
+    before = _global_state()
+    main(argv)
+    capsys.readouterr()
+    after = _global_state()
+    changed = {key: (before[key], after[key]) for key in before if before[key] != after[key]}
+    if "loggers" in changed:
+        old, new = changed["loggers"]
+        changed["loggers"] = {n: (old.get(n), new.get(n)) for n in set(old) | set(new) if old.get(n) != new.get(n)}
+        changed["loggers"] = {n: v for n, v in changed["loggers"].items() if v[0] is not None} or None
+        if changed["loggers"] is None:  # a logger first created by the command is not a changed one
+            del changed["loggers"]
+    assert not changed, changed
