@@ -122,16 +122,6 @@ def resolve_config(value: Union[str, os.PathLike]) -> str:
     )
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 @lru_cache(maxsize=1)
 def _speedups_parser():
     from jsonargparse import ArgumentParser
@@ -139,6 +129,48 @@ def _speedups_parser():
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(_speedups_class(), "speedups", fail_untyped=True)
     return parser
+
+
+@lru_cache(maxsize=1)
+def _trainer_parser():
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch import Trainer
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(Trainer, "trainer", fail_untyped=False)
+    return parser
+
+
+def _parse_over(parser: Any, key: str, sections: list[tuple[str, dict[str, Any]]]) -> Any:
+    """The ``key:`` sections of several configs parsed as ``--config A --config B`` parses them: each by jsonargparse
+    over the ones before it (a later value wins; a class given twice keeps the first one's arguments the second
+    does not set), the ``fit`` command's own rule; ``None`` without sections.
+
+    Raises:
+        PresetError: an unknown key or a bad value; the message names the key and the config.
+    """
+    cfg = None
+    for source, section in sections:
+        try:
+            cfg = parser.parse_object({key: section}, cfg_base=cfg)
+        except Exception as err:  # jsonargparse raises its own ArgumentError
+            raise PresetError(f"{source}: {first_line(err)}") from None
+    return cfg
+
+
+def compose_trainer(sections: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The ``trainer:`` sections of several configs composed by the same rule as their ``speedups:`` sections (and
+    as ``fit --config A --config B``): the keys any of them sets, with the value the last one gives, checked
+    against ``Trainer``'s signature (an unknown key or a bad value names the config)."""
+    given = [key for _, section in sections for key in section]
+    if not given:
+        return {}
+    cfg = _parse_over(_trainer_parser(), "trainer", [(s, sec) for s, sec in sections if sec])
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(given):
+        value = cfg.trainer[key]
+        out[key] = value.as_dict() if hasattr(value, "as_dict") else value
+    return out
 
 
 def _speedups_class() -> type[Speedups]:
@@ -173,7 +205,8 @@ class Preset:
 
     Attributes:
         names: what was composed, in order.
-        trainer: plain Trainer flags from the YAML ``trainer:`` sections (merged key by key).
+        trainer: plain Trainer flags from the YAML ``trainer:`` sections (composed as their ``speedups:`` sections
+            are, and as ``fit --config A --config B`` composes them).
         speedups: the merged ``speedups:`` section.
     """
 
@@ -260,14 +293,23 @@ def preset(*names: Union[str, os.PathLike]) -> Preset:
     """
     if not names:
         raise PresetError(f"preset() needs at least one name; presets: {', '.join(list_presets())}.")
-    trainer: dict[str, Any] = {}
+    trainers: list[tuple[str, dict[str, Any]]] = []
     sections: list[tuple[str, dict[str, Any]]] = []
     for name in names:
         path = resolve_config(name)
         data = load_yaml(path)
-        trainer = _deep_merge(trainer, data.get("trainer") or {})
-        sections.append((path, data.get("speedups") or {}))
-    return Preset(names=[os.fspath(n) for n in names], trainer=trainer, speedups=compose_speedups(sections))
+        trainers.append((path, _section(data, "trainer", path)))
+        sections.append((path, _section(data, "speedups", path)))
+    return Preset(
+        names=[os.fspath(n) for n in names], trainer=compose_trainer(trainers), speedups=compose_speedups(sections)
+    )
+
+
+def _section(data: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    section = data.get(key) or {}
+    if not isinstance(section, dict):
+        raise PresetError(f"{path}: `{key}:` must be a mapping of settings, got {type(section).__name__}.")
+    return section
 
 
 #: parsed ``speedups:`` namespaces by their sections (each use instantiates a clone: fresh objects every time)
@@ -287,11 +329,7 @@ def compose_speedups(sections: list[tuple[str, dict[str, Any]]]) -> Speedups:
     key = repr([(source, section) for source, section in sections])
     cfg = _PARSED.get(key)
     if cfg is None:
-        for source, section in sections:
-            try:
-                cfg = parser.parse_object({"speedups": section}, cfg_base=cfg)
-            except Exception as err:  # jsonargparse raises its own ArgumentError
-                raise PresetError(f"{source}: {first_line(err)}") from None
+        cfg = _parse_over(parser, "speedups", sections)
         if cfg is None:
             return _speedups_class()()
         if len(_PARSED) >= 32:

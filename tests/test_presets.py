@@ -166,3 +166,37 @@ def test_python_and_the_command_line_compose_every_pair_of_presets_alike():
             keys = sorted(k for k in from_python if from_cli.get(k) != from_python[k])
             differ.append(f"{first} + {second}: {keys}")
     assert not differ, "\n".join(differ)
+
+
+def test_trainer_sections_compose_by_the_command_lines_rule(tmp_path):
+    """Issue 38 item 5: a YAML's trainer: keys went through the pack's own _deep_merge and its speedups: keys through
+    jsonargparse; both follow the command line's rule now (a later value wins, a class given twice keeps what the
+    second does not set), and a key Trainer does not take is refused naming the config."""
+
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    ddp = "lightning.pytorch.strategies.DDPStrategy"
+    a.write_text(
+        f"trainer:\n  max_steps: 3\n  precision: bf16-mixed\n  strategy:\n    class_path: {ddp}\n"
+        "    init_args: {static_graph: true}\n"
+    )
+    b.write_text(
+        f"trainer:\n  max_steps: 5\n  strategy:\n    class_path: {ddp}\n    init_args: {{gradient_as_bucket_view: true}}\n"
+        'speedups:\n  cudnn_benchmark: "on"\n'
+    )
+
+    class ParseOnly(SpeedupsCLI):
+        def instantiate_classes(self) -> None:
+            pass
+
+    cli = ParseOnly(args=["--config", str(a), "--config", str(b)], run=False)
+    ours = preset(str(a), str(b)).trainer
+    assert set(ours) == {"max_steps", "precision", "strategy"}
+    for key, value in ours.items():
+        theirs = cli.config.trainer[key]
+        assert value == (theirs.as_dict() if hasattr(theirs, "as_dict") else theirs), key
+    assert ours["max_steps"] == 5 and ours["precision"] == "bf16-mixed"
+    assert ours["strategy"]["init_args"]["static_graph"] is True  # kept from the first
+    assert ours["strategy"]["init_args"]["gradient_as_bucket_view"] is True
+    (tmp_path / "typo.yaml").write_text("trainer:\n  max_step: 3\n")
+    with pytest.raises(PresetError, match=r"typo\.yaml.*max_step"):
+        preset(str(tmp_path / "typo.yaml"))
