@@ -39,7 +39,7 @@ from lightning_speedups.functional.failures import error_phrase, raising_op
 from lightning_speedups.functional.snapshot import TrainingSnapshot
 from lightning_speedups.trainer.attributes import set_at_init
 from lightning_speedups.trainer.hooks import HookPatches
-from lightning_speedups.trainer.namespace import package_of
+from lightning_speedups.trainer.namespace import is_lightning, lightning_class_name, package_of
 from lightning_speedups.trainer.trial_steps import root_module, step_trial
 
 __all__ = ["Safeguard"]
@@ -196,8 +196,8 @@ class Safeguard(SpeedupCallback):
         self._first, self._steps, self._validating_watched = True, 0, True
         self.trial_seconds = None
         self._trainer = trainer
-        if trainer.world_size > 1:
-            return  # one process at a time: a rank that stepped aside alone would leave the others waiting
+        if _not_watched(trainer) is not None:
+            return
         self._patches.wrap(trainer.strategy, "training_step", self._watched_training_step)
         self._patches.wrap(trainer.strategy, "backward", self._watched_backward)
         self._patches.wrap(trainer.strategy, "validation_step", self._watched_validation_step)
@@ -209,7 +209,10 @@ class Safeguard(SpeedupCallback):
         if not self._first:
             return
         self._first = False
-        if trainer.world_size > 1:
+        why_not = _not_watched(trainer)
+        if why_not is not None:
+            if any(p.needs_trial for p in self.parts(trainer)):
+                self.report(False, f"not tried: {why_not}")
             return
         watched = self.parts(trainer)
         tried = [p for p in watched if p.needs_trial]
@@ -439,6 +442,21 @@ def _restore_grads(pl_module: Any, grads: Optional[list[tuple[torch.nn.Parameter
         return
     for p, g in grads:
         p.grad = None if g is None else g.clone()
+
+
+#: strategies whose wrapped modules run only inside their root's forward: a trial step outside the fit loop, or a
+#: block run alone to compare its recomputation, would initialise the inner units as roots and break the run
+_SHARDED = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAFSDPStrategy")
+
+
+def _not_watched(trainer: Any) -> Optional[str]:
+    """Why the first steps are not tried and watched in this run (``None`` when they are)."""
+    if trainer.world_size > 1:
+        # one process at a time: a rank that stepped aside alone would leave the others waiting
+        return f"a run of {trainer.world_size} processes"
+    if is_lightning(trainer.strategy, *_SHARDED):
+        return f"{lightning_class_name(trainer.strategy)} runs its wrapped blocks only inside its own forward"
+    return None
 
 
 def _manual_snapshot(trainer: Any, pl_module: Any) -> TrainingSnapshot:

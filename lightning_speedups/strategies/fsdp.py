@@ -66,7 +66,7 @@ from lightning_speedups.callbacks.summary import SpeedupsSummary
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.checkpointing import auto_checkpoint_targets
 from lightning_speedups.strategies.threads import ThreadsRestore
-from lightning_speedups.trainer.namespace import for_namespace, namespace_of
+from lightning_speedups.trainer.namespace import for_namespace, is_lightning, namespace_of
 
 Sharding = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
 StateDictType = Literal["sharded", "full"]
@@ -433,11 +433,38 @@ class _SpeedupsFSDP(_FSDPBase):
         if self.mixed_precision is None:
             self.mixed_precision, why = fsdp_mixed_precision(self.precision_plugin.precision)
             notes.append(why)
+        self._hide_example_input(trainer, model, notes)
         self.setup_notes = notes
         summary = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, SpeedupsSummary)), None)
         if summary is not None and notes:
             summary.notes.append(("fsdp units (T11)", True, "; ".join(notes)))
         super().setup(trainer)  # FSDPStrategy's, after this mixin
+
+    def _hide_example_input(self, trainer: pl.Trainer, model: Any, notes: list[str]) -> None:
+        """Lightning's model summary runs ``example_input_array`` through the bare LightningModule, outside FSDP's
+        root: the inner units would initialise as roots and every later step fails. The summary goes without it
+        (no sizes or FLOPs); it is back for the first training step (:meth:`on_train_start`)."""
+        self._example_input = None
+        example = getattr(model, "example_input_array", None)
+        summaries = [cb for cb in getattr(trainer, "callbacks", []) if is_lightning(cb, "ModelSummary")]
+        if example is None or not summaries:
+            return
+        self._example_input = example
+        model.example_input_array = None
+        notes.append(
+            "the model summary shows no sizes or FLOPs (it would run the model outside FSDP's root, which breaks "
+            "its units; example_input_array is back from the first training step)"
+        )
+
+    def _restore_example_input(self) -> None:
+        example, self._example_input = getattr(self, "_example_input", None), None
+        model = self.lightning_module
+        if example is not None and model is not None and model.example_input_array is None:
+            model.example_input_array = example
+
+    def on_train_start(self) -> None:
+        self._restore_example_input()
+        super().on_train_start()
 
     def _wrap(self, module: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -481,6 +508,7 @@ class _SpeedupsFSDP(_FSDPBase):
         return super()._setup_model(model)
 
     def teardown(self) -> None:
+        self._restore_example_input()
         super().teardown()
         self.threads.restore()  # Lightning's launcher set the thread count; put it back
 

@@ -46,3 +46,41 @@ def test_agc_is_refused_under_fsdp_with_the_fix(tmp_path):
 
 def test_the_ddp_preset_builds_the_strategy_that_keeps_static_graph_from_accumulation():
     assert isinstance(preset("ddp").trainer_kwargs(accelerator="cpu")["strategy"], SpeedupsDDPStrategy)
+
+
+def test_the_fsdp_preset_on_one_process_trains_a_model_with_an_example_input(tmp_path):
+    """Tried as a user would (``fit --config fsdp.yaml`` on the embedded default, one CPU process): Lightning's model
+    summary ran ``example_input_array`` through the bare model, outside FSDP's root; its inner units then took
+    themselves for roots, the checkpointing trial stepped aside on FSDP's ``_is_root`` assertion and the checkpoint
+    save failed (exit 1). The summary now goes without the example (said so), the Safeguard does not try steps
+    outside FSDP's root, and the fit completes with its checkpoint written."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_speedups",
+            "fit",
+            "--config",
+            "fsdp.yaml",
+            "--seed_everything",
+            "0",
+            "--trainer.max_steps",
+            "2",
+            "--trainer.limit_val_batches",
+            "1",
+            "--trainer.enable_progress_bar",
+            "false",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert "_is_root" not in out and "stepped aside" not in out, out[-3000:]
+    assert "the model summary shows no sizes or FLOPs" in out
+    assert list(tmp_path.glob("lightning_logs/version_0/checkpoints/*")), out[-2000:]
