@@ -53,6 +53,7 @@ from lightning_speedups.bench.machine import (
     resolve_device,
 )
 from lightning_speedups.bench.options import BenchError, BenchOptions
+from lightning_speedups.bench.preset_choice import TARGET_PRESETS, chosen_presets
 from lightning_speedups.bench.results import BenchResult, VariantRecord
 from lightning_speedups.bench.stats import (
     compare,
@@ -70,7 +71,6 @@ from lightning_speedups.bench.target_runs import (
 from lightning_speedups.bench.variants import (
     BASELINE,
     NOISE_PAIR,
-    PRESETS_NOT_TIMED,
     TIP_VARIANTS,
     SearchResult,
     Variant,
@@ -82,15 +82,10 @@ from lightning_speedups.bench.variants import (
     tip_variant,
 )
 from lightning_speedups.inspection import inspect_setup
-from lightning_speedups.presets import PresetError, list_presets, parse_speedups
+from lightning_speedups.presets import PresetError, parse_speedups
 from lightning_speedups.session import UsageError, build
 
 __all__ = ["TARGET_PRESETS", "Bench"]
-
-#: the presets a time-to-target bench runs by default (those that exist), likeliest winner first
-TARGET_PRESETS = ("fast+converge", "converge", "fast")
-#: presets a time-to-target bench never runs (several devices; deliberately slow)
-TARGET_PRESETS_NOT_RUN = {k: v for k, v in PRESETS_NOT_TIMED.items() if k in ("ddp", "debug")}
 
 
 class Bench(TargetRuns, CombinationRuns):
@@ -141,31 +136,24 @@ class Bench(TargetRuns, CombinationRuns):
             self.selected = resolve_tips(o.tips)
         except KeyError as err:
             raise BenchError(str(err.args[0]) if err.args else str(err)) from None
-        available = list(list_presets())
         target = o.target_mode_on
         self.target = o.parsed_target() if target else None
-        if o.presets is None:
-            if target:
-                names = [p for p in TARGET_PRESETS if all(q in available for q in p.split("+"))]
-            else:
-                names = [p for p in available if p != "baseline"]
-        else:
-            names = []
-            for p in o.presets:
-                for name in str(p).split(","):
-                    name = name.strip()
-                    if not name or name == "none":
-                        continue
-                    for part in name.split("+"):
-                        if part not in available and not os.path.isfile(part):
-                            raise BenchError(
-                                f"unknown preset {part!r}; presets: {', '.join(available)} (compose with +, e.g. fast+converge)"
-                            )
-                    if name not in names and name != "baseline":
-                        names.append(name)
-        not_run = TARGET_PRESETS_NOT_RUN if target else PRESETS_NOT_TIMED
-        self.skipped_presets = {p: not_run[p] for p in names if p in not_run}
-        self.presets = [p for p in names if p not in not_run]
+        self.presets, self.skipped_presets = chosen_presets(o.presets, target)
+        self._prepare_run_arguments()
+        model = self._build_once()
+        self.info = inspect_setup(model, self.device)
+        for part, error in self.info.errors.items():
+            self.notes.append(f"the {part} part could not inspect the model: {error}")
+        self._plan_variants(target)
+        if o.noise_pair:
+            self.variants.append(NOISE_PAIR)
+        if self._launcher is None:
+            timeout = max(o.timeout, 3 * o.target_max_time + 300) if target else o.timeout
+            self._launcher = Launcher(o.isolation, os.path.join(self.root, "runs"), timeout)
+
+    def _prepare_run_arguments(self) -> None:
+        """The device, the log folder, the Trainer overrides of every run, and the user's speedups (checked)."""
+        o = self.options
         self.device = resolve_device(o.device)
         self.root = o.log_dir or tempfile.mkdtemp(prefix="lightning_speedups_bench_")
         if o.log_dir is None:
@@ -182,10 +170,10 @@ class Bench(TargetRuns, CombinationRuns):
             raise BenchError(str(err).removeprefix("your config's speedups: ")) from None
         # baseline "yours": the config as given is the baseline, each variant adds its tip on top
         self.reset = reset_args(self.user_keys) if o.baseline == "reset" else []
-        model = self._build_once()
-        self.info = inspect_setup(model, self.device)
-        for part, error in self.info.errors.items():
-            self.notes.append(f"the {part} part could not inspect the model: {error}")
+
+    def _plan_variants(self, target: bool) -> None:
+        """The tips timed and skipped, and the variants: in target mode in the order of the plan."""
+        o = self.options
         if target:
             tip_variants, self.skipped_tips = target_tip_variants(self.selected, self.batch_size, self.info)
             if self.selected is None:  # the throughput tips that apply shorten the time too: after the others
@@ -207,11 +195,6 @@ class Bench(TargetRuns, CombinationRuns):
             self.variants = [
                 preset_variant(v.presets[0]) if v.kind == "preset" and "+" in v.presets[0] else v for v in self.variants
             ]
-        if o.noise_pair:
-            self.variants.append(NOISE_PAIR)
-        if self._launcher is None:
-            timeout = max(o.timeout, 3 * o.target_max_time + 300) if target else o.timeout
-            self._launcher = Launcher(o.isolation, os.path.join(self.root, "runs"), timeout)
 
     def _build_once(self) -> Any:
         args = list(self.options.args) + self.reset

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from lightning_speedups.bench.args import override_args
@@ -102,36 +102,13 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         else:
             probe = BenchProbe(int(spec["warmup"]), int(spec["steps"]), memory_step=bool(spec.get("memory_step", True)))
         kind = type(probe)
-        trainer_overrides = dict(spec.get("trainer_overrides") or {})
-        speedups_args = override_args("speedups", spec.get("speedups_overrides") or {})
-
-        def argv() -> list[str]:
-            return list(spec.get("args") or []) + speedups_args + override_args("trainer", trainer_overrides)
-
-        try:
-            cli = build(argv(), callbacks=[probe])
-        except SystemExit as exc:
-            result["reason"] = f"the config does not build (exit {exc.code}; see the log)"
+        cli = _build_variant(build, spec, probe, result)
+        if cli is None:
             return result
-        except Exception as err:
-            if "enable_checkpointing" in str(err) and "enable_checkpointing" in trainer_overrides:
-                trainer_overrides.pop("enable_checkpointing")  # the config has its own ModelCheckpoint
-                cli = build(argv(), callbacks=[probe])
-            else:
-                raise
         trainer = cli.trainer
         probe = next(cb for cb in set_at_init(trainer).callbacks if isinstance(cb, kind))
         if target is None:
-            # the probe stops the run after its batches; max_steps counts optimizer steps (two a batch for
-            # a GAN stepping two optimizers in manual optimization), so it must not end the run first. It
-            # stays finite: a schedule the user's config sets (speedups.lr_schedule) plans over it
-            trainer.fit_loop.epoch_loop.max_steps = max(trainer.max_steps, 1) * STEP_MARGIN
-            # that short max_steps is bench's, not the user's plan: the start-up probe of auto settings
-            # runs whatever the plan (its cost lands in the warm-up figures), so the timed steps are the
-            # steady state a real fit runs after it
-            for cb in set_at_init(trainer).callbacks:
-                if isinstance(cb, AutoProbe):
-                    cb.max_fraction = None
+            _leave_the_end_to_the_probe(trainer)
         result["build_s"] = time.perf_counter() - t0
         result["speedups"] = _speedups_dict(cli)
         result["precision"] = str(getattr(trainer, "precision", ""))
@@ -139,19 +116,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         stage = "fit"
         probe.t_fit = time.perf_counter()
         trainer.fit(cli.model, datamodule=cli.datamodule)
-        result["parts"] = _parts(trainer)
-        result.update(probe.results())
-        if target is not None:
-            result["cap_s"] = probe.max_time
-            result["cap_reason"] = spec.get("cap_reason")
-            return _target_verdict(result, target, trainer, spec.get("cap_reason"))
-        if not probe.done:
-            result["reason"] = (
-                f"training stopped after {probe.batches} of {probe.total_batches} batches"
-                " (the config's max_steps / max_time / min_epochs / a callback stopped it)"
-            )
-            return result
-        result["status"] = "ok"
+        return _verdict(result, spec, probe, target, trainer)
     except BaseException as err:
         if isinstance(err, KeyboardInterrupt):
             raise
@@ -164,6 +129,61 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
             pass
     finally:
         result["run_s"] = time.perf_counter() - t0
+    return result
+
+
+def _build_variant(build: Callable[..., Any], spec: Mapping[str, Any], probe: Any, result: dict[str, Any]) -> Any:
+    """The variant's setup built with ``probe`` attached; ``None`` (the reason in ``result``) when the config exits.
+
+    A config with its own ModelCheckpoint refuses the spec's ``enable_checkpointing``: built again without it.
+    """
+    trainer_overrides = dict(spec.get("trainer_overrides") or {})
+    speedups_args = override_args("speedups", spec.get("speedups_overrides") or {})
+
+    def argv() -> list[str]:
+        return list(spec.get("args") or []) + speedups_args + override_args("trainer", trainer_overrides)
+
+    try:
+        return build(argv(), callbacks=[probe])
+    except SystemExit as exc:
+        result["reason"] = f"the config does not build (exit {exc.code}; see the log)"
+        return None
+    except Exception as err:
+        if "enable_checkpointing" in str(err) and "enable_checkpointing" in trainer_overrides:
+            trainer_overrides.pop("enable_checkpointing")  # the config has its own ModelCheckpoint
+            return build(argv(), callbacks=[probe])
+        raise
+
+
+def _leave_the_end_to_the_probe(trainer: Any) -> None:
+    """A throughput run ends when its probe has timed its batches, not at the config's plan."""
+    # the probe stops the run after its batches; max_steps counts optimizer steps (two a batch for
+    # a GAN stepping two optimizers in manual optimization), so it must not end the run first. It
+    # stays finite: a schedule the user's config sets (speedups.lr_schedule) plans over it
+    trainer.fit_loop.epoch_loop.max_steps = max(trainer.max_steps, 1) * STEP_MARGIN
+    # that short max_steps is bench's, not the user's plan: the start-up probe of auto settings
+    # runs whatever the plan (its cost lands in the warm-up figures), so the timed steps are the
+    # steady state a real fit runs after it
+    for cb in set_at_init(trainer).callbacks:
+        if isinstance(cb, AutoProbe):
+            cb.max_fraction = None
+
+
+def _verdict(result: dict[str, Any], spec: Mapping[str, Any], probe: Any, target: Any, trainer: Any) -> dict[str, Any]:
+    """The figures of a run that trained, and whether it is ``ok``: all batches timed, or the target checked."""
+    result["parts"] = _parts(trainer)
+    result.update(probe.results())
+    if target is not None:
+        result["cap_s"] = probe.max_time
+        result["cap_reason"] = spec.get("cap_reason")
+        return _target_verdict(result, target, trainer, spec.get("cap_reason"))
+    if not probe.done:
+        result["reason"] = (
+            f"training stopped after {probe.batches} of {probe.total_batches} batches"
+            " (the config's max_steps / max_time / min_epochs / a callback stopped it)"
+        )
+        return result
+    result["status"] = "ok"
     return result
 
 

@@ -151,6 +151,24 @@ def dataset_device(dataset: Any, depth: int = 3) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Machine:
+    """Where one loader's batches go, and the CPUs the node's training processes share."""
+
+    accelerator: str
+    devices: int
+    processes: int
+    cpus: int
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.accelerator in ("cuda", "gpu")
+
+    @property
+    def cpus_per_process(self) -> int:
+        return max(1, self.cpus // max(1, self.processes))
+
+
 def resolve_loader_settings(
     settings: LoaderSettings,
     loader: DataLoader,
@@ -186,31 +204,52 @@ def resolve_loader_settings(
         (0, False)
     """
     accelerator = str(accelerator).lower()
-    on_cuda = accelerator in ("cuda", "gpu")
     reasons: list[str] = []
     warns: list[str] = []
     if cpus is None:
         cpus = available_cpus().count
     procs = processes_per_node or (devices if accelerator not in ("cpu",) else 1)
-    per_process = max(1, cpus // max(1, procs))
+    machine = _Machine(accelerator=accelerator, devices=devices, processes=procs, cpus=cpus)
+    nw = _resolve_num_workers(settings.num_workers, loader, machine, reasons, warns)
+    pin = _resolve_pin_memory(settings.pin_memory, loader, machine, precision, integer_batches, reasons, warns)
+    pers = _resolve_persistent_workers(settings.persistent_workers, loader, nw, pin, reload_every_n_epochs, reasons)
+    # prefetch
+    pf = settings.prefetch_factor
+    if pf is None:
+        pf = loader.prefetch_factor if loader.num_workers > 0 else None
+    if nw == 0:
+        pf = None
 
-    # workers
-    nw = settings.num_workers
+    kwargs = {
+        "num_workers": nw,
+        "pin_memory": pin,
+        "persistent_workers": pers,
+        "prefetch_factor": pf,
+    }
+    return ResolvedSettings(kwargs=kwargs, reasons=reasons, warnings=warns)
+
+
+def _resolve_num_workers(
+    asked: int | Auto | None, loader: DataLoader, machine: _Machine, reasons: list[str], warns: list[str]
+) -> int:
+    """The workers: kept, chosen by :func:`auto_num_workers` or as asked; 0 when the dataset cannot reach them."""
+    nw = asked
     if nw is None:
         nw = loader.num_workers
         reasons.append(f"num_workers={nw} (kept)")
     elif nw == "auto":
         choice = auto_num_workers(
-            accelerator=accelerator,
-            devices=devices,
-            processes_per_node=procs,
-            cpus=cpus,
+            accelerator=machine.accelerator,
+            devices=machine.devices,
+            processes_per_node=machine.processes,
+            cpus=machine.cpus,
             dataset=loader.dataset,
         )
         nw = choice.num_workers
         reasons.append(f"num_workers={nw} ({choice.reason})")
     else:
         reasons.append(f"num_workers={nw} (asked)")
+        per_process = machine.cpus_per_process
         if nw > per_process:
             warns.append(
                 f"num_workers={nw} is more than the {per_process} CPU(s) this process may use: the workers will"
@@ -222,9 +261,21 @@ def resolve_loader_settings(
             warns.append(f"num_workers={nw} cannot work: {problem}. Falling back to num_workers=0.")
             reasons[-1] = "num_workers=0 (dataset cannot reach worker processes)"
             nw = 0
+    return nw
 
-    # pinning
-    pin = settings.pin_memory
+
+def _resolve_pin_memory(
+    asked: bool | Auto | None,
+    loader: DataLoader,
+    machine: _Machine,
+    precision: str | None,
+    integer_batches: bool,
+    reasons: list[str],
+    warns: list[str],
+) -> bool:
+    """Pinning: kept, decided for ``"auto"``, or as asked unless it cannot help (warned)."""
+    pin = asked
+    on_cuda, accelerator = machine.on_cuda, machine.accelerator
     if pin is None:
         pin = bool(loader.pin_memory)
     elif pin == "auto":
@@ -253,32 +304,23 @@ def resolve_loader_settings(
             f"pin_memory=True ignored: batches go to {accelerator}, not a CUDA device; pinning would only cost there."
         )
         pin = False
+    return pin
 
-    # persistence
-    pers = settings.persistent_workers
+
+def _resolve_persistent_workers(
+    asked: bool | Auto | None, loader: DataLoader, nw: int, pin: bool, reload_every_n_epochs: int, reasons: list[str]
+) -> bool:
+    """Persistence: kept or as asked, ``"auto"`` on with workers (not with pinning and reloaded loaders); off without workers."""
+    pers = asked
     if pers is None:
         pers = bool(loader.persistent_workers)
     elif pers == "auto":
         pers = nw > 0 and not (pin and reload_every_n_epochs > 0)
     if pers and nw == 0:
         pers = False
-        if settings.persistent_workers is True:
+        if asked is True:
             reasons.append("persistent_workers=False (no workers)")
-
-    # prefetch
-    pf = settings.prefetch_factor
-    if pf is None:
-        pf = loader.prefetch_factor if loader.num_workers > 0 else None
-    if nw == 0:
-        pf = None
-
-    kwargs = {
-        "num_workers": nw,
-        "pin_memory": pin,
-        "persistent_workers": pers,
-        "prefetch_factor": pf,
-    }
-    return ResolvedSettings(kwargs=kwargs, reasons=reasons, warnings=warns)
+    return pers
 
 
 def _saved(loader: Any, name: str) -> Any:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -197,56 +198,23 @@ def diagnose(
         argv = resolve_config_args(list(args))
     except UsageError as err:
         return DoctorResult(error=str(err), steps=steps)
-    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--config", "-c")]
-    configs += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    configs, options = _configs_and_options(argv)
     overrides = {**DOCTOR_TRAINER_OVERRIDES, "max_steps": steps}
-    options = [
-        a
-        for i, a in enumerate(argv)
-        if a not in ("--config", "-c")
-        and not a.startswith("--config=")
-        and not (i > 0 and argv[i - 1] in ("--config", "-c"))
-    ]
     result = DoctorResult(configs=configs, options=options, steps=steps)
     with _silenced():
-        advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint, clock=clock)
+        new_advisor = functools.partial(SpeedAdvisor, check_steps=steps, print_report=False, lint=lint, clock=clock)
+        advisor = new_advisor()
         try:
-            cli = _build(argv, advisor, overrides)
-            configured = None
-            trainer = cli.trainer
-            if trainer.num_devices > 1 or trainer.num_nodes > 1:
-                configured = f"{trainer.num_devices}" + (
-                    f" x {trainer.num_nodes} nodes" if trainer.num_nodes > 1 else ""
-                )
-                advisor = SpeedAdvisor(check_steps=steps, print_report=False, lint=lint, clock=clock)
-                cli = _build(argv, advisor, {**overrides, "devices": 1, "num_nodes": 1})
-                trainer = cli.trainer
+            run = _build_on_one_device(argv, overrides, advisor, new_advisor)
         except (SystemExit, KeyboardInterrupt):
             raise
         except Exception as err:
-            if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
-                traceback.print_exc()
+            _print_traceback_if_asked()
             result.error = f"the config does not build: {_error_line(err)}"
             result.seconds = clock() - t0
             return result
-        advisor.speedups = getattr(getattr(cli, "config_init", None), "speedups", None)
-        _prepare_trainer(trainer, advisor, batches=steps)
-        try:
-            trainer.fit(cli.model, datamodule=cli.datamodule)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except Exception as err:
-            if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
-                traceback.print_exc()
-            result.run_error = f"the training steps failed: {_error_line(err)}"
-            advisor.facts.run_error = advisor.facts.run_error or _error_line(err)
-            advisor.finish(trainer, cli.model)
-        if not advisor.findings:
-            advisor.finish(trainer, cli.model)
-        facts = advisor.facts
-        facts.configured_devices = configured
-        if configured is not None:
-            advisor.findings = run_checks(facts)
+        _fit_and_check(run, steps, result)
+        advisor = run.advisor
     result.findings = advisor.findings
     result.facts = advisor.facts
     if verify and result.run_error is None:
@@ -256,6 +224,72 @@ def diagnose(
     result.seconds = clock() - t0
     result.facts.seconds = result.seconds
     return result
+
+
+def _configs_and_options(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The ``--config`` values of ``argv``, and every other option."""
+    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--config", "-c")]
+    configs += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    options = [
+        a
+        for i, a in enumerate(argv)
+        if a not in ("--config", "-c")
+        and not a.startswith("--config=")
+        and not (i > 0 and argv[i - 1] in ("--config", "-c"))
+    ]
+    return configs, options
+
+
+@dataclass
+class _Run:
+    """The doctor's built setup: the CLI object (model, data, Trainer) and the advisor attached to it."""
+
+    cli: Any
+    trainer: Any
+    advisor: Any
+    configured: str | None  # the devices the config asked for when more than one ("4", "8 x 2 nodes")
+
+
+def _build_on_one_device(
+    argv: Sequence[str], overrides: dict[str, Any], advisor: Any, new_advisor: Callable[[], Any]
+) -> _Run:
+    """Build the config; one that trains on several devices or nodes is built again on one device."""
+    cli = _build(argv, advisor, overrides)
+    configured = None
+    trainer = cli.trainer
+    if trainer.num_devices > 1 or trainer.num_nodes > 1:
+        configured = f"{trainer.num_devices}" + (f" x {trainer.num_nodes} nodes" if trainer.num_nodes > 1 else "")
+        advisor = new_advisor()
+        cli = _build(argv, advisor, {**overrides, "devices": 1, "num_nodes": 1})
+        trainer = cli.trainer
+    return _Run(cli=cli, trainer=trainer, advisor=advisor, configured=configured)
+
+
+def _fit_and_check(run: _Run, steps: int, result: DoctorResult) -> None:
+    """Train ``steps`` batches with the advisor watching, then check every tip (statically if the steps failed)."""
+    advisor, trainer, cli = run.advisor, run.trainer, run.cli
+    advisor.speedups = getattr(getattr(cli, "config_init", None), "speedups", None)
+    _prepare_trainer(trainer, advisor, batches=steps)
+    try:
+        trainer.fit(cli.model, datamodule=cli.datamodule)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        _print_traceback_if_asked()
+        result.run_error = f"the training steps failed: {_error_line(err)}"
+        advisor.facts.run_error = advisor.facts.run_error or _error_line(err)
+        advisor.finish(trainer, cli.model)
+    if not advisor.findings:
+        advisor.finish(trainer, cli.model)
+    facts = advisor.facts
+    facts.configured_devices = run.configured
+    if run.configured is not None:
+        advisor.findings = run_checks(facts)
+
+
+def _print_traceback_if_asked() -> None:
+    if os.environ.get("LIGHTNING_SPEEDUPS_TRACEBACK"):
+        traceback.print_exc()
 
 
 HELP_EPILOG = """\

@@ -219,7 +219,7 @@ class _ProbeFailed(RuntimeError):
 def _probe_failed(plan: ConvBiasPlan, why: str) -> None:
     msg = f"the forward with example_input failed ({why}); decided from the traced code alone"
     plan.notes.append(msg)
-    warnings.warn(f"conv-bias: {msg}", stacklevel=3)
+    warnings.warn(f"conv-bias: {msg}", stacklevel=4)  # the caller of plan_conv_bias_removal, through one helper
 
 
 def _dynamic_veto(model: nn.Module, pairs: dict[str, str], example_input: Any) -> dict[str, str]:
@@ -255,6 +255,27 @@ def _dynamic_veto(model: nn.Module, pairs: dict[str, str], example_input: Any) -
     return vetoed
 
 
+@dataclass
+class _Search:
+    """One planning run: the model's module names and the candidate pairs found so far."""
+
+    model: nn.Module
+    plan: ConvBiasPlan
+    #: id of a module -> every name it is registered under (first: the name the plan uses)
+    names_of: dict[int, list[str]]
+    #: candidate pairs: conv name -> (bn name, name of the module whose graph or source decided it)
+    found: dict[str, tuple[str, str]] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+    untraceable: dict[str, nn.Module] = field(default_factory=dict)
+    #: names in the model's source, read once when needed
+    referenced: Optional[frozenset[str]] = None
+    #: id of a module -> the name the plan uses for it
+    name_of: dict[int, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name_of = {i: n[0] for i, n in self.names_of.items()}
+
+
 def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvBiasPlan:
     """Decide which conv biases can be folded into a BatchNorm, without changing anything.
 
@@ -275,134 +296,178 @@ def plan_conv_bias_removal(model: nn.Module, example_input: Any = None) -> ConvB
         raise SettingTypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}.")
     plan = ConvBiasPlan()
     if example_input is not None:
-        args, kwargs = forward_args(example_input)
-        if any(_lazy(m) for m in model.modules()):
-            try:
-                with _side_effect_free(model), _training_mode(model, False):
-                    model(*args, **kwargs)  # materialise lazy modules (eval: no statistics update)
-            except Exception as exc:
-                _probe_failed(plan, _first_line(exc))
-                example_input = None
+        example_input = _materialise_lazy_modules(model, example_input, plan)
     names_of: dict[int, list[str]] = {}
     for name, m in model.named_modules(remove_duplicate=False):
         names_of.setdefault(id(m), []).append(name)
-    name_of = {i: n[0] for i, n in names_of.items()}
-    biased = {name_of[id(m)]: m for m in model.modules() if _biased(m)}
+    search = _Search(model, plan, names_of)
+    biased = [search.name_of[id(m)] for m in model.modules() if _biased(m)]
     if not biased:
         return plan
-    # candidate pairs: conv name -> (bn name, decision-module name, whole-model?)
-    found: dict[str, tuple[str, str]] = {}
-    rejected: dict[str, str] = {}
-    untraceable: dict[str, nn.Module] = {}
-
-    def subtree_has_biased(m: nn.Module) -> bool:
-        return any(_biased(s) for s in m.modules())
-
-    def visit(module: nn.Module, prefix: str) -> None:
-        if not subtree_has_biased(module) or _is_conv(module):
-            return
-        reason_untraced: Optional[str] = None
-        if prefix == "" and hasattr(module, "training_step"):
-            reason_untraced = "LightningModule: its step methods may call submodules outside forward"
-        else:
-            results = []
-            for mode in (True, False):
-                try:
-                    with _training_mode(module, mode):
-                        graph = _trace(module)
-                    results.append(_analyse_graph(module, graph))
-                except Exception as exc:  # fx raises many kinds (TraceError, TypeError, NotImplemented, ...)
-                    reason_untraced = _first_line(exc)
-                    break
-            if reason_untraced is None:
-                acc_t, rej_t = results[0]
-                acc_e, rej_e = results[1]
-                for cid in set(acc_t) | set(rej_t) | set(acc_e) | set(rej_e):
-                    cname = name_of[cid]
-                    if cid in acc_t and cid in acc_e and acc_t[cid] == acc_e[cid]:
-                        found[cname] = (name_of[acc_t[cid]], prefix)
-                    else:
-                        rejected[cname] = rej_t.get(cid) or rej_e.get(cid) or "train and eval graphs differ"
-                return
-        untraceable[prefix] = module
-        where = f"'{prefix}'" if prefix else "the model"
-        plan.notes.append(f"{where} ({type(module).__name__}) cannot be traced: {reason_untraced}")
-        trees = class_trees(module)
-        children = dict(module.named_children())
-        if trees is not None:
-            for conv_attr, bn_attr in ast_pairs(module, trees).items():
-                c, b = children.get(conv_attr), children.get(bn_attr)
-                if c is not None and b is not None and _biased(c) and _is_bn(b):
-                    found[_join(prefix, conv_attr)] = (_join(prefix, bn_attr), prefix)
-        for child_name, child in children.items():
-            full = _join(prefix, child_name)
-            if _biased(child) and full not in found:
-                rejected.setdefault(
-                    full,
-                    f"used in the untraceable forward of {where} ({reason_untraced}), not as "
-                    "`self.bn(self.conv(x))`; put conv+BN in a traceable submodule (e.g. nn.Sequential)",
-                )
-            visit(child, full)
-
-    visit(model, "")
-
-    # safety filters on the candidates
-    referenced: Optional[frozenset[str]] = None  # names in the model's source, read once when needed
-    for cname, (bname, decider) in list(found.items()):
-        conv, bn = model.get_submodule(cname), model.get_submodule(bname)
-        reason = None
-        if decider in untraceable or decider != "":
-            # decided locally: sharing outside the decider and reach-ins from untraceable ancestors
-            if len(names_of[id(conv)]) > 1 or len(names_of[id(bn)]) > 1:
-                reason = "the conv or its BatchNorm is registered under several names"
-            for anc_name, anc in untraceable.items():
-                if reason:
-                    break
-                inside = decider == anc_name or anc_name == "" or decider.startswith(anc_name + ".")
-                if not inside or (anc_name == decider):
-                    continue
-                rel = [p[len(decider) + 1 :] if decider else p for p in (cname, bname)]
-                tokens = {t for r in rel for t in r.split(".")}
-                dec_rel = (decider[len(anc_name) + 1 :] if anc_name else decider).split(".")
-                trees = class_trees(anc)
-                where = f"'{anc_name}'" if anc_name else "model"
-                if trees is None:
-                    reason = f"source of the untraceable {where} is unavailable to check direct accesses"
-                else:
-                    if referenced is None:
-                        referenced = referenced_names(model)
-                    dead = dead_methods(anc, trees, referenced)
-                    note = (
-                        f"methods of the untraceable {where} that training never calls (not named in the"
-                        f" model's source) were not searched for direct accesses: {', '.join(sorted(dead))}"
-                    )
-                    if dead and note not in plan.notes:
-                        plan.notes.append(note)
-                    hit = reaches_in(trees, tokens, dec_rel, dead)
-                    if hit:
-                        reason = f"the untraceable {where} may use it directly: {hit}"
-        if reason is None and (_lazy(conv) or _lazy(bn)):
-            reason = "lazy module not initialised yet: run one forward pass first or pass example_input"
-        if reason is None and (_has_forward_hooks(conv) or _has_forward_hooks(bn)):
-            reason = "the conv or its BatchNorm has forward hooks that would see the change"
-        if reason is None and getattr(bn, "num_features", None) != conv.out_channels:
-            reason = f"BatchNorm has {bn.num_features} features, conv has {conv.out_channels} outputs"
-        if reason is not None:
-            del found[cname]
-            rejected[cname] = reason
-    if example_input is not None and found:
-        try:
-            vetoed = _dynamic_veto(model, {c: b for c, (b, _) in found.items()}, example_input)
-        except _ProbeFailed as exc:
-            _probe_failed(plan, str(exc))
-            vetoed = {}
-        for cname, why in vetoed.items():
-            del found[cname]
-            rejected[cname] = why
-
+    _visit(search, model, "")
+    _drop_unsafe_pairs(search)
+    if example_input is not None and search.found:
+        _drop_vetoed_pairs(search, example_input)
     for cname in biased:
-        if cname in found:
-            plan.pairs[cname] = found[cname][0]
+        if cname in search.found:
+            plan.pairs[cname] = search.found[cname][0]
         else:
-            plan.skipped[cname] = rejected.get(cname, "not called in the traced forward")
+            plan.skipped[cname] = search.rejected.get(cname, "not called in the traced forward")
     return plan
+
+
+def _materialise_lazy_modules(model: nn.Module, example_input: Any, plan: ConvBiasPlan) -> Any:
+    """Run ``example_input`` once in eval mode if the model has lazy modules; ``None`` if that forward fails."""
+    args, kwargs = forward_args(example_input)
+    if any(_lazy(m) for m in model.modules()):
+        try:
+            with _side_effect_free(model), _training_mode(model, False):
+                model(*args, **kwargs)  # materialise lazy modules (eval: no statistics update)
+        except Exception as exc:
+            _probe_failed(plan, _first_line(exc))
+            return None
+    return example_input
+
+
+def _subtree_has_biased(m: nn.Module) -> bool:
+    return any(_biased(s) for s in m.modules())
+
+
+def _visit(search: _Search, module: nn.Module, prefix: str) -> None:
+    """Find the candidate pairs under ``module``: from its traced graphs, or else from its source and its children."""
+    if not _subtree_has_biased(module) or _is_conv(module):
+        return
+    if prefix == "" and hasattr(module, "training_step"):
+        reason_untraced = "LightningModule: its step methods may call submodules outside forward"
+    else:
+        traced = _pairs_from_graphs(search, module, prefix)
+        if traced is None:
+            return
+        reason_untraced = traced
+    _pairs_from_source(search, module, prefix, reason_untraced)
+
+
+def _pairs_from_graphs(search: _Search, module: nn.Module, prefix: str) -> Optional[str]:
+    """Trace ``module`` in train and eval mode and keep the pairs both graphs agree on.
+
+    Returns ``None`` when traced, else why it cannot be traced.
+    """
+    results = []
+    for mode in (True, False):
+        try:
+            with _training_mode(module, mode):
+                graph = _trace(module)
+            results.append(_analyse_graph(module, graph))
+        except Exception as exc:  # fx raises many kinds (TraceError, TypeError, NotImplemented, ...)
+            return _first_line(exc)
+    acc_t, rej_t = results[0]
+    acc_e, rej_e = results[1]
+    for cid in set(acc_t) | set(rej_t) | set(acc_e) | set(rej_e):
+        cname = search.name_of[cid]
+        if cid in acc_t and cid in acc_e and acc_t[cid] == acc_e[cid]:
+            search.found[cname] = (search.name_of[acc_t[cid]], prefix)
+        else:
+            search.rejected[cname] = rej_t.get(cid) or rej_e.get(cid) or "train and eval graphs differ"
+    return None
+
+
+def _pairs_from_source(search: _Search, module: nn.Module, prefix: str, reason_untraced: str) -> None:
+    """For an untraceable ``module``: pairs of its children proven from its source, then each child visited."""
+    search.untraceable[prefix] = module
+    where = f"'{prefix}'" if prefix else "the model"
+    search.plan.notes.append(f"{where} ({type(module).__name__}) cannot be traced: {reason_untraced}")
+    trees = class_trees(module)
+    children = dict(module.named_children())
+    if trees is not None:
+        for conv_attr, bn_attr in ast_pairs(module, trees).items():
+            c, b = children.get(conv_attr), children.get(bn_attr)
+            if c is not None and b is not None and _biased(c) and _is_bn(b):
+                search.found[_join(prefix, conv_attr)] = (_join(prefix, bn_attr), prefix)
+    for child_name, child in children.items():
+        full = _join(prefix, child_name)
+        if _biased(child) and full not in search.found:
+            search.rejected.setdefault(
+                full,
+                f"used in the untraceable forward of {where} ({reason_untraced}), not as "
+                "`self.bn(self.conv(x))`; put conv+BN in a traceable submodule (e.g. nn.Sequential)",
+            )
+        _visit(search, child, full)
+
+
+def _drop_unsafe_pairs(search: _Search) -> None:
+    """The safety filters on the candidates: move each pair that fails one to ``rejected``."""
+    for cname, (bname, decider) in list(search.found.items()):
+        reason = _unsafe_reason(search, cname, bname, decider)
+        if reason is not None:
+            del search.found[cname]
+            search.rejected[cname] = reason
+
+
+def _unsafe_reason(search: _Search, cname: str, bname: str, decider: str) -> Optional[str]:
+    """Why the pair ``cname -> bname`` (decided in ``decider``) is not safe to fold, or ``None``."""
+    conv, bn = search.model.get_submodule(cname), search.model.get_submodule(bname)
+    if decider in search.untraceable or decider != "":
+        reason = _reached_from_outside(search, conv, bn, cname, bname, decider)
+        if reason is not None:
+            return reason
+    if _lazy(conv) or _lazy(bn):
+        return "lazy module not initialised yet: run one forward pass first or pass example_input"
+    if _has_forward_hooks(conv) or _has_forward_hooks(bn):
+        return "the conv or its BatchNorm has forward hooks that would see the change"
+    if getattr(bn, "num_features", None) != conv.out_channels:
+        return f"BatchNorm has {bn.num_features} features, conv has {conv.out_channels} outputs"
+    return None
+
+
+def _reached_from_outside(
+    search: _Search, conv: nn.Module, bn: nn.Module, cname: str, bname: str, decider: str
+) -> Optional[str]:
+    """For a pair decided locally: sharing outside the decider, or reach-ins from untraceable ancestors."""
+    if len(search.names_of[id(conv)]) > 1 or len(search.names_of[id(bn)]) > 1:
+        return "the conv or its BatchNorm is registered under several names"
+    for anc_name, anc in search.untraceable.items():
+        inside = decider == anc_name or anc_name == "" or decider.startswith(anc_name + ".")
+        if not inside or (anc_name == decider):
+            continue
+        reason = _reach_in_from(search, anc_name, anc, cname, bname, decider)
+        if reason:
+            return reason
+    return None
+
+
+def _reach_in_from(
+    search: _Search, anc_name: str, anc: nn.Module, cname: str, bname: str, decider: str
+) -> Optional[str]:
+    """Whether the source of the untraceable ancestor ``anc`` may use the pair directly."""
+    rel = [p[len(decider) + 1 :] if decider else p for p in (cname, bname)]
+    tokens = {t for r in rel for t in r.split(".")}
+    dec_rel = (decider[len(anc_name) + 1 :] if anc_name else decider).split(".")
+    trees = class_trees(anc)
+    where = f"'{anc_name}'" if anc_name else "model"
+    if trees is None:
+        return f"source of the untraceable {where} is unavailable to check direct accesses"
+    if search.referenced is None:
+        search.referenced = referenced_names(search.model)
+    dead = dead_methods(anc, trees, search.referenced)
+    note = (
+        f"methods of the untraceable {where} that training never calls (not named in the"
+        f" model's source) were not searched for direct accesses: {', '.join(sorted(dead))}"
+    )
+    if dead and note not in search.plan.notes:
+        search.plan.notes.append(note)
+    hit = reaches_in(trees, tokens, dec_rel, dead)
+    if hit:
+        return f"the untraceable {where} may use it directly: {hit}"
+    return None
+
+
+def _drop_vetoed_pairs(search: _Search, example_input: Any) -> None:
+    """Run ``example_input`` and move the pairs its forward refutes to ``rejected``."""
+    try:
+        vetoed = _dynamic_veto(search.model, {c: b for c, (b, _) in search.found.items()}, example_input)
+    except _ProbeFailed as exc:
+        _probe_failed(search.plan, str(exc))
+        vetoed = {}
+    for cname, why in vetoed.items():
+        del search.found[cname]
+        search.rejected[cname] = why

@@ -160,11 +160,23 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
         ['cuda_launch_blocking']
         >>> del os.environ["CUDA_LAUNCH_BLOCKING"]
     """
-    tools: list[DebugTool] = []
     cuda = _cuda_available()
     no_cuda_note = "" if cuda else " (no effect on this machine: no CUDA device)"
+    return [
+        *_anomaly_detection(trainer),
+        *_torch_profiler(),
+        *_lightning_profiler(trainer),
+        *_determinism(cuda, no_cuda_note),
+        *_sync_debug_mode(cuda),
+        *_environment_variables(cuda, no_cuda_note),
+        *_python_tracer(),
+        *_log_every_step(trainer),
+    ]
 
-    # anomaly detection: torch's global flag, or the Trainer flag that turns it on during fit
+
+def _anomaly_detection(trainer: Any) -> list[DebugTool]:
+    """Anomaly detection: torch's global flag, or the Trainer flag that turns it on during fit."""
+    tools: list[DebugTool] = []
     torch_anomaly = torch.is_anomaly_enabled()
     # private: the Trainer keeps `detect_anomaly` only in this attribute (no public property)
     trainer_anomaly = bool(getattr(trainer, "_detect_anomaly", False)) if trainer is not None else False
@@ -193,8 +205,12 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
                 severity="high",
             )
         )
+    return tools
 
-    # autograd / torch profiler, NVTX and ITT ranges
+
+def _torch_profiler() -> list[DebugTool]:
+    """The autograd / torch profiler, or NVTX and ITT ranges."""
+    tools: list[DebugTool] = []
     kind = _profiler_type_name()
     if kind in ("NVTX", "ITT"):
         tools.append(
@@ -219,8 +235,12 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
                 severity="high",
             )
         )
+    return tools
 
-    # a Lightning profiler
+
+def _lightning_profiler(trainer: Any) -> list[DebugTool]:
+    """A Lightning profiler other than the pass-through one."""
+    tools: list[DebugTool] = []
     profiler = getattr(trainer, "profiler", None) if trainer is not None else None
     if profiler is not None and type(profiler).__name__ != "PassThroughProfiler":
         pname = type(profiler).__name__
@@ -239,8 +259,12 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
                 severity="high" if heavy else "low",
             )
         )
+    return tools
 
-    # deterministic algorithms (Trainer(deterministic=True) sets this global flag)
+
+def _determinism(cuda: bool, no_cuda_note: str) -> list[DebugTool]:
+    """Deterministic algorithms (``Trainer(deterministic=True)`` sets this global flag) and cuDNN's switches."""
+    tools: list[DebugTool] = []
     if torch.are_deterministic_algorithms_enabled():
         warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
         tools.append(
@@ -281,8 +305,12 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
                 severity="high",
             )
         )
+    return tools
 
-    # sync-debug mode: only readable without initialising CUDA if CUDA is already initialised
+
+def _sync_debug_mode(cuda: bool) -> list[DebugTool]:
+    """Sync-debug mode: only readable without initialising CUDA if CUDA is already initialised."""
+    tools: list[DebugTool] = []
     if cuda and torch.cuda.is_initialized():
         try:
             mode = torch.cuda.get_sync_debug_mode()
@@ -300,8 +328,12 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
                     severity="medium",
                 )
             )
+    return tools
 
-    # environment variables
+
+def _environment_variables(cuda: bool, no_cuda_note: str) -> list[DebugTool]:
+    """Debugging environment variables: ``CUDA_LAUNCH_BLOCKING`` and the like."""
+    tools: list[DebugTool] = []
     value = _env_flag("CUDA_LAUNCH_BLOCKING")
     if value is not None:
         tools.append(
@@ -342,8 +374,12 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
                 severity="medium" if value == "DETAIL" else "low",
             )
         )
+    return tools
 
-    # a Python tracer: debugger, coverage, profiler
+
+def _python_tracer() -> list[DebugTool]:
+    """A Python tracer: debugger, coverage, profiler."""
+    tools: list[DebugTool] = []
     tracers = _python_tracers()
     if tracers:
         tools.append(
@@ -356,8 +392,12 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
                 severity="medium",
             )
         )
+    return tools
 
-    # logging every step forces a device->host copy of every logged value every step
+
+def _log_every_step(trainer: Any) -> list[DebugTool]:
+    """Logging every step forces a device->host copy of every logged value every step."""
+    tools: list[DebugTool] = []
     if trainer is not None and getattr(trainer, "log_every_n_steps", None) == 1 and getattr(trainer, "loggers", None):
         tools.append(
             DebugTool(

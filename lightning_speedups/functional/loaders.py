@@ -206,6 +206,40 @@ def _is_in_memory(dataset: Any) -> bool:
     return isinstance(dataset, TensorDataset)
 
 
+@dataclass(frozen=True)
+class _RankCpus:
+    """The CPUs of one training process (rank), and how they were counted."""
+
+    processes_per_node: int
+    per_process: int
+    share: str  # e.g. "8 CPUs, 2 process(es) per node -> 4 per process"
+
+
+def _rank_cpus(cpus: int | None, devices: int, processes_per_node: int | None, on_device: bool) -> _RankCpus:
+    """The node's CPUs (measured when ``cpus`` is ``None``) divided among its processes, unless SLURM bound this task."""
+    cpu_info = None
+    bound = None
+    if cpus is None:
+        cpu_info = available_cpus()
+        cpus = cpu_info.count
+        per_task = slurm_cpus_per_task()
+        if per_task is not None and cpus <= per_task:
+            bound = per_task
+    if cpus < 1:
+        raise SettingError(f"`cpus` must be >= 1, got {cpus}.")
+    cpu_text = cpu_info.reason if cpu_info is not None else f"{cpus} CPUs"
+    if processes_per_node is None:
+        processes_per_node = launcher_processes_per_node() or (devices if on_device else 1)
+    processes_per_node = max(1, int(processes_per_node))
+    if bound is not None:
+        per_process = cpus
+        share = f"{cpu_text}: this rank's own (SLURM_CPUS_PER_TASK={bound}, {processes_per_node} process(es) per node)"
+    else:
+        per_process = cpus // processes_per_node
+        share = f"{cpu_text}, {processes_per_node} process(es) per node -> {per_process} per process"
+    return _RankCpus(processes_per_node, per_process, share)
+
+
 def auto_num_workers(
     *,
     accelerator: str = "cpu",
@@ -252,29 +286,17 @@ def auto_num_workers(
     """
     if devices < 1:
         raise SettingError(f"`devices` must be >= 1, got {devices}.")
-    cpu_info = None
-    bound = None
-    if cpus is None:
-        cpu_info = available_cpus()
-        cpus = cpu_info.count
-        per_task = slurm_cpus_per_task()
-        if per_task is not None and cpus <= per_task:
-            bound = per_task
-    if cpus < 1:
-        raise SettingError(f"`cpus` must be >= 1, got {cpus}.")
-    cpu_text = cpu_info.reason if cpu_info is not None else f"{cpus} CPUs"
     accelerator = str(accelerator).lower()
     on_device = accelerator in _DEVICE_ACCELERATORS
-    if processes_per_node is None:
-        processes_per_node = launcher_processes_per_node() or (devices if on_device else 1)
-    processes_per_node = max(1, int(processes_per_node))
-    if bound is not None:
-        per_process = cpus
-        share = f"{cpu_text}: this rank's own (SLURM_CPUS_PER_TASK={bound}, {processes_per_node} process(es) per node)"
-    else:
-        per_process = cpus // processes_per_node
-        share = f"{cpu_text}, {processes_per_node} process(es) per node -> {per_process} per process"
+    rank = _rank_cpus(cpus, devices, processes_per_node, on_device)
+    return _workers_by_rules(dataset, accelerator, on_device, devices, rank)
 
+
+def _workers_by_rules(
+    dataset: Dataset | None, accelerator: str, on_device: bool, devices: int, rank: _RankCpus
+) -> WorkersChoice:
+    """Rules 1 to 4 of :func:`auto_num_workers`, in order."""
+    per_process, share = rank.per_process, rank.share
     if isinstance(dataset, IterableDataset):
         return WorkersChoice(
             0,
@@ -283,7 +305,7 @@ def auto_num_workers(
     if dataset is not None and _is_in_memory(dataset):
         return WorkersChoice(0, "in-memory TensorDataset: indexing is cheap, workers would only add IPC")
     if on_device:
-        devices_per_process = max(1, devices // processes_per_node)
+        devices_per_process = max(1, devices // rank.processes_per_node)
         want = 4 * devices_per_process
         cap = max(0, per_process - 1)
         n = min(want, cap)

@@ -301,9 +301,18 @@ def storage_report(
         rotational=rot,
     )
 
+    _read_sample(report, _sample_files(path, sample_files, seed), max_bytes, drop_cache, clock)
+    report.problems.extend(_problems(report, fs, slow_mb_s))
+    return report
+
+
+def _read_sample(
+    report: StorageReport, files: list[Path], max_bytes: int, drop_cache: bool, clock: Callable[[], float]
+) -> None:
+    """Read ``files`` in 1 MiB chunks until ``max_bytes`` in all, timing the reads into ``report``."""
     dropped_all = True
     chunk = 1 << 20
-    for f in _sample_files(path, sample_files, seed):
+    for f in files:
         if report.bytes_read >= max_bytes:
             break
         try:
@@ -327,15 +336,19 @@ def storage_report(
             os.close(fd)
     report.cache_dropped = drop_cache and dropped_all and report.files_read > 0
 
-    if is_network:
-        report.problems.append(
+
+def _problems(report: StorageReport, fs: str, slow_mb_s: float) -> list[str]:
+    """One line per thing worth fixing: a network or FUSE file system, a rotational disk, a slow measured rate."""
+    problems = []
+    if report.is_network:
+        problems.append(
             f"data on a network file system ({fs}): copy it to a local SSD (or node-local scratch) before training"
         )
-    elif is_fuse:
-        report.problems.append(f"data on a FUSE file system ({fs}): every read crosses user space; copy it locally")
-    if rot:
-        report.problems.append("data on a rotational disk: random reads of small files are slow; move it to an SSD")
+    elif report.is_fuse:
+        problems.append(f"data on a FUSE file system ({fs}): every read crosses user space; copy it locally")
+    if report.rotational:
+        problems.append("data on a rotational disk: random reads of small files are slow; move it to an SSD")
     rate = report.read_mb_s
     if rate is not None and rate < slow_mb_s and report.cache_dropped:
-        report.problems.append(f"measured read rate {rate:.0f} MB/s is below {slow_mb_s:g} MB/s")
-    return report
+        problems.append(f"measured read rate {rate:.0f} MB/s is below {slow_mb_s:g} MB/s")
+    return problems

@@ -30,84 +30,83 @@ def check(facts: Facts) -> Finding:
         return Finding.ok(tip, "the model has no optimizer")
     items: list[Item] = []
     oks: list[str] = []
-    scaler = facts.precision in ("16-mixed", "16")  # only fp16 mixed precision runs a GradScaler
     for opt in facts.optimizers:
-        name = type(opt).__name__
-        params = [p for g in opt.param_groups for p in g["params"]]
-        if type(opt).__module__.split(".")[0] != "torch" or not params:
-            oks.append(f"{name} is not a torch built-in: nothing to switch")
-            continue
-        groups = opt.param_groups
-        fused = any(g.get("fused") for g in groups)
-        foreach = any(g.get("foreach") for g in groups)
-        devices = {p.device.type for p in params}
-        can_fuse = (
-            optimizer_accepts(opt, "fused")
-            and len(devices) == 1
-            and devices <= set(fused_devices())
-            and all(p.is_floating_point() for p in params)
-            and not opt.defaults.get("differentiable", False)
-        )
-        dev = next(iter(devices)) if len(devices) == 1 else "several devices"
-        if fused:
-            if scaler and (facts.gradient_clip_val or has_callback(facts, "AdaptiveGradientClipping")):
-                items.append(
-                    Item(
-                        "high",
-                        f"{name}(fused=True) under {facts.precision} with gradient clipping: a fused optimizer unscales"
-                        " inside its step, so Lightning cannot clip (it raises, or AGC sees scaled gradients)",
-                        "speedups.optimizer: auto (picks foreach here), or foreach=True instead of fused=True",
-                    )
-                )
-            elif (
-                "bf16-mixed" in facts.precision
-                and facts.gradient_clip_val
-                and not has_callback(facts, "FusedOptimizer")
-            ):
-                # Lightning issue 21435: its bf16-mixed plugin refuses to clip any optimizer that says it
-                # unscales internally, although bf16 needs no unscaling
-                items.append(
-                    Item(
-                        "high",
-                        f"{name}(fused=True) under bf16-mixed with gradient clipping: Lightning refuses to clip it"
-                        " ('does not allow for gradient clipping because it performs unscaling', Lightning issue 21435)",
-                        "speedups.optimizer: auto (FusedOptimizer keeps fused and clears the flag under bf16-mixed),"
-                        " or foreach=True instead of fused=True",
-                    )
-                )
-            else:
-                oks.append(f"{name} is fused")
-            continue
-        default_foreach = not foreach and implementation_of(opt) == "foreach"  # torch's default on CUDA
-        impl = (
-            "foreach"
-            if foreach
-            else ("foreach (torch's default on CUDA)" if default_foreach else "per-parameter for-loop")
-        )
-        n = len(params)
-        if can_fuse:
-            sev = "low" if (foreach or default_foreach or not facts.on_cuda) else "medium"
-            items.append(
-                Item(
-                    sev,
-                    f"{name} runs the {impl} implementation over {plural(n, 'parameter tensor')} on {dev};"
-                    f" a fused kernel exists for {dev}",
-                    f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., fused=True)",
-                )
-            )
-        elif not (foreach or default_foreach) and optimizer_accepts(opt, "foreach") and n > 1:
-            items.append(
-                Item(
-                    "low",
-                    f"{name} runs a per-parameter for-loop over {plural(n, 'parameter tensor')} on {dev}",
-                    f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., foreach=True)",
-                )
-            )
+        verdict = _optimizer_verdict(opt, facts)
+        if isinstance(verdict, Item):
+            items.append(verdict)
         else:
-            oks.append(f"{name} uses {impl}")
+            oks.append(verdict)
     if items:
         return Finding.from_items(tip, items, oks)
     return Finding.ok(tip, "; ".join(oks))
+
+
+def _optimizer_verdict(opt: Any, facts: Facts) -> Item | str:
+    """One optimizer's finding, or the line that says it is fine."""
+    name = type(opt).__name__
+    params = [p for g in opt.param_groups for p in g["params"]]
+    if type(opt).__module__.split(".")[0] != "torch" or not params:
+        return f"{name} is not a torch built-in: nothing to switch"
+    if any(g.get("fused") for g in opt.param_groups):
+        return _fused_verdict(name, facts)
+    return _unfused_verdict(opt, name, params, facts)
+
+
+def _fused_verdict(name: str, facts: Facts) -> Item | str:
+    """A fused optimizer: fine, unless Lightning cannot clip it under this precision."""
+    scaler = facts.precision in ("16-mixed", "16")  # only fp16 mixed precision runs a GradScaler
+    if scaler and (facts.gradient_clip_val or has_callback(facts, "AdaptiveGradientClipping")):
+        return Item(
+            "high",
+            f"{name}(fused=True) under {facts.precision} with gradient clipping: a fused optimizer unscales"
+            " inside its step, so Lightning cannot clip (it raises, or AGC sees scaled gradients)",
+            "speedups.optimizer: auto (picks foreach here), or foreach=True instead of fused=True",
+        )
+    if "bf16-mixed" in facts.precision and facts.gradient_clip_val and not has_callback(facts, "FusedOptimizer"):
+        # Lightning issue 21435: its bf16-mixed plugin refuses to clip any optimizer that says it
+        # unscales internally, although bf16 needs no unscaling
+        return Item(
+            "high",
+            f"{name}(fused=True) under bf16-mixed with gradient clipping: Lightning refuses to clip it"
+            " ('does not allow for gradient clipping because it performs unscaling', Lightning issue 21435)",
+            "speedups.optimizer: auto (FusedOptimizer keeps fused and clears the flag under bf16-mixed),"
+            " or foreach=True instead of fused=True",
+        )
+    return f"{name} is fused"
+
+
+def _unfused_verdict(opt: Any, name: str, params: list[Any], facts: Facts) -> Item | str:
+    """An optimizer that is not fused: a fused kernel that exists for its device, or foreach instead of a for-loop."""
+    foreach = any(g.get("foreach") for g in opt.param_groups)
+    devices = {p.device.type for p in params}
+    can_fuse = (
+        optimizer_accepts(opt, "fused")
+        and len(devices) == 1
+        and devices <= set(fused_devices())
+        and all(p.is_floating_point() for p in params)
+        and not opt.defaults.get("differentiable", False)
+    )
+    dev = next(iter(devices)) if len(devices) == 1 else "several devices"
+    default_foreach = not foreach and implementation_of(opt) == "foreach"  # torch's default on CUDA
+    impl = (
+        "foreach" if foreach else ("foreach (torch's default on CUDA)" if default_foreach else "per-parameter for-loop")
+    )
+    n = len(params)
+    if can_fuse:
+        sev = "low" if (foreach or default_foreach or not facts.on_cuda) else "medium"
+        return Item(
+            sev,
+            f"{name} runs the {impl} implementation over {plural(n, 'parameter tensor')} on {dev};"
+            f" a fused kernel exists for {dev}",
+            f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., fused=True)",
+        )
+    if not (foreach or default_foreach) and optimizer_accepts(opt, "foreach") and n > 1:
+        return Item(
+            "low",
+            f"{name} runs a per-parameter for-loop over {plural(n, 'parameter tensor')} on {dev}",
+            f"speedups.optimizer: auto (FusedOptimizer callback), or {name}(..., foreach=True)",
+        )
+    return f"{name} uses {impl}"
 
 
 def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
