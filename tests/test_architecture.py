@@ -336,3 +336,77 @@ def test_every_exception_class_of_the_pack_is_bad_input_or_says_why_not():
     assert not unclassified, f"derive these from BadInput, or list them in NOT_BAD_INPUT with why: {unclassified}"
     stale = sorted(set(NOT_BAD_INPUT) - set(found))
     assert not stale, f"NOT_BAD_INPUT names classes that no longer exist: {stale}"
+
+
+def _lightning_private_names() -> set[str]:
+    """The private attribute names Lightning's own classes set on themselves (``self._x = ...``)."""
+    import lightning.fabric
+    import lightning.pytorch
+
+    names: set[str] = set()
+    for package in (lightning.pytorch, lightning.fabric):
+        for path in Path(package.__file__).parent.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                ):
+                    names.add(node.attr)
+    return names
+
+
+#: private names of torch's the pack reads, which Lightning happens to set too
+TORCH_PRIVATE = {
+    "_version": "Tensor._version: an in-place change of a block's input (no public counter)",
+    "_metadata": "a state dict's version metadata, kept on a host copy",
+}
+
+
+def _private_reads(path: Path, lightning: set[str], own: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        name = None
+        if isinstance(node, ast.Attribute) and not (
+            isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        ):
+            name = node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            name = node.args[1].value
+        if isinstance(name, str) and name in lightning and name not in own and name not in TORCH_PRIVATE:
+            found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} reads {name}")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("lightning", "pytorch_lightning"):
+            found += [
+                f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {a.name} from {node.module}"
+                for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")
+            ]
+    return found
+
+
+def test_lightning_private_names_are_read_only_in_the_trainer_room():
+    """Every private Lightning access of the pack is in ``trainer/`` (``trainer/internals.py`` says, for each, the
+    public alternative Lightning lacks): no other module reads a private attribute Lightning sets on its own objects
+    or imports a private name of Lightning's."""
+    lightning = _lightning_private_names()
+    own: set[str] = set()
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    own.add(node.attr)
+    assert {"_data_source", "_ddp_kwargs", "_detect_anomaly", "_logger_connector"} <= lightning
+    bad = []
+    for module, path in MODULES.items():
+        if _layer(module) != "trainer":
+            bad += _private_reads(path, lightning, own)
+    assert not bad, "\n".join(bad)

@@ -74,8 +74,10 @@ def test_anomaly_detection_found_with_cost_and_fix(clean_env):
 
 
 def test_trainer_detect_anomaly_is_found_before_fit(clean_env):
+    from lightning_speedups.trainer.internals import detect_anomaly
+
     trainer = quiet_trainer(detect_anomaly=True)
-    tools = find_debug_tools(trainer)
+    tools = find_debug_tools(trainer, trainer_anomaly=detect_anomaly(trainer))
     assert [t.id for t in tools] == ["anomaly_detection"]
     assert "Trainer(detect_anomaly=True)" in tools[0].evidence
     assert "Trainer(detect_anomaly=True)" in tools[0].fix

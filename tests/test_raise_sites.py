@@ -49,7 +49,6 @@ NOT_USER_INPUT = {
     "lightning_speedups.arguments:import_dotted": "the ImportError its callers catch and reword with the key",
     "lightning_speedups.functional.agc:adaptive_clip_grad_": "a model with sparse gradients: the part steps aside "
     "with this reason (the model is not wrong, the part cannot serve it)",
-    "lightning_speedups.functional.storage:storage_report": "a data root that is not there",
     "lightning_speedups.trainer.batch_trials:measure_trial_peak": "no step ran at a trial size: the search steps "
     "aside with the fix in its reason (the fit plain Lightning runs still runs)",
     "lightning_speedups.callbacks.conv_bias:on_load_checkpoint": "a checkpoint the part cannot remap: it steps "

@@ -19,6 +19,7 @@ from lightning_speedups.functional.debug_tools import (
     DebugTool,
     find_debug_tools,
 )
+from lightning_speedups.trainer.internals import detect_anomaly
 
 
 class DebugToolsCheck(SpeedupCallback):
@@ -75,7 +76,7 @@ class DebugToolsCheck(SpeedupCallback):
     def check(self, trainer: Optional[Trainer] = None) -> list[DebugTool]:
         """Run the check now; return the tools to report (also stored in :attr:`found`)."""
         skip = self.ignore | (self.deliberate_ids(trainer) if trainer is not None else frozenset())
-        tools = find_debug_tools(trainer)
+        tools = find_debug_tools(trainer, trainer_anomaly=detect_anomaly(trainer))
         self.found = [t for t in tools if t.id not in skip]
         self.deliberate = [t for t in tools if t.id in skip]
         return self.found

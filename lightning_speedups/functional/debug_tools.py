@@ -139,7 +139,7 @@ def _env_flag(name: str) -> Optional[str]:
     return value
 
 
-def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
+def find_debug_tools(trainer: Any = None, trainer_anomaly: bool = False) -> list[DebugTool]:
     """List the debugging tools that are switched on, each with its cost and the fix (tip T14).
 
     Reads process-wide state (torch flags, environment variables, Python tracers) and, when given,
@@ -148,6 +148,8 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
 
     Args:
         trainer: an optional ``lightning.pytorch.Trainer`` to inspect as well.
+        trainer_anomaly: whether that Trainer was given ``detect_anomaly=True`` (Lightning keeps it only in a private
+            attribute; the caller reads it with :func:`~lightning_speedups.trainer.internals.detect_anomaly`).
 
     Returns:
         One :class:`DebugTool` per tool found, in the order of :data:`DEBUG_TOOL_IDS`; empty when
@@ -163,7 +165,7 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
     cuda = _cuda_available()
     no_cuda_note = "" if cuda else " (no effect on this machine: no CUDA device)"
     return [
-        *_anomaly_detection(trainer),
+        *_anomaly_detection(trainer_anomaly),
         *_torch_profiler(),
         *_lightning_profiler(trainer),
         *_determinism(cuda, no_cuda_note),
@@ -174,12 +176,10 @@ def find_debug_tools(trainer: Any = None) -> list[DebugTool]:
     ]
 
 
-def _anomaly_detection(trainer: Any) -> list[DebugTool]:
+def _anomaly_detection(trainer_anomaly: bool) -> list[DebugTool]:
     """Anomaly detection: torch's global flag, or the Trainer flag that turns it on during fit."""
     tools: list[DebugTool] = []
     torch_anomaly = torch.is_anomaly_enabled()
-    # private: the Trainer keeps `detect_anomaly` only in this attribute (no public property)
-    trainer_anomaly = bool(getattr(trainer, "_detect_anomaly", False)) if trainer is not None else False
     if torch_anomaly or trainer_anomaly:
         check_nan = torch.is_anomaly_check_nan_enabled() if hasattr(torch, "is_anomaly_check_nan_enabled") else True
         parts = []

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_speedups.errors import SettingError
+from lightning_speedups.errors import MissingFileError, SettingError
 
 __all__ = [
     "MountInfo",
@@ -287,7 +287,7 @@ def storage_report(
         raise SettingError(f"`max_bytes` must be > 0, got {max_bytes}.")
     path = Path(root)
     if not path.exists():
-        raise FileNotFoundError(f"data root {str(path)!r} does not exist; pass the directory that holds the data.")
+        raise MissingFileError(f"data root {str(path)!r} does not exist; pass the directory that holds the data.")
     mount = find_mount(path, mounts_file)
     fs = mount.fs_type if mount else ""
     is_fuse = fs.startswith("fuse") and fs not in _LOCAL_FUSE

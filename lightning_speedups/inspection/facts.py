@@ -34,7 +34,7 @@ from lightning_speedups.functional import (
     storage_report,
 )
 from lightning_speedups.inspection.model import error_text, inspect_model
-from lightning_speedups.trainer.internals import data_source
+from lightning_speedups.trainer.internals import data_source, detect_anomaly
 from lightning_speedups.trainer.namespace import is_overridden
 
 __all__ = ["Facts", "TensorInfo", "collect_static", "user_source_files"]
@@ -415,5 +415,5 @@ def _fill_model(facts: Facts, model: nn.Module) -> None:
 
 def _debug_tools(trainer: Any) -> tuple[list[Any], list[Any]]:
     deliberate = DebugToolsCheck.deliberate_ids(trainer)
-    tools = find_debug_tools(trainer)
+    tools = find_debug_tools(trainer, trainer_anomaly=detect_anomaly(trainer) if trainer is not None else False)
     return [t for t in tools if t.id not in deliberate], [t for t in tools if t.id in deliberate]
