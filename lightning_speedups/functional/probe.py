@@ -191,132 +191,185 @@ def run_probe(
             f"`rounds` must be >= {MIN_ROUNDS}, `steps` >= 1 and `warmup` >= 0; got {rounds}, {steps}, {warmup}."
         )
     timeline = timeline or Timeline()
-    wall = wall or timeline.clock
-    agreed: Callable[[Any], Any] = agree if agree is not None else _as_is
-    result = ProbeResult()
-    t0 = wall()
-    options = [(axis, option) for axis in axes for option in axis.options]
-
-    def decide_all(why: str) -> ProbeResult:
-        result.skipped = why
-        result.decisions = unprobed(axes, why)
-        result.seconds = wall() - t0
-        return result
-
+    probe = _Probe(
+        step=step,
+        axes=list(axes),
+        timeline=timeline,
+        steps=steps,
+        warmup=warmup,
+        wall=wall or timeline.clock,
+        agreed=agree if agree is not None else _as_is,
+    )
+    options = probe.options
     if not options:
-        return decide_all("no option to try")
+        return probe.decide_all("no option to try")
     # decided before any step is spent: the rounds' share of the run does not depend on the step time (both
     # scale with it), so a plan shorter than MIN_ROUNDS rounds / max_fraction steps can never repay them
     least = least_planned_steps(len(options), steps, warmup, max_fraction)
     if planned_steps is not None and least is not None and planned_steps < least:
-        return decide_all(
+        return probe.decide_all(
             f"the run is too short to repay it: {planned_steps:.0f} planned steps, and {MIN_ROUNDS} rounds of"
             f" {len(options) + 2} variants ({MIN_ROUNDS * (len(options) + 2) * (warmup + steps)} steps) need a run of"
             f" {least:.0f} steps or more to stay within {max_fraction:.0%} of it; nothing was run"
         )
+    base_step = probe.calibrate(calibration)
+    fit = probe.rounds_that_fit(base_step, rounds, max_seconds, planned_steps, max_fraction)
+    if isinstance(fit, str):
+        return probe.decide_all(fit)
+    probe.run_rounds(*fit)
+    probe.decide(min_gain)
+    probe.result.seconds = probe.wall() - probe.t0
+    return probe.result
 
-    def timed(active: Sequence[Option]) -> float:
-        for _ in range(warmup):
-            step(active)
-        marks = [timeline.mark()]
-        for _ in range(steps):
-            step(active)
-            marks.append(timeline.mark())
-        timeline.sync()
-        result.steps += warmup + steps
-        return statistics.median(timeline.seconds(a, b) for a, b in zip(marks, marks[1:]))
 
-    # calibration: the first steps of a run are slow (allocator, kernel selection, caches) and a run without
-    # the probe pays them too; steps with no candidate on (at least 3, at most `calibration`) until the last
-    # two lie within 20% of the fastest so far, whose time prices the rounds before the probe commits to them
-    times: list[float] = []
-    for _ in range(max(calibration, 3)):
-        a = timeline.mark()
-        step(())
-        b = timeline.mark()
-        timeline.sync()
-        result.steps += 1
-        times.append(timeline.seconds(a, b))
-        fastest = min(times)
-        # each rank's clock says something else on a busy machine: rank zero decides, or a rank that stops
-        # early leaves the others waiting in the next step's collective
-        if agreed(len(times) >= 3 and all(t <= 1.2 * fastest for t in times[-2:])):
-            break
-    base_step = agreed(min(times))
-    result.calibration_steps = result.steps
-    result.step_s = base_step
-    per_round = (len(options) + 2) * (warmup + steps) * base_step
-    budget = max_seconds if max_seconds is not None else float("inf")
-    share = float("inf")
-    if planned_steps is not None and max_fraction is not None and planned_steps != float("inf"):
-        share = max_fraction * planned_steps * base_step
-    left = min(budget, share)
-    fit = int(left // per_round) if per_round > 0 and left != float("inf") else rounds
-    if fit < MIN_ROUNDS:
+@dataclass
+class _Probe:
+    """One probe's steps and figures (:func:`run_probe` says what each setting means)."""
+
+    step: Callable[[Sequence[Option]], None]
+    axes: list[Axis]
+    timeline: Timeline
+    steps: int
+    warmup: int
+    wall: Callable[[], float]
+    agreed: Callable[[Any], Any]
+    result: ProbeResult = field(default_factory=ProbeResult)
+    t0: float = 0.0
+    #: an option whose steps raise (an op with no kernel for it here) is out, with its error; the others are timed
+    broken: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.t0 = self.wall()
+        self.options = [(axis, option) for axis in self.axes for option in axis.options]
+
+    def decide_all(self, why: str) -> ProbeResult:
+        """Nothing probed: every axis keeps what it had, for ``why``."""
+        self.result.skipped = why
+        self.result.decisions = unprobed(self.axes, why)
+        self.result.seconds = self.wall() - self.t0
+        return self.result
+
+    def timed(self, active: Sequence[Option]) -> float:
+        """The median step time of ``active`` over ``steps`` timed steps after ``warmup`` untimed ones."""
+        for _ in range(self.warmup):
+            self.step(active)
+        marks = [self.timeline.mark()]
+        for _ in range(self.steps):
+            self.step(active)
+            marks.append(self.timeline.mark())
+        self.timeline.sync()
+        self.result.steps += self.warmup + self.steps
+        return statistics.median(self.timeline.seconds(a, b) for a, b in zip(marks, marks[1:]))
+
+    def calibrate(self, calibration: int) -> float:
+        """The step time that prices the rounds. The first steps of a run are slow (allocator, kernel selection,
+        caches) and a run without the probe pays them too: steps with no candidate on (at least 3, at most
+        ``calibration``) until the last two lie within 20% of the fastest so far."""
+        times: list[float] = []
+        for _ in range(max(calibration, 3)):
+            a = self.timeline.mark()
+            self.step(())
+            b = self.timeline.mark()
+            self.timeline.sync()
+            self.result.steps += 1
+            times.append(self.timeline.seconds(a, b))
+            fastest = min(times)
+            # each rank's clock says something else on a busy machine: rank zero decides, or a rank that stops
+            # early leaves the others waiting in the next step's collective
+            if self.agreed(len(times) >= 3 and all(t <= 1.2 * fastest for t in times[-2:])):
+                break
+        base_step = self.agreed(min(times))
+        self.result.calibration_steps = self.result.steps
+        self.result.step_s = base_step
+        return base_step
+
+    def rounds_that_fit(
+        self,
+        base_step: float,
+        rounds: int,
+        max_seconds: Optional[float],
+        planned_steps: Optional[float],
+        max_fraction: Optional[float],
+    ) -> tuple[int, float] | str:
+        """``(rounds, seconds they may take)`` within the budget and the share of the planned run, or why not even
+        :data:`MIN_ROUNDS` fit."""
+        per_round = (len(self.options) + 2) * (self.warmup + self.steps) * base_step
+        budget = max_seconds if max_seconds is not None else float("inf")
+        share = float("inf")
+        if planned_steps is not None and max_fraction is not None and planned_steps != float("inf"):
+            share = max_fraction * planned_steps * base_step
+        left = min(budget, share)
+        fit = int(left // per_round) if per_round > 0 and left != float("inf") else rounds
+        if fit >= MIN_ROUNDS:
+            return min(rounds, fit), left
         cost = (
-            f"{MIN_ROUNDS} rounds of {len(options) + 2} variants cost {MIN_ROUNDS * per_round:.2f} s at"
+            f"{MIN_ROUNDS} rounds of {len(self.options) + 2} variants cost {MIN_ROUNDS * per_round:.2f} s at"
             f" {1000 * base_step:.1f} ms a step"
         )
-        if share < budget:
-            return decide_all(
+        if share < budget and planned_steps is not None and max_fraction is not None:
+            return (
                 f"the run is too short to repay it: {cost}, over {max_fraction:.0%} of the planned"
                 f" {planned_steps:.0f} steps ({planned_steps * base_step:.1f} s)"
             )
-        return decide_all(f"{cost}, over its budget of {budget:.1f} s")
-    rounds = min(rounds, fit)
+        return f"{cost}, over its budget of {budget:.1f} s"
 
-    variants: list[tuple[str, list[Option]]] = [("A", [])]
-    variants += [(_variant_key(axis, option), [option]) for axis, option in options]
-    variants.append(("A2", []))
-    timings: dict[str, list[float]] = {key: [] for key, _ in variants}
-    # an option whose steps raise (an op with no kernel for it here) is out; the others are still timed
-    broken: dict[str, str] = {}
-    started = wall()
-    for r in range(rounds):
-        # a machine that stalls makes rounds dearer than the calibration said: no round starts that would end
-        # past the budget (three always run)
-        if r >= MIN_ROUNDS and agreed((wall() - started) * (r + 1) / r > min(budget, share)):
-            rounds = r
-            break
-        shift = r % len(variants)
-        for key, active in variants[shift:] + variants[:shift]:
-            if key in broken:
-                continue
-            try:
-                with _applied(active):
-                    timings[key].append(timed(active))
-            except Exception as err:
-                if not active:  # the model's own step fails: nothing can be timed
-                    raise
-                broken[key] = error_phrase(err)
-    result.rounds = rounds
+    def run_rounds(self, rounds: int, limit: float) -> None:
+        """Up to ``rounds`` rounds of every variant (the baseline first and again last, as an A/A pair), each round
+        starting at the next variant; no round starts that would end past ``limit`` seconds (three always run)."""
+        variants: list[tuple[str, list[Option]]] = [("A", [])]
+        variants += [(_variant_key(axis, option), [option]) for axis, option in self.options]
+        variants.append(("A2", []))
+        self.timings: dict[str, list[float]] = {key: [] for key, _ in variants}
+        started = self.wall()
+        for r in range(rounds):
+            # a machine that stalls makes rounds dearer than the calibration said
+            if r >= MIN_ROUNDS and self.agreed((self.wall() - started) * (r + 1) / r > limit):
+                rounds = r
+                break
+            shift = r % len(variants)
+            for key, active in variants[shift:] + variants[:shift]:
+                if key in self.broken:
+                    continue
+                try:
+                    with _applied(active):
+                        self.timings[key].append(self.timed(active))
+                except Exception as err:
+                    if not active:  # the model's own step fails: nothing can be timed
+                        raise
+                    self.broken[key] = error_phrase(err)
+        self.result.rounds = rounds
 
-    base = timings["A"]
-    result.ratios = {key: [b / t for b, t in zip(base, ts) if t > 0] for key, ts in timings.items() if key != "A"}
-    aa, _, _ = ratio_interval(result.ratios["A2"])
-    result.noise = noise_of(aa)
-    for axis in axes:
-        best: Optional[tuple[float, Option, str]] = None
-        lines = []
-        for option in axis.options:
-            if _variant_key(axis, option) in broken:
-                lines.append(f"{option.label} failed ({broken[_variant_key(axis, option)]})")
-                continue
-            g, lo, hi = ratio_interval(result.ratios[_variant_key(axis, option)])
-            ok, why = gain_verdict(g, lo, hi, min_gain, result.noise, min_gain_name="the minimum gain")
-            figure = f"{option.label} {g:.2f}x" + (f" [{lo:.2f}-{hi:.2f}]" if lo is not None and hi is not None else "")
-            lines.append(figure if ok else f"{figure} ({why})")
-            if ok and g is not None and (best is None or g > best[0]):
-                best = (g, option, why)
-        summary = f"probed {', '.join(lines)} vs {axis.keep} over {rounds} rounds, A/A noise {100 * result.noise:.1f}%"
-        if best is None:
-            reason = f"stays {axis.keep}: {summary}"
-            result.decisions[axis.name] = (axis.keep, reason)
-        else:
-            reason = f"{best[1].label}: {summary}"
-            result.decisions[axis.name] = (best[1].label, reason)
-    result.seconds = wall() - t0
-    return result
+    def decide(self, min_gain: float) -> None:
+        """Each axis's decision: its best option whose paired ratio to the baseline clears the minimum gain on top
+        of the A/A noise, else what it keeps."""
+        result = self.result
+        base = self.timings["A"]
+        result.ratios = {k: [b / t for b, t in zip(base, ts) if t > 0] for k, ts in self.timings.items() if k != "A"}
+        aa, _, _ = ratio_interval(result.ratios["A2"])
+        result.noise = noise_of(aa)
+        for axis in self.axes:
+            best: Optional[tuple[float, Option, str]] = None
+            lines = []
+            for option in axis.options:
+                key = _variant_key(axis, option)
+                if key in self.broken:
+                    lines.append(f"{option.label} failed ({self.broken[key]})")
+                    continue
+                g, lo, hi = ratio_interval(result.ratios[key])
+                ok, why = gain_verdict(g, lo, hi, min_gain, result.noise, min_gain_name="the minimum gain")
+                interval = f" [{lo:.2f}-{hi:.2f}]" if lo is not None and hi is not None else ""
+                figure = f"{option.label} {g:.2f}x{interval}"
+                lines.append(figure if ok else f"{figure} ({why})")
+                if ok and g is not None and (best is None or g > best[0]):
+                    best = (g, option, why)
+            summary = (
+                f"probed {', '.join(lines)} vs {axis.keep} over {result.rounds} rounds, A/A noise"
+                f" {100 * result.noise:.1f}%"
+            )
+            if best is None:
+                result.decisions[axis.name] = (axis.keep, f"stays {axis.keep}: {summary}")
+            else:
+                result.decisions[axis.name] = (best[1].label, f"{best[1].label}: {summary}")
 
 
 def _as_is(value: Any) -> Any:
