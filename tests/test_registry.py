@@ -292,3 +292,47 @@ def test_a_callback_refuses_what_its_record_refuses_at_every_declared_bound():
                                 differ.append(f"{tip.id} {part.__name__}({field.name}={value!r})")
     assert checked >= 20
     assert not differ, "the callback and the record disagree: " + ", ".join(differ)
+
+
+def test_a_parts_defaults_are_stated_once_in_its_callback():
+    """Issue 38 item 2: a settings group restated its callback's parameters (LargestBatch's eight, LRSchedule's
+    eleven, three of CompileModules'). A field that is its part's parameter with the same default takes it from the
+    callback (``= FROM_PART`` under ``@settings_of(part)``); a field whose default differs on purpose (``None``
+    meaning "leave the loader as it is", ``off``) keeps its own. The tip builds the callback from the group
+    (``part_kwargs``) instead of naming each setting again."""
+    import ast
+    import dataclasses
+    import importlib
+    import inspect
+
+    restated = []
+    derived = 0
+    for tip in TIPS:
+        module = importlib.import_module(tip.check.__module__)
+        tree = ast.parse(inspect.getsource(module))
+        for setting in tip.settings:
+            group = setting.type
+            if not (inspect.isclass(group) and dataclasses.is_dataclass(group)):
+                continue
+            node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == group.__name__)
+            source = {
+                s.target.id: ast.unparse(s.value)
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.value is not None
+            }
+            for part in tip.parts:
+                if not inspect.isclass(part) or part is group:
+                    continue
+                params = inspect.signature(part).parameters
+                for f in dataclasses.fields(group):
+                    param = params.get(f.name)
+                    if param is None or param.default is inspect.Parameter.empty:
+                        continue
+                    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                    if "FROM_PART" in source.get(f.name, ""):
+                        derived += 1
+                        assert default == param.default
+                    elif default == param.default:
+                        restated.append(f"{tip.id} {group.__name__}.{f.name} (= {part.__name__}'s {f.name})")
+    assert not restated, "declare these = FROM_PART under @settings_of(<part>):\n" + "\n".join(restated)
+    assert derived >= 20  # the check saw the groups it guards

@@ -21,7 +21,7 @@ the records (or tested against them).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from lightning_speedups.errors import SettingError
@@ -135,6 +135,80 @@ def bounded(default: Any = None, *, factory: Optional[Callable[[], Any]] = None,
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+class _FromPart:
+    def __repr__(self) -> str:
+        return "FROM_PART"
+
+
+#: the default of a settings field that is its part's parameter of the same name (see :func:`settings_of`)
+FROM_PART: Any = _FromPart()
+
+
+def settings_of(part: type) -> Callable[[type], type]:
+    """A class decorator (under ``@dataclass``) for a tip's settings group whose fields are its callback's
+    parameters: each field declared ``= FROM_PART`` (or ``= bounded(FROM_PART, ...)``) takes the default of
+    ``part``'s parameter of the same name, so a default is stated once, in the callback. The field's type stays the
+    settings' own (what a YAML file may give, often narrower than what Python code may pass).
+
+    Examples:
+        >>> class Part:
+        ...     def __init__(self, steps: int = 10, names: list = ["a"]) -> None: ...
+        >>> @dataclass
+        ... @settings_of(Part)
+        ... class S:
+        ...     enabled: bool = False
+        ...     steps: int = bounded(FROM_PART, ge=1)
+        ...     names: list[str] = FROM_PART
+        >>> S(), S().names is not S().names
+        (S(enabled=False, steps=10, names=['a']), True)
+    """
+    import copy
+    import inspect
+
+    params = inspect.signature(part).parameters  # the class: its __init__ without self
+
+    def fill(cls: type) -> type:
+        for name in cls.__dict__.get("__annotations__", {}):
+            value = cls.__dict__.get(name)
+            declared = value.default if isinstance(value, Field) else value
+            if declared is not FROM_PART:
+                continue
+            param = params.get(name)
+            if param is None or param.default is inspect.Parameter.empty:
+                raise TypeError(f"{cls.__name__}.{name}: {part.__name__} has no parameter {name!r} with a default")
+            default = param.default
+            meta = value.metadata if isinstance(value, Field) else None
+            if isinstance(default, (list, dict, set)):  # a mutable default: a fresh copy per instance
+                setattr(cls, name, field(default_factory=lambda d=default: copy.deepcopy(d), metadata=meta))
+            else:
+                setattr(cls, name, field(default=default, metadata=meta) if meta is not None else default)
+        return cls
+
+    return fill
+
+
+def part_kwargs(settings: Any, part: type, **overrides: Any) -> dict[str, Any]:
+    """The fields of a settings group that ``part`` takes (its parameters of the same name), with ``overrides``:
+    the callback is built from its settings without naming each one again.
+
+    Examples:
+        >>> class Part:
+        ...     def __init__(self, steps: int = 10, names: Optional[list] = None) -> None: ...
+        >>> @dataclass
+        ... class S:
+        ...     enabled: bool = True
+        ...     steps: int = 3
+        >>> part_kwargs(S(), Part), part_kwargs(S(), Part, names=["a"])
+        ({'steps': 3}, {'steps': 3, 'names': ['a']})
+    """
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(part).parameters
+    taken = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name in params}
+    return {**taken, **overrides}
 
 
 @dataclass(frozen=True)
@@ -450,6 +524,7 @@ class Tip:
 
 __all__ = [
     "AUTOMATIC_ONLY",
+    "FROM_PART",
     "KINDS",
     "BenchVariant",
     "Bounds",
@@ -464,5 +539,7 @@ __all__ = [
     "SuiteCase",
     "Tip",
     "bounded",
+    "part_kwargs",
+    "settings_of",
     "manual_refusal",
 ]

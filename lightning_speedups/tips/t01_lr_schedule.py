@@ -21,32 +21,44 @@ from lightning_speedups.callbacks import LRSchedule
 from lightning_speedups.callbacks.lr_range_test import RANGE_TEST_MIN_STEPS
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import has_callback
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
+from lightning_speedups.tips.record import (
+    FROM_PART,
+    BenchVariant,
+    BuildContext,
+    Placed,
+    Setting,
+    SuiteCase,
+    Tip,
+    at,
+    bounded,
+    settings_of,
+)
 
 
 @dataclass
+@settings_of(LRSchedule)
 class ScheduleSettings:
     """T01: a one-cycle or cyclic schedule stepped per optimizer step; total steps from the trainer."""
 
     name: Literal["off", "onecycle", "cyclic"] = "off"
     #: peak learning rate: a number, ``None`` (the optimizer's lr) or ``"auto"`` (an LR range test at the
     #: start of fit, through the trainer's own loop and undone from memory, picks it; the chosen lr is printed)
-    max_lr: Union[float, Literal["auto"], None] = bounded(None, gt=0)
-    pct_start: float = bounded(0.25, gt=0, lt=1)
-    div_factor: float = bounded(25.0, gt=0)
-    final_div_factor: float = bounded(1e4, gt=0)
-    anneal_strategy: Literal["cos", "linear"] = "cos"
-    base_lr: Optional[float] = bounded(None, gt=0)
-    cycles: int = bounded(2, ge=1)
-    mode: Literal["triangular", "triangular2", "exp_range"] = "triangular"
+    max_lr: Union[float, Literal["auto"], None] = bounded(FROM_PART, gt=0)
+    pct_start: float = bounded(FROM_PART, gt=0, lt=1)
+    div_factor: float = bounded(FROM_PART, gt=0)
+    final_div_factor: float = bounded(FROM_PART, gt=0)
+    anneal_strategy: Literal["cos", "linear"] = FROM_PART
+    base_lr: Optional[float] = bounded(FROM_PART, gt=0)
+    cycles: int = bounded(FROM_PART, ge=1)
+    mode: Literal["triangular", "triangular2", "exp_range"] = FROM_PART
     #: ``max_lr: auto``: optimizer steps of the range test (undone afterwards; its time counts)
-    range_test_steps: int = bounded(100, ge=RANGE_TEST_MIN_STEPS)
+    range_test_steps: int = bounded(FROM_PART, ge=RANGE_TEST_MIN_STEPS)
     #: share of the run's optimizer steps the schedule spans (a one-cycle then holds its final lr)
-    horizon: float = bounded(1.0, gt=0, le=1)
+    horizon: float = bounded(FROM_PART, gt=0, le=1)
     #: the schedule's own span, for a run with no plan (no max_epochs / max_steps / max_time): optimizer
     #: steps (``2000``, ``"2000 steps"``), ``"3 epochs"`` or a time (``"10min"``, ``"00:10:00"``); horizon
     #: does not apply to it. ``bench --target`` writes it from the steps the baseline took to the target
-    plan: Union[int, str, None] = None
+    plan: Union[int, str, None] = FROM_PART
 
 
 def check(facts: Facts) -> Finding:

@@ -22,10 +22,22 @@ from lightning_speedups.callbacks import DataWaitMonitor, LoaderTuning
 from lightning_speedups.functional import auto_num_workers
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import loader_label, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
+from lightning_speedups.tips.record import (
+    FROM_PART,
+    BenchVariant,
+    BuildContext,
+    Placed,
+    Setting,
+    SuiteCase,
+    Tip,
+    at,
+    bounded,
+    settings_of,
+)
 
 
 @dataclass
+@settings_of(LoaderTuning)
 class LoaderSettings:
     """T02 / T03 / T21: loader settings applied to the user's own DataLoaders (``None`` leaves them as they are).
 
@@ -40,7 +52,7 @@ class LoaderSettings:
     num_workers: Union[int, Literal["auto"], None] = bounded(None, ge=0)
     pin_memory: Union[bool, Literal["auto"], None] = None
     persistent_workers: Union[bool, Literal["auto"], None] = None
-    prefetch_factor: Optional[int] = bounded(None, ge=1)
+    prefetch_factor: Optional[int] = bounded(FROM_PART, ge=1)
 
     def enabled(self) -> bool:
         return any(v is not None for v in dataclasses.astuple(self))

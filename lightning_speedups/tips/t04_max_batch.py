@@ -19,23 +19,36 @@ from lightning_speedups.callbacks import LargestBatch
 from lightning_speedups.functional import find_largest_batch_size
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
+from lightning_speedups.tips.record import (
+    FROM_PART,
+    BenchVariant,
+    BuildContext,
+    Placed,
+    Setting,
+    SuiteCase,
+    Tip,
+    at,
+    bounded,
+    part_kwargs,
+    settings_of,
+)
 
 
 @dataclass
+@settings_of(LargestBatch)
 class LargestBatchSettings:
     """T04: search the largest batch that fits (GPU: until out of memory; CPU: within ``memory_budget``),
     rounded down to ``multiple``, with the learning rate scaled by ``lr_rule``."""
 
     enabled: bool = False
-    memory_budget: Union[int, float, str, None] = None
-    multiple: int = bounded(8, ge=1)
-    lr_rule: Literal["linear", "sqrt", "off"] = "linear"
-    base_batch_size: Optional[int] = bounded(None, ge=1)
-    keep_effective_batch: bool = False
-    max_batch_size: Optional[int] = bounded(None, ge=1)
-    margin: float = bounded(0.1, ge=0, lt=1)
-    batch_size: Optional[int] = bounded(None, ge=1)
+    memory_budget: Union[int, float, str, None] = FROM_PART
+    multiple: int = bounded(FROM_PART, ge=1)
+    lr_rule: Literal["linear", "sqrt", "off"] = FROM_PART
+    base_batch_size: Optional[int] = bounded(FROM_PART, ge=1)
+    keep_effective_batch: bool = FROM_PART
+    max_batch_size: Optional[int] = bounded(FROM_PART, ge=1)
+    margin: float = bounded(FROM_PART, ge=0, lt=1)
+    batch_size: Optional[int] = bounded(FROM_PART, ge=1)
 
 
 def check(facts: Facts) -> Finding:
@@ -81,15 +94,13 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
         (
             at("largest_batch"),
             LargestBatch(
-                memory_budget=lb.memory_budget,
-                multiple=lb.multiple,
-                base_batch_size=lb.base_batch_size,
-                lr_rule=None if lb.lr_rule == "off" else lb.lr_rule,
-                # the effective batch of T10 is kept: the search then lowers accumulation
-                keep_effective_batch=lb.keep_effective_batch or s.effective_batch_size is not None,
-                max_batch_size=lb.max_batch_size,
-                margin=lb.margin,
-                batch_size=lb.batch_size,
+                **part_kwargs(
+                    lb,
+                    LargestBatch,
+                    lr_rule=None if lb.lr_rule == "off" else lb.lr_rule,
+                    # the effective batch of T10 is kept: the search then lowers accumulation
+                    keep_effective_batch=lb.keep_effective_batch or s.effective_batch_size is not None,
+                )
             ),
         )
     ]

@@ -18,10 +18,21 @@ from typing import Any, Optional, Union
 from lightning_speedups.callbacks import DeviceNormalize, InputStatsCheck
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import fmt_bytes, missing_reason, plural
-from lightning_speedups.tips.record import BuildContext, Placed, Setting, SuiteCase, Tip, at, bounded
+from lightning_speedups.tips.record import (
+    FROM_PART,
+    BuildContext,
+    Placed,
+    Setting,
+    SuiteCase,
+    Tip,
+    at,
+    bounded,
+    settings_of,
+)
 
 
 @dataclass
+@settings_of(DeviceNormalize)
 class DeviceNormalizeSettings:
     """T18: the dataset hands over uint8 images; they are converted and normalised on the device after
     the transfer (4x fewer bytes than float32). ``mean`` / ``std`` per channel in 0..1; empty means off.
@@ -29,7 +40,7 @@ class DeviceNormalizeSettings:
 
     mean: list[float] = field(default_factory=list)
     std: list[float] = bounded(factory=list, gt=0)
-    keys: Optional[list[Union[str, int]]] = None
+    keys: Optional[list[Union[str, int]]] = FROM_PART
 
 
 def _normalize_problem(s: DeviceNormalizeSettings) -> Optional[str]:

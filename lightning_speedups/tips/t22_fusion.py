@@ -21,10 +21,22 @@ from lightning_speedups.functional import compile_modules
 from lightning_speedups.functional.precision import accelerator_is_cuda
 from lightning_speedups.inspection import Facts, Finding, Item
 from lightning_speedups.inspection.words import missing_reason, names_text, plural
-from lightning_speedups.tips.record import BenchVariant, BuildContext, Placed, Setting, SuiteCase, Tip, at
+from lightning_speedups.tips.record import (
+    FROM_PART,
+    BenchVariant,
+    BuildContext,
+    Placed,
+    Setting,
+    SuiteCase,
+    Tip,
+    at,
+    part_kwargs,
+    settings_of,
+)
 
 
 @dataclass
+@settings_of(CompileModules)
 class CompileSettings:
     """T22: ``torch.compile`` of the model's inner modules, falling back to eager on failure.
 
@@ -33,10 +45,10 @@ class CompileSettings:
     ``backend`` is torch.compile's backend (default inductor)."""
 
     enabled: Union[bool, Literal["auto"]] = False
-    mode: Optional[str] = None
-    dynamic: Optional[bool] = None
-    fullgraph: bool = False
-    modules: Optional[list[str]] = None
+    mode: Optional[str] = FROM_PART
+    dynamic: Optional[bool] = FROM_PART
+    fullgraph: bool = FROM_PART
+    modules: Optional[list[str]] = FROM_PART
     backend: Optional[str] = None
 
 
@@ -109,11 +121,13 @@ def callbacks(s: Any, ctx: BuildContext) -> list[Placed]:
             " on a small transformer); set compile.enabled: true to force it, or bench it",
         )
         return []
-    extra = {"backend": c.backend} if c.backend else {}
+    kwargs = part_kwargs(c, CompileModules)
+    if not c.backend:  # the part's own default backend (inductor)
+        del kwargs["backend"]
     return [
         (
             at("compile"),
-            CompileModules(modules=c.modules, mode=c.mode, dynamic=c.dynamic, fullgraph=c.fullgraph, **extra),
+            CompileModules(**kwargs),
         )
     ]
 
