@@ -216,17 +216,22 @@ PLACES = {
 }
 
 
+def write_project(folder: Path, monkeypatch: Any, extra: str = "") -> None:
+    """A user's folder: their module and ``my.yaml`` (a short, quiet fit; ``extra`` appended)."""
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    (folder / "rs_proj.py").write_text(PROJECT)
+    (folder / "my.yaml").write_text(
+        "model:\n  class_path: rs_proj.Net\ndata:\n  class_path: rs_proj.Data\n"
+        "trainer:\n  max_steps: 2\n  logger: false\n  enable_progress_bar: false\n  enable_model_summary: false\n"
+        "  enable_checkpointing: false\n" + extra
+    )
+
+
 @pytest.mark.parametrize("place", list(PLACES))
 @pytest.mark.parametrize("cls", BAD_INPUT_CLASSES, ids=lambda c: c.__name__)
 def test_each_bad_input_class_is_one_line_and_exit_2_from_the_command_line(cls, place, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "rs_proj.py").write_text(PROJECT)
-    (tmp_path / "my.yaml").write_text(
-        "model:\n  class_path: rs_proj.Net\ndata:\n  class_path: rs_proj.Data\n"
-        "trainer:\n  max_steps: 1\n  logger: false\n  enable_progress_bar: false\n  enable_model_summary: false\n"
-        "  enable_checkpointing: false\nspeedups:\n  conv_bias: true\n"
-    )
+    write_project(tmp_path, monkeypatch, "speedups:\n  conv_bias: true\n")
     message = f"`speedups.example` is wrong in the {place} ({cls.__name__}); set it to 1."
     owner_path, attr = PLACES[place]
     module_path, _, owner_name = owner_path.rpartition(".") if owner_path.endswith("Speedups") else (owner_path, "", "")
@@ -291,13 +296,7 @@ def _global_state() -> dict[str, Any]:
 def test_a_command_leaves_no_global_state_changed(argv, tmp_path, monkeypatch, capsys):
     """Issue 38 item 5: after a command (run from Python, as tests and notebooks do) sys.argv, the warnings filters,
     the loggers of Lightning and the pack, the SIGINT handler and torch's global flags are as they were."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "rs_proj.py").write_text(PROJECT)
-    (tmp_path / "my.yaml").write_text(
-        "model:\n  class_path: rs_proj.Net\ndata:\n  class_path: rs_proj.Data\n"
-        "trainer:\n  max_steps: 2\n  logger: false\n  enable_progress_bar: false\n  enable_checkpointing: false\n"
-    )
+    write_project(tmp_path, monkeypatch)
     import lightning.pytorch  # noqa: F401  (its loggers exist before the command, as in a user's session)
 
     before = _global_state()
