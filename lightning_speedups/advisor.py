@@ -187,6 +187,8 @@ class SpeedAdvisor(SpeedupCallback):
 
     tip = ""
     part = "advisor"
+    #: it changes nothing in the run: a Trainer with it still takes a preset (``LIGHTNING_SPEEDUPS=fast+doctor``)
+    watches_only = True
 
     def __init__(
         self,

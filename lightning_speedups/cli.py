@@ -122,6 +122,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from lightning_speedups.session import UsageError, resolve_config_args
 
     try:
+        if command == "doctor" and "--" in args:  # the doctor on the user's own command
+            from lightning_speedups.doctor.script import main as script_doctor
+
+            cut = args.index("--")
+            return script_doctor(args[1:cut], args[cut + 1 :])
         if command == "doctor":
             from lightning_speedups.doctor import main as doctor_main
 

@@ -42,6 +42,11 @@ if TYPE_CHECKING:  # the factory runs at every Trainer's construction: nothing h
 
 #: the environment variable that names the presets
 ENV_VAR = "LIGHTNING_SPEEDUPS"
+#: the word of a ``LIGHTNING_SPEEDUPS`` value that asks for the doctor, not a preset (``fast+doctor``: see
+#: :mod:`lightning_speedups.doctor.script`, whose own entry point answers it)
+DOCTOR_TOKEN = "doctor"
+#: the doctor command's options for the process it watches (JSON)
+DOCTOR_OPTIONS_VAR = "LIGHTNING_SPEEDUPS_DOCTOR"
 #: set on a Trainer that the pack's CLI (or doctor, bench) built: its parts are there already
 BUILT_BY_PACK = "_lightning_speedups_built"
 
@@ -86,17 +91,20 @@ def callbacks_factory() -> list[Any]:
     value = os.environ.get(ENV_VAR)
     if value is None or not value.strip():  # unset, or set empty to switch it off
         return []
+    presets = "+".join(part for part in value.split("+") if part.strip() != DOCTOR_TOKEN)
+    if not presets.strip():  # the doctor alone: its own entry point watches the Trainer
+        return []
     from lightning_speedups.messages import keep_rank_zero_logger
 
     # a pytorch_lightning library's Trainer: importing lightning.pytorch here must not repoint the rank-zero logger
     # that library may have silenced
     with keep_rank_zero_logger():
         try:
-            chosen = preset_from_environment(value)
+            chosen = preset_from_environment(presets)
         except EnvironmentSettingError as err:
             print(f"lightning_speedups: error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
-        return [_from_environment(chosen, value)]
+        return [_from_environment(chosen, presets)]
 
 
 def _from_environment(chosen: Preset, value: str) -> Any:

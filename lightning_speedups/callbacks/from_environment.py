@@ -71,7 +71,12 @@ class SpeedupsFromEnvironment(SpeedupCallback):
         if self.built_by_pack and getattr(trainer, self.built_by_pack, False):
             self.report(False, f"{self.source}: nothing added, the pack's CLI built this Trainer with its parts")
             return
-        theirs = [cb for cb in trainer.callbacks if isinstance(cb, SpeedupCallback) and cb is not self]
+        # the pack's parts the Trainer has already (a doctor that only watches, LIGHTNING_SPEEDUPS=fast+doctor, is none)
+        theirs = [
+            cb
+            for cb in trainer.callbacks
+            if isinstance(cb, SpeedupCallback) and cb is not self and not getattr(cb, "watches_only", False)
+        ]
         if theirs:
             self.report(
                 False,

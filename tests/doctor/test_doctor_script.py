@@ -1,0 +1,176 @@
+"""Issue 36: the doctor on the user's own command (``doctor [options] -- python train.py ARGS``), as most users
+train: a plain ``train.py`` that builds its own Trainer, no LightningCLI. The command runs as the user runs it,
+its output, errors and exit code stay its own, and the report of its first Trainer's first steps comes after."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """
+import sys
+
+import {pkg} as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        x = torch.randn(32)
+        for _ in range({work}):  # per-sample work in the loader, no workers
+            x = torch.tanh(x * 1.01)
+        return x, torch.tensor(i % 2)
+
+
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 2))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fit():
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(Net(), DataLoader(Slow(), batch_size=16))
+    print("SCRIPT global_step", trainer.global_step)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1] if len(sys.argv) > 1 else "fit"
+    if mode == "fails-first":
+        raise ValueError("my script cannot find its data")
+    if mode == "no-fit":
+        print("SCRIPT nothing to train")
+        sys.exit(0)
+    fit()
+    if mode == "twice":
+        fit()
+    if mode == "exit-3":
+        sys.exit(3)
+"""
+
+
+@pytest.fixture
+def folder(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT.format(pkg="lightning.pytorch", work=150))
+    (tmp_path / "train_pl.py").write_text(SCRIPT.format(pkg="pytorch_lightning", work=150))
+    return tmp_path
+
+
+def run(folder: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_speedups", *args],
+        cwd=folder,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("script", ["train.py", "train_pl.py"])
+def test_the_doctor_watches_a_plain_script_and_ends_its_fit_early(folder, script):
+    done = run(folder, "doctor", "--steps", "6", "--json", "report.json", "--", sys.executable, script)
+    out = done.stdout + done.stderr
+    assert "SCRIPT global_step 6" in done.stdout, out[-3000:]  # the script ran on, its fit ended after the watch
+    assert "T02" in done.stdout and "waiting for data" in done.stdout, out[-3000:]
+    assert done.stdout.index("SCRIPT global_step") < done.stdout.index("lightning_speedups doctor")  # report after
+    assert "watched the 1st Trainer, 6 training steps, its fit ended early" in done.stderr
+    doc = json.loads((folder / "report.json").read_text())
+    assert doc["watched"]["steps"] == 6 and doc["watched"]["trainer"] == 1
+    assert {f["tip"] for f in doc["findings"]} >= {"T01", "T02", "T24"}
+    assert done.returncode == doc["exit_code"] == (1 if doc["counts"].get("high") else 0)
+
+
+def test_full_lets_the_watched_fit_run_to_its_end(folder):
+    done = run(folder, "doctor", "--steps", "4", "--full", "--", sys.executable, "train.py")
+    assert "SCRIPT global_step 16" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    assert "its fit ended early" not in done.stderr
+
+
+def test_the_nth_trainer_is_watched_and_the_report_says_which(folder):
+    done = run(folder, "doctor", "--steps", "3", "--trainer", "2", "--", sys.executable, "train.py", "twice")
+    out = done.stdout + done.stderr
+    assert done.stdout.count("SCRIPT global_step") == 2, out[-3000:]
+    assert "SCRIPT global_step 16\nSCRIPT global_step 3" in done.stdout  # the first ran whole, the second was cut
+    assert "watched the 2nd Trainer of the 2 it built" in done.stderr, out[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "expect"),
+    [
+        ("fails-first", 1, "built no Trainer (exit code 1)"),
+        ("no-fit", 2, "built no Trainer (exit code 0)"),
+        ("exit-3", 3, "exited with code 3"),
+    ],
+)
+def test_the_command_is_the_users_its_errors_and_exit_code_kept(folder, mode, code, expect):
+    done = run(folder, "doctor", "--steps", "3", "--", sys.executable, "train.py", mode)
+    assert done.returncode == code, (done.stdout + done.stderr)[-3000:]
+    assert expect in done.stderr
+    if mode == "fails-first":
+        assert "ValueError: my script cannot find its data" in done.stderr  # its own traceback, as Python shows it
+        assert "bug in lightning_speedups" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--"], "nothing after `--`"),
+        (["--", sys.executable, "missing.py"], "no script 'missing.py'"),
+        (["--", "no-such-program-here"], "`no-such-program-here` is not a program"),
+        (["--stepz", "3", "--", sys.executable, "train.py"], "unrecognized arguments: --stepz"),
+        (["--steps", "0", "--", sys.executable, "train.py"], "--steps must be at least 1"),
+    ],
+)
+def test_a_bad_command_is_refused_in_one_line_before_any_work(folder, args, expect):
+    done = run(folder, "doctor", *args)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert expect in done.stderr and "Traceback" not in done.stderr
+    assert "SCRIPT" not in done.stdout
+
+
+def test_lightning_speedups_doctor_in_a_run_the_user_launches(folder):
+    """``LIGHTNING_SPEEDUPS=fast+doctor python train.py`` (a cluster job): the preset applies, the fit runs to its
+    end, the report is printed and written beside the run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS")}
+    env.update(LIGHTNING_SPEEDUPS="fast+doctor")
+    done = subprocess.run(
+        [sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "SCRIPT global_step 16" in done.stdout  # not stopped: it is the user's run
+    assert "lightning_speedups doctor" in done.stdout
+    assert "fast" in out and "LIGHTNING_SPEEDUPS=fast" in out  # the preset's summary line
+    doc = json.loads((folder / "lightning_speedups_doctor.json").read_text())
+    assert doc["watched"]["stopped_early"] is False and doc["watched"]["steps"] == 16  # the whole fit (fewer than 20)
+
+
+def test_without_the_doctor_word_nothing_is_watched(folder):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS")}
+    env.update(LIGHTNING_SPEEDUPS="fast")
+    done = subprocess.run(
+        [sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "lightning_speedups doctor" not in done.stdout and not (folder / "lightning_speedups_doctor.json").exists()
