@@ -53,6 +53,7 @@ from lightning_speedups.callbacks import (
 )
 from lightning_speedups.errors import SettingError, SettingTypeError
 from lightning_speedups.functional import HostReadCounter, ShapeTracker, SyncWatcher
+from lightning_speedups.functional.timing import StepPhases, Timeline
 from lightning_speedups.inspection import (
     SEVERITIES,
     Facts,
@@ -231,6 +232,7 @@ class SpeedAdvisor(SpeedupCallback):
         self._reported = False
         self._fit = False
         self._t0: float | None = None
+        self._phases: StepPhases | None = None  # where the watched steps' time goes (forward, backward, optimizer)
 
     # ------------------------------------------------------------------------------------ plumbing
     def _add(self, trainer: Trainer, key: str, cls: type, **kwargs: Any) -> None:
@@ -292,6 +294,7 @@ class SpeedAdvisor(SpeedupCallback):
         else:
             self._reads = HostReadCounter()
         self._tracker = ShapeTracker()
+        self._phases = StepPhases(Timeline(device if cuda else None, clock=self.clock))
         self._forward("setup", trainer, pl_module, stage)
         self.report(True, f"collecting evidence over the first {self.check_steps} steps; report at the end of fit")
 
@@ -331,6 +334,8 @@ class SpeedAdvisor(SpeedupCallback):
             self._reads.mark_all([batch])
             self._reads.start()
             self._log_watch.enter_context(self._reads.watching_log(pl_module))
+        if self._phases is not None:
+            self._phases.mark("start")
 
     @override
     def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
@@ -340,12 +345,16 @@ class SpeedAdvisor(SpeedupCallback):
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
         if self._in_window:
+            if self._phases is not None:
+                self._phases.mark("backward")
             self._forward("on_before_backward", trainer, pl_module, loss)
 
     @override
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
         if not self._in_window:
             return
+        if self._phases is not None:
+            self._phases.mark("optimizer")
         try:
             with torch.no_grad():
                 norm = _total_norm(p for g in optimizer.param_groups for p in g["params"])
@@ -360,6 +369,8 @@ class SpeedAdvisor(SpeedupCallback):
     ) -> None:
         if not self._in_window:
             return
+        if self._phases is not None:
+            self._phases.mark("end")
         if self._watcher is not None:
             self._watcher.stop()
         self._forward("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
@@ -489,6 +500,8 @@ class SpeedAdvisor(SpeedupCallback):
             f.unpinned = dict(getattr(nb, "unpinned", {}) or {})
             f.pinned_checked = self._batches > 0
         f.shape_tracker = self._tracker
+        if self._phases is not None:
+            f.phase_seconds = self._phases.seconds()
         if self._watcher is not None:
             f.sync_watcher = self._watcher
         if self._reads is not None:

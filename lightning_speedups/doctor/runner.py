@@ -41,6 +41,8 @@ from lightning_speedups.bench import BenchError
 from lightning_speedups.doctor.verify import VerifyOptions, VerifyReport, verify_findings
 from lightning_speedups.errors import SettingError
 from lightning_speedups.inspection import Facts, Finding, print_report, to_json
+from lightning_speedups.inspection.html import write_html
+from lightning_speedups.inspection.report import to_dict
 from lightning_speedups.session import UsageError, build, resolve_config_args
 from lightning_speedups.trainer.namespace import is_lightning
 
@@ -324,6 +326,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=5, help="training steps to watch (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.add_argument(
+        "--html", metavar="FILE", default=None, help="also write the report as one self-contained HTML file (no JS)"
+    )
+    p.add_argument(
         "--fail-on",
         choices=FAIL_ON,
         default="high",
@@ -410,6 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(to_json(result, fail_on=ns.fail_on))
         return 2
     code = result.exit_code(ns.fail_on)
+    if ns.html:
+        write_html(ns.html, to_dict(result, fail_on=ns.fail_on))
     if ns.json:
         print(to_json(result, fail_on=ns.fail_on))
     else:

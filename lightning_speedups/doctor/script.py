@@ -33,6 +33,7 @@ from lightning_speedups.advisor import SpeedAdvisor
 from lightning_speedups.doctor.runner import FAIL_ON, DoctorResult
 from lightning_speedups.environment import DOCTOR_OPTIONS_VAR, DOCTOR_TOKEN, ENV_VAR
 from lightning_speedups.inspection import print_report, to_json
+from lightning_speedups.inspection.html import write_html
 
 __all__ = ["ScriptDoctor", "WatchOptions", "check_command", "main", "run_command"]
 
@@ -140,7 +141,9 @@ def _with_doctor(value: Optional[str]) -> str:
     return value if DOCTOR_TOKEN in words else f"{value.strip()}+{DOCTOR_TOKEN}"
 
 
-def run_command(command: Sequence[str], options: WatchOptions, json_path: Optional[str] = None) -> int:
+def run_command(
+    command: Sequence[str], options: WatchOptions, json_path: Optional[str] = None, html_path: Optional[str] = None
+) -> int:
     """Run ``command`` with the doctor watching its ``options.trainer``-th Trainer; print the report after the
     command's own output; return the command's exit code when it failed, else the doctor's."""
     why = check_command(command)
@@ -157,10 +160,17 @@ def run_command(command: Sequence[str], options: WatchOptions, json_path: Option
         except KeyboardInterrupt:  # the command got the Ctrl+C too: what it measured is written on its way out
             process.send_signal(signal.SIGINT)
             code = process.wait()
-        return _report(command, Path(out), code, options, json_path)
+        return _report(command, Path(out), code, options, json_path, html_path)
 
 
-def _report(command: Sequence[str], out: Path, code: int, options: WatchOptions, json_path: Optional[str]) -> int:
+def _report(
+    command: Sequence[str],
+    out: Path,
+    code: int,
+    options: WatchOptions,
+    json_path: Optional[str],
+    html_path: Optional[str],
+) -> int:
     built = int((out / "trainers").read_text()) if (out / "trainers").is_file() else 0
     report = out / "report.json"
     shown = " ".join(command)
@@ -182,6 +192,8 @@ def _report(command: Sequence[str], out: Path, code: int, options: WatchOptions,
     )
     if json_path:
         Path(json_path).write_text(report.read_text())
+    if html_path:
+        write_html(html_path, doc)
     if code != 0:
         print(f"error: `{shown}` exited with code {code} (its own output is above)", file=sys.stderr)
         return code
@@ -203,6 +215,7 @@ def _script_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="let the watched fit run to its end (default: it ends early)")
     p.add_argument("--trainer", type=int, default=1, metavar="N", help="watch the N-th Trainer the command builds")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON to FILE")
+    p.add_argument("--html", metavar="FILE", default=None, help="also write it as one self-contained HTML file")
     p.add_argument("--fail-on", choices=FAIL_ON, default="high", help="exit 1 at a finding this severe (default high)")
     p.add_argument("--no-lint", action="store_true", help="do not lint the source files of the model and data")
     p.add_argument("--hide-ok", action="store_true", help="do not list the tips that were checked and found fine")
@@ -227,4 +240,4 @@ def main(options: Sequence[str], command: Sequence[str]) -> int:
         show_ok=not ns.hide_ok,
         lint=not ns.no_lint,
     )
-    return run_command(command, watch, json_path=ns.json)
+    return run_command(command, watch, json_path=ns.json, html_path=ns.html)

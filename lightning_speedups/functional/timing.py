@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from lightning_speedups.errors import SettingError
 
-__all__ = ["Timeline", "gain_verdict", "noise_of", "ratio_interval", "t95"]
+__all__ = ["StepPhases", "Timeline", "gain_verdict", "noise_of", "ratio_interval", "t95"]
 
 
 class Timeline:
@@ -68,6 +68,60 @@ class Timeline:
         if isinstance(a, (int, float)):
             return float(b - a)
         return float(a.elapsed_time(b)) / 1000.0
+
+
+class StepPhases:
+    """Where a training step's time goes: marks at its phase boundaries (``start``, ``backward`` when the loss is
+    handed to backward, ``optimizer`` before the optimizer steps, ``end``) over a window of steps, and the median
+    seconds of each phase, the first step left out (its warm-up) when there are more.
+
+    Examples:
+        >>> ticks = iter([0.0, 1.0, 3.0, 3.5,  4.0, 4.2, 4.6, 4.7,  5.0, 5.2, 5.6, 5.7])
+        >>> phases = StepPhases(Timeline(clock=lambda: next(ticks)))
+        >>> for _ in range(3):
+        ...     for point in ("start", "backward", "optimizer", "end"):
+        ...         phases.mark(point)
+        >>> {k: round(v, 3) for k, v in phases.seconds().items()}
+        {'forward': 0.2, 'backward': 0.4, 'optimizer': 0.1}
+    """
+
+    #: each phase and the marks it lies between
+    PHASES = (
+        ("forward", "start", "backward"),
+        ("backward", "backward", "optimizer"),
+        ("optimizer", "optimizer", "end"),
+    )
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.timeline = timeline
+        self.steps: list[dict[str, Any]] = []
+        self._current: Optional[dict[str, Any]] = None
+
+    def mark(self, point: str) -> None:
+        """Mark ``point`` of the current step (``start`` opens a step, ``end`` closes it; a repeated point keeps its
+        first mark: accumulation's later micro-batches run inside the same step)."""
+        if point == "start":
+            self._current = {"start": self.timeline.mark()}
+            return
+        if self._current is None or point in self._current:
+            return
+        self._current[point] = self.timeline.mark()
+        if point == "end":
+            self.steps.append(self._current)
+            self._current = None
+
+    def seconds(self) -> dict[str, float]:
+        """The median seconds of each phase over the marked steps (``{}`` before a step ended)."""
+        if not self.steps:
+            return {}
+        self.timeline.sync()
+        steps = self.steps[1:] if len(self.steps) > 1 else self.steps
+        out: dict[str, float] = {}
+        for name, a, b in self.PHASES:
+            spans = [self.timeline.seconds(step[a], step[b]) for step in steps if a in step and b in step]
+            if spans:
+                out[name] = statistics.median(spans)
+        return out
 
 
 #: two-sided 95% quantiles of Student's t, by degrees of freedom (1..30; above: the normal's 1.96)

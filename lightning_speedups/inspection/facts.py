@@ -116,6 +116,7 @@ class Facts:
     seconds: float | None = None
     data_wait_fraction: float | None = None
     data_wait_steps: int = 0
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # median forward / backward / optimizer seconds
     input_stats: dict[str, Any] = field(default_factory=dict)
     input_problems: dict[str, list[str]] = field(default_factory=dict)
     input_batches: int = 0

@@ -5,21 +5,29 @@ Printed by ``python -m lightning_speedups doctor`` and by the
 findings and facts (each finding carries its tip's slug and title), so it sits in the inspection
 layer, below the tip registry.
 
-The terminal report opens with what ran (model, data, device, precision, steps), then a summary in
+The terminal report opens with what ran (model, data, device, precision, steps) and the one primary verdict
+(:func:`~lightning_speedups.inspection.verdict.primary_verdict`: where the step time goes, its numbers, the
+change), then a summary in
 the three principles of the second seed document (time on I/O, overlap, memory; the rest is
 compute), then the findings grouped by severity (each with its evidence and fix), then the tips
 that were checked and found fine, then those not checked here with the reason.
 
 ``--json`` prints one object::
 
-    {"tool": "lightning_speedups doctor", "version": 1, "model": ..., "device": ..., "steps": ...,
+    {"tool": "lightning_speedups doctor", "version": 2, "model": ..., "device": ..., "steps": ...,
+     "verdict": {"name": "input-bound", "headline": "93% of the step waits for data (data 93%, forward 2%,
+                 ...)", "fix": "LIGHTNING_SPEEDUPS=fast ...", "tip": "T02",
+                 "shares": {"data": 0.93, "forward": 0.02, "backward": 0.03, "optimizer": 0.02}},
      "exit_code": 0, "fail_on": "high", "counts": {"high": 0, "medium": 1, "low": 3, "ok": 12,
      "not-checked": 8, "demoted": 0}, "principles": {...}, "error": null, "verify": null,
      "findings": [{"tip": "T01", "slug": "lr-schedule", "status": "finding", "severity": "low",
                    "evidence": "...", "fix": "...", "title": ..., "principle": ..., "check": ...,
                    "items": [...], "notes": [...], "measured": null}, ...]}
 
-with exactly one entry per tip T01-T24 in ``findings``. With ``doctor --verify``, ``verify`` says what
+with exactly one entry per tip T01-T24 in ``findings``. ``verdict.name`` is one of ``debug-tools``,
+``input-bound``, ``host-reads``, ``precision``, ``balanced``, ``not-measured`` (version 2 added ``verdict``; the
+doctor on a command, ``doctor -- python train.py``, adds ``watched``: ``trainer``, ``steps``, ``stopped_early``,
+``command``). With ``doctor --verify``, ``verify`` says what
 was timed (``timed``, ``repeats``, ``steps``, ``noise_floor``, ``seconds``, ``notes``, ``error``) and
 each finding's ``measured`` holds its ``verdict`` (``pays`` / ``no-gain`` / ``slower`` / ``failed`` /
 ``not-timed``), ``figure``, ``ratio``, ``ci95`` and, when demoted, ``severity_before``. A demoted
@@ -36,6 +44,7 @@ from typing import Any
 
 from lightning_speedups.inspection.facts import Facts
 from lightning_speedups.inspection.findings import PRINCIPLES, SEVERITIES, Finding
+from lightning_speedups.inspection.verdict import primary_verdict
 from lightning_speedups.inspection.words import device_words
 
 __all__ = ["counts", "principle_summary", "print_report", "to_dict", "to_json"]
@@ -117,8 +126,9 @@ def to_dict(result: Any, fail_on: str = "high") -> dict[str, Any]:
     """The JSON object of a :class:`~lightning_speedups.doctor.runner.DoctorResult`."""
     findings = list(result.findings)
     facts = result.facts
-    doc: dict[str, Any] = {"tool": "lightning_speedups doctor", "version": 1}
+    doc: dict[str, Any] = {"tool": "lightning_speedups doctor", "version": 2}
     doc.update(_meta(facts, result))
+    doc["verdict"] = primary_verdict(findings, facts).to_dict()
     doc.update(
         {
             "exit_code": result.exit_code(fail_on),
@@ -163,10 +173,12 @@ def print_report(
     console: Any = None,
 ) -> None:
     """Print the report with rich (to ``console``, default stdout)."""
+    from rich.markup import escape
     from rich.panel import Panel
 
     con = _console(console)
     con.print(Panel(_header(facts, result), title=title, expand=False))
+    con.print(f"[bold]Verdict[/bold] {escape(primary_verdict(findings, facts).line())}\n")
     _print_principles(con, findings, facts)
     _print_findings(con, findings)
     _print_fine_and_unchecked(con, findings, show_ok)

@@ -89,7 +89,9 @@ def run(folder: Path, *args: str, env: dict | None = None) -> subprocess.Complet
 
 @pytest.mark.parametrize("script", ["train.py", "train_pl.py"])
 def test_the_doctor_watches_a_plain_script_and_ends_its_fit_early(folder, script):
-    done = run(folder, "doctor", "--steps", "6", "--json", "report.json", "--", sys.executable, script)
+    done = run(
+        folder, "doctor", "--steps", "6", "--json", "report.json", "--html", "report.html", "--", sys.executable, script
+    )
     out = done.stdout + done.stderr
     assert "SCRIPT global_step 6" in done.stdout, out[-3000:]  # the script ran on, its fit ended after the watch
     assert "T02" in done.stdout and "waiting for data" in done.stdout, out[-3000:]
@@ -98,7 +100,29 @@ def test_the_doctor_watches_a_plain_script_and_ends_its_fit_early(folder, script
     doc = json.loads((folder / "report.json").read_text())
     assert doc["watched"]["steps"] == 6 and doc["watched"]["trainer"] == 1
     assert {f["tip"] for f in doc["findings"]} >= {"T01", "T02", "T24"}
+    assert doc["verdict"]["name"] == "input-bound" and doc["verdict"]["shares"]["data"] >= 0.3  # the planted cause
+    assert "Verdict INPUT-BOUND" in done.stdout
+    check_html((folder / "report.html").read_text(encoding="utf-8"), doc)
     assert done.returncode == doc["exit_code"] == (1 if doc["counts"].get("high") else 0)
+
+
+def check_html(page: str, doc: dict) -> None:
+    """One self-contained file: well-formed (a strict XML parser reads it), no script, nothing fetched (every image
+    inline), and the same verdict and findings as the JSON."""
+    import xml.etree.ElementTree as ET
+
+    assert page.startswith("<!DOCTYPE html>")
+    root = ET.fromstring(page.removeprefix("<!DOCTYPE html>"))
+    tags = {el.tag.split("}")[-1] for el in root.iter()}
+    assert "script" not in tags and "iframe" not in tags and "svg" in tags
+    for el in root.iter():
+        for attr in ("src", "href"):
+            value = el.get(attr)
+            assert value is None or value.startswith("data:"), (el.tag, value)
+    text = "".join(root.itertext())
+    assert doc["verdict"]["name"].upper() in text and doc["verdict"]["headline"] in text
+    for f in doc["findings"]:
+        assert f["tip"] in text
 
 
 def test_full_lets_the_watched_fit_run_to_its_end(folder):
@@ -174,3 +198,56 @@ def test_without_the_doctor_word_nothing_is_watched(folder):
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "lightning_speedups doctor" not in done.stdout and not (folder / "lightning_speedups_doctor.json").exists()
+
+
+BALANCED = """
+import lightning.pytorch as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+if __name__ == "__main__":
+    data = TensorDataset(torch.randn(2048, 256), torch.randint(0, 10, (2048,)))
+    trainer = pl.Trainer(max_steps=12, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(Net(), DataLoader(data, batch_size=128))
+"""
+
+
+@pytest.mark.parametrize("bf16", ["0", "1"])
+def test_a_balanced_script_gets_no_invented_cause(folder, bf16):
+    """Data in memory, no planted cause: not input-bound; a precision verdict only where the pack sees faster bf16
+    kernels (LIGHTNING_SPEEDUPS_CPU_BF16 forces its view either way), never where there are none."""
+    (folder / "balanced.py").write_text(BALANCED)
+    done = run(  # the report is read from its JSON
+        folder,
+        "doctor",
+        "--steps",
+        "8",
+        "--json",
+        "b.json",
+        "--",
+        sys.executable,
+        "balanced.py",
+        env={"LIGHTNING_SPEEDUPS_CPU_BF16": bf16},
+    )
+    assert done.returncode in (0, 1), (done.stdout + done.stderr)[-3000:]
+    doc = json.loads((folder / "b.json").read_text())
+    verdict = doc["verdict"]
+    assert verdict["name"] in (("balanced", "precision") if bf16 == "1" else ("balanced",)), verdict
+    assert verdict["shares"] and abs(sum(verdict["shares"].values()) - 1) < 1e-6
+    t05 = next(f for f in doc["findings"] if f["tip"] == "T05")
+    assert (t05["status"] == "finding") == (bf16 == "1"), t05
