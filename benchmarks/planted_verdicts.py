@@ -1,0 +1,55 @@
+"""The doctor's verdict on planted bottlenecks (issue 36), each a plain `train.py`-style script in
+benchmarks/planted/, run as a user runs it: `doctor --json -- python SCRIPT`. Prints one row per script and view:
+the planted cause, the verdict, its shares of the step and its change.
+
+    python benchmarks/planted_verdicts.py
+
+Each script runs twice: with this machine's own view of its bf16 kernels, and with LIGHTNING_SPEEDUPS_CPU_BF16=0
+(as on a CPU without them, where a precision verdict must never appear).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "planted"
+PLANTED = {
+    "input_bound.py": "input-bound",
+    "host_reads.py": "host reads (they stall a GPU; a CPU does not wait)",
+    "tiny_model.py": "per-op overhead",
+    "fp32_compute.py": "fp32 compute (where a faster precision exists)",
+    "balanced.py": "nothing",
+}
+VIEWS = {"this CPU's": {}, "none (forced)": {"LIGHTNING_SPEEDUPS_CPU_BF16": "0"}}
+
+
+def verdict_of(script: str, env: dict) -> dict | None:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "report.json")
+        command = [sys.executable, "-m", "lightning_speedups", "doctor", "--steps", "20", "--json", str(out), "--"]
+        subprocess.run(
+            [*command, sys.executable, script], cwd=HERE, env=env, capture_output=True, text=True, timeout=900
+        )
+        return json.loads(out.read_text())["verdict"] if out.is_file() else None
+
+
+def main() -> int:
+    print("| script | planted | bf16 kernels | verdict | shares of the step | change |")
+    print("|---|---|---|---|---|---|")
+    for script, planted in PLANTED.items():
+        for view, extra in VIEWS.items():
+            verdict = verdict_of(script, {**os.environ, **extra})
+            if verdict is None:
+                print(f"| {script} | {planted} | {view} | (no report) | | |")
+                continue
+            shares = ", ".join(f"{k} {v:.0%}" for k, v in verdict["shares"].items())
+            fix = (verdict["fix"] or "")[:90]
+            print(f"| {script} | {planted} | {view} | {verdict['name']} | {shares} | {fix} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
