@@ -48,12 +48,17 @@ def test_the_ddp_preset_builds_the_strategy_that_keeps_static_graph_from_accumul
     assert isinstance(preset("ddp").trainer_kwargs(accelerator="cpu")["strategy"], SpeedupsDDPStrategy)
 
 
+#: what a launcher sets for a process group; a fresh command starts without them
+_LAUNCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE")
+
+
 def test_the_fsdp_preset_on_one_process_trains_a_model_with_an_example_input(tmp_path):
     """Tried as a user would (``fit --config fsdp.yaml`` on the embedded default, one CPU process): Lightning's model
     summary ran ``example_input_array`` through the bare model, outside FSDP's root; its inner units then took
     themselves for roots, the checkpointing trial stepped aside on FSDP's ``_is_root`` assertion and the checkpoint
     save failed (exit 1). The summary now goes without the example (said so), the Safeguard does not try steps
     outside FSDP's root, and the fit completes with its checkpoint written."""
+    import os
     import subprocess
     import sys
 
@@ -75,6 +80,9 @@ def test_the_fsdp_preset_on_one_process_trains_a_model_with_an_example_input(tmp
             "false",
         ],
         cwd=tmp_path,
+        # the user's environment, not what an earlier test of this process left in os.environ (Lightning's
+        # in-process DDP/FSDP tests leave MASTER_PORT behind: a port in use by then)
+        env={k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS") and k not in _LAUNCH_VARS},
         capture_output=True,
         text=True,
         timeout=300,

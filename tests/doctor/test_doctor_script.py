@@ -74,8 +74,12 @@ def folder(tmp_path):
     return tmp_path
 
 
+#: what a launcher sets for a process group (Lightning's in-process tests leave MASTER_PORT behind)
+LAUNCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE")
+
+
 def run(folder: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS")}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS") and k not in LAUNCH_VARS}
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "lightning_speedups", *args],
@@ -176,7 +180,7 @@ def test_a_bad_command_is_refused_in_one_line_before_any_work(folder, args, expe
 def test_lightning_speedups_doctor_in_a_run_the_user_launches(folder):
     """``LIGHTNING_SPEEDUPS=fast+doctor python train.py`` (a cluster job): the preset applies, the fit runs to its
     end, the report is printed and written beside the run."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS") and k not in LAUNCH_VARS}
     env.update(LIGHTNING_SPEEDUPS="fast+doctor")
     done = subprocess.run(
         [sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=300
@@ -191,7 +195,7 @@ def test_lightning_speedups_doctor_in_a_run_the_user_launches(folder):
 
 
 def test_without_the_doctor_word_nothing_is_watched(folder):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS") and k not in LAUNCH_VARS}
     env.update(LIGHTNING_SPEEDUPS="fast")
     done = subprocess.run(
         [sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=300
@@ -210,7 +214,7 @@ from torch.utils.data import DataLoader, TensorDataset
 class Net(pl.LightningModule):
     def __init__(self):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+        self.net = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
     def training_step(self, batch, batch_idx):
         x, y = batch
