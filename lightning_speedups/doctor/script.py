@@ -20,7 +20,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -157,9 +156,10 @@ def run_command(
         process = subprocess.Popen(list(command), env=env)
         try:
             code = process.wait()
-        except KeyboardInterrupt:  # the command got the Ctrl+C too: what it measured is written on its way out
-            process.send_signal(signal.SIGINT)
-            code = process.wait()
+        except KeyboardInterrupt:  # the command got the Ctrl+C too (one process group): it writes what it measured
+            process.wait()
+            _report(command, Path(out), 0, options, json_path, html_path)
+            return 130
         return _report(command, Path(out), code, options, json_path, html_path)
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 SCRIPT = """
+import os
+import signal
 import sys
 
 import {pkg} as pl
@@ -45,6 +47,15 @@ class Net(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+def interrupting(step):
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 4:  # Ctrl+C in a terminal: SIGINT to the whole process group (the doctor and the script)
+            os.killpg(os.getpgrp(), signal.SIGINT)
+        return step(self, batch, batch_idx)
+
+    return training_step
+
+
 def fit():
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
@@ -56,6 +67,8 @@ if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "fit"
     if mode == "fails-first":
         raise ValueError("my script cannot find its data")
+    if mode == "interrupt":
+        Net.training_step = interrupting(Net.training_step)
     if mode == "no-fit":
         print("SCRIPT nothing to train")
         sys.exit(0)
@@ -255,3 +268,36 @@ def test_a_balanced_script_gets_no_invented_cause(folder, bf16):
     assert verdict["shares"] and abs(sum(verdict["shares"].values()) - 1) < 1e-6
     t05 = next(f for f in doc["findings"] if f["tip"] == "T05")
     assert (t05["status"] == "finding") == (bf16 == "1"), t05
+
+
+def test_ctrl_c_keeps_what_was_measured(folder):
+    """Ctrl+C reaches the doctor and the command (one process group): the command stops as Lightning stops it, the
+    steps watched until then are reported and written, and the doctor exits 130."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_SPEEDUPS") and k not in LAUNCH_VARS}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_speedups",
+            "doctor",
+            "--steps",
+            "10",
+            "--json",
+            "r.json",
+            "--",
+            sys.executable,
+            "train.py",
+            "interrupt",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 130, out[-3000:]
+    doc = json.loads((folder / "r.json").read_text())
+    assert 0 < doc["watched"]["steps"] < 10 and "KeyboardInterrupt" in (doc["error"] or ""), doc["watched"]
+    assert "lightning_speedups doctor" in done.stdout
