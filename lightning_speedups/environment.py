@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from lightning_speedups.errors import SettingError
 
@@ -49,6 +49,11 @@ DOCTOR_TOKEN = "doctor"
 DOCTOR_OPTIONS_VAR = "LIGHTNING_SPEEDUPS_DOCTOR"
 #: set on a Trainer that the pack's CLI (or doctor, bench) built: its parts are there already
 BUILT_BY_PACK = "_lightning_speedups_built"
+
+
+def asks_for_doctor(value: Optional[str]) -> bool:
+    """Whether a ``LIGHTNING_SPEEDUPS`` value names the doctor (``doctor``, ``fast+doctor``)."""
+    return bool(value) and DOCTOR_TOKEN in [part.strip() for part in str(value).split("+")]
 
 
 class EnvironmentSettingError(SettingError):

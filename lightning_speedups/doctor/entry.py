@@ -6,17 +6,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from lightning_speedups.environment import DOCTOR_OPTIONS_VAR, DOCTOR_TOKEN, ENV_VAR
+from lightning_speedups.environment import DOCTOR_OPTIONS_VAR, ENV_VAR, asks_for_doctor
 from lightning_speedups.errors import SettingError
 
-__all__ = ["asks_for_doctor", "callbacks_factory", "watch_options"]
-
-
-def asks_for_doctor(value: Optional[str]) -> bool:
-    """Whether a ``LIGHTNING_SPEEDUPS`` value names the doctor (``doctor``, ``fast+doctor``)."""
-    return bool(value) and DOCTOR_TOKEN in [part.strip() for part in str(value).split("+")]
+__all__ = ["callbacks_factory", "watch_options"]
 
 
 def watch_options() -> dict[str, Any]:

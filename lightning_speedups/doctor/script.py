@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from lightning_speedups.advisor import SpeedAdvisor
 from lightning_speedups.doctor.runner import FAIL_ON, DoctorResult
-from lightning_speedups.environment import DOCTOR_OPTIONS_VAR, DOCTOR_TOKEN, ENV_VAR
+from lightning_speedups.environment import DOCTOR_OPTIONS_VAR, DOCTOR_TOKEN, ENV_VAR, asks_for_doctor
 from lightning_speedups.inspection import print_report, to_json
 from lightning_speedups.inspection.html import write_html
 
@@ -136,8 +136,7 @@ def check_command(command: Sequence[str]) -> Optional[str]:
 def _with_doctor(value: Optional[str]) -> str:
     if not value or not value.strip():
         return DOCTOR_TOKEN
-    words = [part.strip() for part in value.split("+")]
-    return value if DOCTOR_TOKEN in words else f"{value.strip()}+{DOCTOR_TOKEN}"
+    return value if asks_for_doctor(value) else f"{value.strip()}+{DOCTOR_TOKEN}"
 
 
 def run_command(
