@@ -127,6 +127,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             cut = args.index("--")
             return script_doctor(args[1:cut], args[cut + 1 :])
+        if command == "bench" and "--" in args:  # bench on the user's own command
+            from lightning_speedups.bench.script import main as script_bench
+
+            cut = args.index("--")
+            return script_bench(args[1:cut], args[cut + 1 :])
         if command == "doctor":
             from lightning_speedups.doctor import main as doctor_main
 

@@ -47,6 +47,8 @@ ENV_VAR = "LIGHTNING_SPEEDUPS"
 DOCTOR_TOKEN = "doctor"
 #: the doctor command's options for the process it watches (JSON)
 DOCTOR_OPTIONS_VAR = "LIGHTNING_SPEEDUPS_DOCTOR"
+#: the bench command's options for the process it times (JSON; see :mod:`lightning_speedups.bench.script_watch`)
+BENCH_OPTIONS_VAR = "LIGHTNING_SPEEDUPS_BENCH"
 #: set on a Trainer that the pack's CLI (or doctor, bench) built: its parts are there already
 BUILT_BY_PACK = "_lightning_speedups_built"
 

@@ -28,7 +28,7 @@ from lightning_speedups.bench.args import override_args
 from lightning_speedups.callbacks import AutoProbe, SpeedupCallback
 from lightning_speedups.trainer.attributes import set_at_init
 
-__all__ = ["child_main", "main", "run_variant"]
+__all__ = ["child_main", "main", "parts_of", "run_variant"]
 
 
 def _first_line(err: BaseException) -> str:
@@ -48,8 +48,8 @@ def _is_oom(err: BaseException) -> bool:
     return "out of memory" in text or "can't allocate memory" in text
 
 
-def _parts(trainer: Any) -> list[list[str]]:
-    """``[part, tip, state, reason]`` of every part of the pack on the trainer."""
+def parts_of(trainer: Any) -> list[list[str]]:
+    """``[part, tip, state, reason]`` of every part of the pack on the trainer (its callbacks and its summary)."""
     out = []
     for cb in trainer.callbacks:
         if isinstance(cb, SpeedupCallback) and cb.status is not None:
@@ -124,7 +124,7 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         result["reason"] = f"out of memory ({why})" if _is_oom(err) else f"{stage} failed: {why}"
         result["traceback"] = traceback.format_exc(limit=20)
         try:
-            result["parts"] = _parts(cli.trainer)  # cli is unbound when the build failed: a NameError, swallowed
+            result["parts"] = parts_of(cli.trainer)  # cli is unbound when the build failed: a NameError, swallowed
         except Exception:  # swallowed on purpose: the run failed and says why above; its parts are extra
             pass
     finally:
@@ -171,7 +171,7 @@ def _leave_the_end_to_the_probe(trainer: Any) -> None:
 
 def _verdict(result: dict[str, Any], spec: Mapping[str, Any], probe: Any, target: Any, trainer: Any) -> dict[str, Any]:
     """The figures of a run that trained, and whether it is ``ok``: all batches timed, or the target checked."""
-    result["parts"] = _parts(trainer)
+    result["parts"] = parts_of(trainer)
     result.update(probe.results())
     if target is not None:
         result["cap_s"] = probe.max_time

@@ -1,5 +1,7 @@
-"""Lightning's callback entry point for the doctor (both packages, beside the preset one): imports nothing heavy
-unless ``LIGHTNING_SPEEDUPS`` names ``doctor`` (see :mod:`lightning_speedups.doctor.script`)."""
+"""Lightning's callback entry point for the pack's watchers of a command it did not write (both packages, beside the
+preset one): the doctor when ``LIGHTNING_SPEEDUPS`` names ``doctor`` (:mod:`lightning_speedups.doctor.script`), and
+bench's timer when ``bench -- COMMAND`` runs it (:mod:`lightning_speedups.bench.script_watch`). It imports nothing
+heavy while neither is asked for."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lightning_speedups.environment import DOCTOR_OPTIONS_VAR, ENV_VAR, asks_for_doctor
+from lightning_speedups.environment import BENCH_OPTIONS_VAR, DOCTOR_OPTIONS_VAR, ENV_VAR, asks_for_doctor
 from lightning_speedups.errors import SettingError
 
 __all__ = ["callbacks_factory", "watch_options"]
@@ -34,7 +36,12 @@ _BUILT = [0]
 
 def callbacks_factory() -> list[Any]:
     """A :class:`~lightning_speedups.doctor.script.ScriptDoctor` for the Trainer the doctor watches when
-    ``LIGHTNING_SPEEDUPS`` names ``doctor``; ``[]`` otherwise."""
+    ``LIGHTNING_SPEEDUPS`` names ``doctor``, bench's timer for the Trainer ``bench -- COMMAND`` times; ``[]``
+    otherwise."""
+    if os.environ.get(BENCH_OPTIONS_VAR):
+        from lightning_speedups.bench.script_watch import callbacks_factory as timer
+
+        return timer()
     if not asks_for_doctor(os.environ.get(ENV_VAR)):
         return []
     options = watch_options()

@@ -19,7 +19,6 @@ import argparse
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,12 +28,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lightning_speedups.advisor import SpeedAdvisor
+from lightning_speedups.bench.script import check_command
 from lightning_speedups.doctor.runner import FAIL_ON, DoctorResult
 from lightning_speedups.environment import DOCTOR_OPTIONS_VAR, DOCTOR_TOKEN, ENV_VAR, asks_for_doctor
 from lightning_speedups.inspection import print_report, to_json
 from lightning_speedups.inspection.html import write_html
 
-__all__ = ["ScriptDoctor", "WatchOptions", "check_command", "main", "run_command"]
+__all__ = ["ScriptDoctor", "WatchOptions", "main", "run_command"]
 
 
 @dataclass
@@ -118,21 +118,6 @@ class ScriptDoctor(SpeedAdvisor):
 
 
 # --------------------------------------------------------------------------------------- the doctor command
-def check_command(command: Sequence[str]) -> Optional[str]:
-    """Why ``command`` cannot run (one line), before any work; ``None`` when it can."""
-    if not command:
-        return "nothing after `--`: give the command you train with, e.g. `doctor -- python train.py`"
-    program = command[0]
-    if shutil.which(program) is None and not Path(program).is_file():
-        return f"`{program}` is not a program on PATH nor a file (the command after `--`)"
-    name = Path(program).name
-    if name.startswith("python") and len(command) > 1 and not command[1].startswith("-"):
-        script = command[1]
-        if not Path(script).is_file():
-            return f"no script {script!r} (in {os.getcwd()}): the command after `--` is run as you would run it"
-    return None
-
-
 def _with_doctor(value: Optional[str]) -> str:
     if not value or not value.strip():
         return DOCTOR_TOKEN
@@ -140,10 +125,15 @@ def _with_doctor(value: Optional[str]) -> str:
 
 
 def run_command(
-    command: Sequence[str], options: WatchOptions, json_path: Optional[str] = None, html_path: Optional[str] = None
+    command: Sequence[str],
+    options: WatchOptions,
+    json_path: Optional[str] = None,
+    html_path: Optional[str] = None,
+    verify: Optional[Any] = None,
 ) -> int:
     """Run ``command`` with the doctor watching its ``options.trainer``-th Trainer; print the report after the
-    command's own output; return the command's exit code when it failed, else the doctor's."""
+    command's own output; return the command's exit code when it failed, else the doctor's. ``verify`` (a
+    :class:`~lightning_speedups.bench.script.ScriptBenchOptions`): then time the findings' fixes on the command."""
     why = check_command(command)
     if why is not None:
         print(f"error: {why}", file=sys.stderr)
@@ -159,7 +149,7 @@ def run_command(
             process.wait()
             _report(command, Path(out), 0, options, json_path, html_path)
             return 130
-        return _report(command, Path(out), code, options, json_path, html_path)
+        return _report(command, Path(out), code, options, json_path, html_path, verify)
 
 
 def _report(
@@ -169,6 +159,7 @@ def _report(
     options: WatchOptions,
     json_path: Optional[str],
     html_path: Optional[str],
+    verify: Optional[Any] = None,
 ) -> int:
     built = int((out / "trainers").read_text()) if (out / "trainers").is_file() else 0
     report = out / "report.json"
@@ -189,8 +180,14 @@ def _report(
         f"doctor: watched the {_nth(options.trainer)} Trainer{others}, {watched.get('steps', 0)} training steps{early}",
         file=sys.stderr,
     )
+    if verify is not None and code == 0:
+        from lightning_speedups.doctor.script_verify import verify_command
+
+        verify.trainer = options.trainer
+        for line in verify_command(list(command), doc, verify, fail_on=options.fail_on):
+            print(line)
     if json_path:
-        Path(json_path).write_text(report.read_text())
+        Path(json_path).write_text(json.dumps(doc, indent=2, default=str) + "\n")
     if html_path:
         write_html(html_path, doc)
     if code != 0:
@@ -218,6 +215,11 @@ def _script_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on", choices=FAIL_ON, default="high", help="exit 1 at a finding this severe (default high)")
     p.add_argument("--no-lint", action="store_true", help="do not lint the source files of the model and data")
     p.add_argument("--hide-ok", action="store_true", help="do not list the tips that were checked and found fine")
+    p.add_argument("--verify", action="store_true", help="then time each finding's fix on the command (as bench --)")
+    p.add_argument(
+        "--verify-steps", type=int, default=20, metavar="N", help="timed steps per --verify run (default 20)"
+    )
+    p.add_argument("--verify-repeats", type=int, default=3, metavar="N", help="paired repeats of --verify (default 3)")
     return p
 
 
@@ -227,7 +229,12 @@ def main(options: Sequence[str], command: Sequence[str]) -> int:
         ns = _script_parser().parse_args(list(options))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    for name, value in (("--steps", ns.steps), ("--trainer", ns.trainer)):
+    for name, value in (
+        ("--steps", ns.steps),
+        ("--trainer", ns.trainer),
+        ("--verify-steps", ns.verify_steps),
+        ("--verify-repeats", ns.verify_repeats),
+    ):
         if value < 1:
             print(f"error: {name} must be at least 1, got {value}", file=sys.stderr)
             return 2
@@ -239,4 +246,9 @@ def main(options: Sequence[str], command: Sequence[str]) -> int:
         show_ok=not ns.hide_ok,
         lint=not ns.no_lint,
     )
-    return run_command(command, watch, json_path=ns.json, html_path=ns.html)
+    verify = None
+    if ns.verify:
+        from lightning_speedups.bench.script import ScriptBenchOptions
+
+        verify = ScriptBenchOptions(steps=ns.verify_steps, repeats=ns.verify_repeats)
+    return run_command(command, watch, json_path=ns.json, html_path=ns.html, verify=verify)
