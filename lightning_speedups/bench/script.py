@@ -273,6 +273,9 @@ class CommandBench:
         self.repeats_done = 0
         self.noise = 0.0
         self.pick: Optional[Candidate] = None
+        #: the loss sanity check's tolerance, widened to twice the A/A pair's own loss difference (scripts seed or
+        #: sample as they like: two plain runs of a library that draws random windows differ by 15%)
+        self.loss_tolerance = options.loss_tolerance
         self.seconds = 0.0
         self.interrupted = False
 
@@ -367,13 +370,15 @@ class CommandBench:
         assert base is not None
         target = self.options.target is not None
         pooled = pooled_spread([c.runs for c in self.candidates]) if target else None
+        aa = self.candidates[1]
         for c in self.candidates[1:]:
             assert c.summary is not None
             if target:
                 compare_target(c.summary, c.runs, base, plain.runs, pooled)
             else:
-                compare(c.summary, c.runs, base, plain.runs, self.options.loss_tolerance)
-        aa = self.candidates[1]
+                if c is not aa:  # a loss plain differs from plain by is noise: the check widens to twice that
+                    self.loss_tolerance = max(self.options.loss_tolerance, 2 * _loss_noise(aa, plain))
+                compare(c.summary, c.runs, base, plain.runs, self.loss_tolerance)
         self.noise = noise_floor(aa.summary)
         best: Optional[Candidate] = None
         for c in self.candidates[2:]:
@@ -402,6 +407,7 @@ class CommandBench:
             "interrupted": self.interrupted,
             "seconds": round(self.seconds, 1),
             "noise_floor": self.noise,
+            "loss_tolerance": self.loss_tolerance,
             "watched": {"trainer": self.options.trainer, **facts},
             "left_out": self.left_out,
             "candidates": [
@@ -418,6 +424,15 @@ class CommandBench:
             "pick": None if self.pick is None else {"name": self.pick.name, "LIGHTNING_SPEEDUPS": self.pick.value},
             "machine": machine_meta(str(facts.get("accelerator", "cpu"))),
         }
+
+
+def _loss_noise(aa: Candidate, plain: Candidate) -> float:
+    """How far the A/A pair's loss lands from plain's, relative to plain's (0 when either has none)."""
+    a = aa.summary.loss.median if aa.summary is not None else None
+    b = plain.summary.loss.median if plain.summary is not None else None
+    if a is None or b is None or not b:
+        return 0.0
+    return abs(a - b) / abs(b)
 
 
 def _gain(c: Candidate) -> float:

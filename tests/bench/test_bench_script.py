@@ -152,6 +152,27 @@ def test_the_pick_is_the_fastest_candidate_that_clears_the_noise_and_the_sanity_
     assert 1.25 < b.pick.summary.speedup < 1.35
 
 
+def test_the_loss_check_widens_to_what_plain_lightning_differs_from_itself_by():
+    """A library that samples random windows unseeded: two plain runs differ in loss by 16%; a preset 30% off is
+    within twice that, one 80% off is not."""
+    runs = FakeRuns({None: [100, 101, 99], "fast": [130, 128, 131], "memory": [130, 129, 131]})
+
+    def runner(command, value, watch, folder, timeout, grace):
+        out = runs(command, value, watch, folder, timeout, grace)
+        if value is None:  # plain -0.30, its A/A twin -0.35 (the folder names the candidate)
+            out["loss"] = -0.35 if "A_A" in Path(folder).name else -0.3
+        return out
+
+    runs.losses.update({"fast": -0.39, "memory": -0.54})
+    opts = ScriptBenchOptions(repeats=3)
+    b = CommandBench(["python", "train.py"], opts, runner=runner, say=lambda text: None)
+    b.run()
+    assert 0.33 < b.loss_tolerance < 0.34
+    fast, memory = b.candidates[2], b.candidates[3]
+    assert fast.summary.sane and b.pick is fast
+    assert not memory.summary.sane and "sanity" in memory.why
+
+
 def test_a_slower_or_noisy_candidate_is_never_picked_plain_lightning_stays():
     b = bench_with(FakeRuns({None: [100, 100, 100], "fast": [90, 92, 91], "memory": [60, 170, 100]}))
     assert b.pick is None
