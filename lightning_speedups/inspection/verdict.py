@@ -39,8 +39,8 @@ INPUT_BOUND = 0.3
 COMPUTE_BOUND = 0.5
 #: the share of the step its ops' fixed cost takes (``Facts.op_overhead_fraction``) from which a larger batch or fused
 #: ops is the change that pays most. At 20% a doubled batch alone takes a sample's time down 1.11x (2 / (2 - 0.2)),
-#: above the few percent two runs of the same command differ by. Measured (benchmarks/RESULTS.md): the planted tiny
-#: model (width 8) reads 40-50%, the wide ones (balanced.py, fp32_compute.py) 3% and under 1%.
+#: above the few percent two runs of the same command differ by. Measured (benchmarks/RESULTS.md, a 2-core Xeon): the
+#: planted tiny model (width 8, batch 8) reads 40-47%, the wide ones 3% (balanced.py) and 0.2% (fp32_compute.py).
 OP_OVERHEAD = 0.2
 
 
