@@ -1,6 +1,7 @@
 """The doctor's verdict on planted bottlenecks (issue 36), each a plain `train.py`-style script in
 benchmarks/planted/, run as a user runs it: `doctor --json -- python SCRIPT`. Prints one row per script and view:
-the planted cause, the verdict, its shares of the step and its change.
+the planted cause, the verdict, its shares of the step, the fixed cost per op (ops a step x one op's fixed cost, and
+its share of the step) and its change.
 
     python benchmarks/planted_verdicts.py
 
@@ -26,28 +27,39 @@ PLANTED = {
 VIEWS = {"this CPU's": {}, "none (forced)": {"LIGHTNING_SPEEDUPS_CPU_BF16": "0"}}
 
 
-def verdict_of(script: str, env: dict) -> dict | None:
+def report_of(script: str, env: dict) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "report.json")
         command = [sys.executable, "-m", "lightning_speedups", "doctor", "--steps", "20", "--json", str(out), "--"]
         subprocess.run(
             [*command, sys.executable, script], cwd=HERE, env=env, capture_output=True, text=True, timeout=900
         )
-        return json.loads(out.read_text())["verdict"] if out.is_file() else None
+        return json.loads(out.read_text()) if out.is_file() else None
+
+
+def per_op(doc: dict) -> str:
+    o = doc.get("op_overhead") or {}
+    if o.get("share") is None:
+        return "not measured"
+    return (
+        f"{o['ops_per_step']} x {1e6 * o['op_cost_seconds']:.1f} µs = {o['share']:.1%}"
+        f" of {1e3 * o['step_seconds']:.2f} ms"
+    )
 
 
 def main() -> int:
-    print("| script | planted | bf16 kernels | verdict | shares of the step | change |")
-    print("|---|---|---|---|---|---|")
+    print("| script | planted | bf16 kernels | verdict | shares of the step | ops x fixed cost | change |")
+    print("|---|---|---|---|---|---|---|")
     for script, planted in PLANTED.items():
         for view, extra in VIEWS.items():
-            verdict = verdict_of(script, {**os.environ, **extra})
-            if verdict is None:
-                print(f"| {script} | {planted} | {view} | (no report) | | |")
+            doc = report_of(script, {**os.environ, **extra})
+            if doc is None:
+                print(f"| {script} | {planted} | {view} | (no report) | | | |")
                 continue
+            verdict = doc["verdict"]
             shares = ", ".join(f"{k} {v:.0%}" for k, v in verdict["shares"].items())
             fix = (verdict["fix"] or "")[:90]
-            print(f"| {script} | {planted} | {view} | {verdict['name']} | {shares} | {fix} |")
+            print(f"| {script} | {planted} | {view} | {verdict['name']} | {shares} | {per_op(doc)} | {fix} |")
     return 0
 
 

@@ -12,7 +12,11 @@ Card:
     reads the model, optimizers, loaders, precision and debugging switches; during the first
     ``check_steps`` steps it runs the pack's monitors (data wait, input statistics, input shapes,
     zeroed gradients, autograd in validation, and on CUDA device synchronisations, unpinned batches
-    and peak memory) and records the gradient norms; at the end of ``fit`` it runs one check per tip
+    and peak memory) and records the gradient norms; on the few batches after them
+    (:data:`QUIET_STEPS` + 1, with no monitor on) it times the step as it runs without the doctor
+    and counts the operations of the last one (``torch.profiler``), and measures this device's fixed
+    cost of one op: what the step's ops cost whatever they compute (the ``op-overhead`` verdict);
+    at the end of ``fit`` it runs one check per tip
     T01-T24 (:func:`run_checks`), lints the source files of the model and data
     classes, and prints the report on global rank zero. ``python -m lightning_speedups doctor``
     uses the same callback on a few steps of the config's own fit.
@@ -20,7 +24,8 @@ Card:
     (time on I/O, overlap, memory).
     Expected gain: none by itself: it says which tips apply, with the evidence and the exact fix.
     When it hurts: only during the first ``check_steps`` steps (forward hooks, clock reads, one
-    gradient-norm kernel per step, on CUDA a Python warning per device synchronisation); after
+    gradient-norm kernel per step, on CUDA a Python warning per device synchronisation) and the
+    three after them (the profiled one runs slower; a few milliseconds of one-element ops); after
     them it does nothing until the report.
 
 Examples:
@@ -34,6 +39,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -52,7 +58,7 @@ from lightning_speedups.callbacks import (
     SpeedupCallback,
 )
 from lightning_speedups.errors import SettingError, SettingTypeError
-from lightning_speedups.functional import HostReadCounter, ShapeTracker, SyncWatcher
+from lightning_speedups.functional import HostReadCounter, OpCounter, ShapeTracker, SyncWatcher, op_fixed_cost
 from lightning_speedups.functional.timing import StepPhases, Timeline
 from lightning_speedups.inspection import (
     SEVERITIES,
@@ -72,7 +78,12 @@ from lightning_speedups.tips import BY_ID, TIPS
 #: tip id -> its doctor check, from the tip records.
 CHECKS: dict[str, Callable[[Facts], Finding]] = {tip.id: tip.check for tip in TIPS}
 
-__all__ = ["LINT_SEVERITY", "SpeedAdvisor", "checks_by_tip", "lint_items", "run_checks"]
+__all__ = ["LINT_SEVERITY", "QUIET_STEPS", "SpeedAdvisor", "checks_by_tip", "lint_items", "run_checks"]
+
+#: Training batches after the watched ones timed with no monitor on (the host-read watch alone makes a tiny model's
+#: step 2.4x longer on a CPU): the step time the fixed cost per op is a share of. One more batch after them has
+#: its operations counted (the profiler slows it, so it is not timed).
+QUIET_STEPS = 2
 
 #: Severity of a lint finding in the report, by rule code (default ``"low"``).
 LINT_SEVERITY = {
@@ -233,6 +244,12 @@ class SpeedAdvisor(SpeedupCallback):
         self._fit = False
         self._t0: float | None = None
         self._phases: StepPhases | None = None  # where the watched steps' time goes (forward, backward, optimizer)
+        self._device: torch.device | None = None
+        self._tail = 0  # batches started after the watched ones (timed quietly, then one counted)
+        self._tail_line: Timeline | None = None
+        self._tail_start: Any = None
+        self._tail_marks: list[tuple[Any, Any]] = []
+        self._counter: OpCounter | None = None
 
     # ------------------------------------------------------------------------------------ plumbing
     def _add(self, trainer: Trainer, key: str, cls: type, **kwargs: Any) -> None:
@@ -271,6 +288,16 @@ class SpeedAdvisor(SpeedupCallback):
     def _window_open(self) -> bool:
         return self._fit and self._batches < self.check_steps
 
+    @property
+    def tail_steps(self) -> int:
+        """The batches run after the watched ones to time the step quietly and count its operations."""
+        return QUIET_STEPS + 1
+
+    @property
+    def watch_done(self) -> bool:
+        """The watched steps and the batches after them are over (or the fit ended before)."""
+        return self._batches >= self.check_steps and (self._tail >= self.tail_steps and self._counter is None)
+
     # --------------------------------------------------------------------------------------- hooks
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -295,6 +322,8 @@ class SpeedAdvisor(SpeedupCallback):
             self._reads = HostReadCounter()
         self._tracker = ShapeTracker()
         self._phases = StepPhases(Timeline(device if cuda else None, clock=self.clock))
+        self._device = device
+        self._tail_line = Timeline(device if cuda else None, clock=self.clock)
         self._forward("setup", trainer, pl_module, stage)
         self.report(True, f"collecting evidence over the first {self.check_steps} steps; report at the end of fit")
 
@@ -322,6 +351,7 @@ class SpeedAdvisor(SpeedupCallback):
             with _quiet():
                 collect_static(self.facts, trainer, pl_module, batch)
         if not self._window_open:
+            self._tail_batch_start()
             return
         self._in_window = True
         if self._tracker is not None:
@@ -368,6 +398,7 @@ class SpeedAdvisor(SpeedupCallback):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self._in_window:
+            self._tail_batch_end()
             return
         if self._phases is not None:
             self._phases.mark("end")
@@ -379,6 +410,53 @@ class SpeedAdvisor(SpeedupCallback):
         self.facts.steps_run = self._batches
         if self._batches >= self.check_steps:
             self._harvest(trainer)
+
+    # -- after the watched steps: the step timed with no monitor on, then one batch's operations counted ------------
+    def _tail_batch_start(self) -> None:
+        if not self._fit or self._batches < self.check_steps or self._tail >= self.tail_steps:
+            return
+        self._tail += 1
+        if self._tail <= QUIET_STEPS:
+            self._tail_start = self._tail_line.mark() if self._tail_line is not None else None
+            return
+        counter = OpCounter()
+        try:
+            with _quiet():
+                counter.start()
+        except Exception as err:  # another profiler on (Trainer(profiler=...)), a build without one
+            self.facts.unavailable["op_overhead"] = f"could not count the step's operations: {error_text(err)}"[:300]
+            return
+        self._counter = counter
+
+    def _tail_batch_end(self) -> None:
+        if self._tail_start is not None and self._tail_line is not None:
+            self._tail_marks.append((self._tail_start, self._tail_line.mark()))
+            self._tail_start = None
+            return
+        counter, self._counter = self._counter, None
+        if counter is None:
+            return
+        f = self.facts
+        try:
+            with _quiet():
+                f.ops_per_step = counter.stop()
+            f.op_cost_seconds = op_fixed_cost(self._device)
+            if self._tail_marks and self._tail_line is not None:
+                self._tail_line.sync()
+                f.step_seconds = statistics.median(self._tail_line.seconds(a, b) for a, b in self._tail_marks)
+        except Exception as err:
+            f.unavailable["op_overhead"] = f"could not measure the fixed cost per op: {error_text(err)}"[:300]
+
+    def _note_no_op_count(self) -> None:
+        """Why the fixed cost per op was not measured, when the fit ended before the batches it needs."""
+        f = self.facts
+        if f.ops_per_step is not None or "op_overhead" in f.unavailable:
+            return
+        if self._batches < self.check_steps:
+            why = f"the fit ended within the {plural(self.check_steps, 'watched step')}"
+        else:
+            why = f"the fit ended {plural(self._tail, 'batch', 'batches')} after the watched steps"
+        f.unavailable["op_overhead"] = f"{why}: the fixed cost per op needs {self.tail_steps} batches after them"
 
     # -- evaluation: watched until one validation run with batches has ended -----------------------
     def _eval_open(self) -> bool:
@@ -458,6 +536,9 @@ class SpeedAdvisor(SpeedupCallback):
 
     def _release(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._close_reads()
+        if self._counter is not None:
+            self._counter.discard()  # the counted batch did not end
+            self._counter = None
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher.uninstall()
@@ -556,6 +637,8 @@ class SpeedAdvisor(SpeedupCallback):
         if not self._finalized:
             self._lint()
             self._finalized = True
+        if self._fit:
+            self._note_no_op_count()
         self.findings = run_checks(self.facts)
         n = sum(1 for x in self.findings if x.status == "finding")
         self.report(

@@ -9,7 +9,7 @@ The doctor builds the model, data and Trainer of the config with
 behave exactly as in ``fit``), overrides only what keeps the run short and silent (``max_steps``,
 no logger, no checkpoints, no progress bar, two validation batches in the sanity check, one device),
 attaches a :class:`~lightning_speedups.advisor.SpeedAdvisor`, runs ``--steps`` training
-steps, and prints one result per tip T01-T24.
+steps (and three more that time the fixed cost per op), and prints one result per tip T01-T24.
 
 Exit codes: ``0`` no finding at or above ``--fail-on`` (default ``high``: a finding that costs a
 large share of step time, such as debugging tools left on, an input-bound run or fp32 on a
@@ -268,10 +268,11 @@ def _build_on_one_device(
 
 
 def _fit_and_check(run: _Run, steps: int, result: DoctorResult) -> None:
-    """Train ``steps`` batches with the advisor watching, then check every tip (statically if the steps failed)."""
+    """Train ``steps`` batches with the advisor watching (and the few after them that time the fixed cost per op),
+    then check every tip (statically if the steps failed)."""
     advisor, trainer, cli = run.advisor, run.trainer, run.cli
     advisor.speedups = getattr(getattr(cli, "config_init", None), "speedups", None)
-    _prepare_trainer(trainer, advisor, batches=steps)
+    _prepare_trainer(trainer, advisor, batches=steps + advisor.tail_steps)  # and the batches timing the cost per op
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule)
     except (SystemExit, KeyboardInterrupt):

@@ -4,8 +4,9 @@ The command runs as the user runs it (a script, ``python -m pkg``, a library's c
 process, with ``doctor`` added to ``LIGHTNING_SPEEDUPS``. Lightning's callback entry point
 (:func:`callbacks_factory`, registered for both Lightning packages beside the preset one) puts a
 :class:`ScriptDoctor` into the first Trainer the command builds (``--trainer N``: the N-th): it watches that
-fit's first ``--steps`` training steps with the same monitors and checks as ``doctor --config``, writes the
-report and its JSON, and ends that fit early (``--full``: lets it run on). The command's own output, errors and
+fit's first ``--steps`` training steps with the same monitors and checks as ``doctor --config`` (and the three
+batches after them that time the fixed cost per op), writes the report and its JSON, and ends that fit early
+(``--full``: lets it run on). The command's own output, errors and
 exit code stay its own; the report comes after it.
 
 ``LIGHTNING_SPEEDUPS=doctor`` (or ``fast+doctor``) in a run the user launches themselves (a cluster job) does the
@@ -69,7 +70,7 @@ class ScriptDoctor(SpeedAdvisor):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if not self.written and self._batches >= self.check_steps:
+        if not self.written and self.watch_done:  # the watched steps, then the few that time the fixed cost per op
             self.write(trainer, pl_module)
             if not self.options.full:
                 trainer.should_stop = True

@@ -101,6 +101,7 @@ from lightning_speedups.functional.memory import (
     parse_memory_budget,
     total_memory_bytes,
 )
+from lightning_speedups.functional.op_overhead import OpCounter, count_top_level_ops, op_fixed_cost
 from lightning_speedups.functional.precision import (
     accelerator_is_cuda,
     cpu_fast_bf16,
@@ -165,6 +166,9 @@ __all__ = [
     "HostRead",
     "HostReadCounter",
     "count_host_reads",
+    "OpCounter",
+    "count_top_level_ops",
+    "op_fixed_cost",
     "Target",
     "WorkersChoice",
     "ZeroedGrads",

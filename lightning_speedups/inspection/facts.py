@@ -117,6 +117,10 @@ class Facts:
     data_wait_fraction: float | None = None
     data_wait_steps: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)  # median forward / backward / optimizer seconds
+    # the fixed cost per op, from a few steps after the watched ones, with no monitor on (None: not measured):
+    ops_per_step: int | None = None  # top-level operator calls of one training step: forward, backward, optimizer
+    op_cost_seconds: float | None = None  # this device's fixed cost of one op (one-element, forward and backward)
+    step_seconds: float | None = None  # median seconds from a training batch's start to its end (data wait aside)
     input_stats: dict[str, Any] = field(default_factory=dict)
     input_problems: dict[str, list[str]] = field(default_factory=dict)
     input_batches: int = 0
@@ -157,6 +161,14 @@ class Facts:
     @property
     def half_precision(self) -> bool:
         return any(k in str(self.precision) for k in ("16", "bf16"))
+
+    @property
+    def op_overhead_fraction(self) -> float | None:
+        """``ops_per_step x op_cost_seconds / step_seconds`` (at most 1): the share of a step its ops' fixed cost
+        takes, what a larger batch or fused ops save; ``None`` when one of the three was not measured."""
+        if not self.ops_per_step or not self.op_cost_seconds or not self.step_seconds:
+            return None
+        return min(1.0, self.ops_per_step * self.op_cost_seconds / self.step_seconds)
 
     def callback_of(self, class_name: str) -> Any:
         """The first trainer callback whose class is called ``class_name`` (``None`` when absent)."""

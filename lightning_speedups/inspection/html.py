@@ -1,7 +1,8 @@
 """The doctor's report as one self-contained HTML file (``doctor --html FILE``): no JavaScript, no network request,
 its one chart an inline SVG. It is written from the report's JSON object
 (:func:`~lightning_speedups.inspection.report.to_dict`), so the two always say the same: the verdict, where the
-step time goes, the host reads by line, memory, and every finding with its evidence and fix.
+step time goes (and the fixed cost per op), the host reads by line, memory, and every finding with its evidence and
+fix.
 
 Examples:
     >>> doc = {"model": "Net", "device": "cpu", "precision": "32-true", "steps": 5,
@@ -88,6 +89,20 @@ def _host_reads(findings: list[dict[str, Any]]) -> str:
     return f"<table><tr><th>where and how often</th><th>fix</th></tr>{rows}</table>"
 
 
+def _op_overhead(doc: dict[str, Any]) -> str:
+    """The fixed cost per op of the step, in one line (nothing for a report without it)."""
+    o = doc.get("op_overhead") or {}
+    if not o:
+        return ""
+    if o.get("share") is None:
+        reason = f": {escape(str(o['reason']))}" if o.get("reason") else ""
+        return f'<p class="muted">Fixed cost per op: not measured{reason}.</p>'
+    return (
+        f"<p>Fixed cost per op: {int(o['ops_per_step']):,} ops a step at {1e6 * float(o['op_cost_seconds']):.1f} µs"
+        f" each, {float(o['share']):.0%} of the {1e3 * float(o['step_seconds']):.2f} ms step.</p>"
+    )
+
+
 def render_html(doc: dict[str, Any]) -> str:
     """The report ``doc`` (the doctor's JSON object) as one HTML page."""
     verdict = doc.get("verdict") or {}
@@ -113,6 +128,7 @@ def render_html(doc: dict[str, Any]) -> str:
             + "</p>",
             "<h2>Where the step time goes</h2>",
             _chart(dict(verdict.get("shares") or {})),
+            _op_overhead(doc),
             "<h2>Host reads and device syncs, by line</h2>",
             _host_reads(findings),
             "<h2>Memory</h2>",

@@ -18,6 +18,8 @@ that were checked and found fine, then those not checked here with the reason.
      "verdict": {"name": "input-bound", "headline": "93% of the step waits for data (data 93%, forward 2%,
                  ...)", "fix": "LIGHTNING_SPEEDUPS=fast ...", "tip": "T02",
                  "shares": {"data": 0.93, "forward": 0.02, "backward": 0.03, "optimizer": 0.02}},
+     "op_overhead": {"ops_per_step": 118, "op_cost_seconds": 2.8e-06, "step_seconds": 0.00071, "share": 0.47,
+                     "reason": null},
      "exit_code": 0, "fail_on": "high", "counts": {"high": 0, "medium": 1, "low": 3, "ok": 12,
      "not-checked": 8, "demoted": 0}, "principles": {...}, "error": null, "verify": null,
      "findings": [{"tip": "T01", "slug": "lr-schedule", "status": "finding", "severity": "low",
@@ -25,9 +27,13 @@ that were checked and found fine, then those not checked here with the reason.
                    "items": [...], "notes": [...], "measured": null}, ...]}
 
 with exactly one entry per tip T01-T24 in ``findings``. ``verdict.name`` is one of ``debug-tools``,
-``input-bound``, ``host-reads``, ``precision``, ``balanced``, ``not-measured`` (version 2 added ``verdict``; the
-doctor on a command, ``doctor -- python train.py``, adds ``watched``: ``trainer``, ``steps``, ``stopped_early``,
-``command``). With ``doctor --verify``, ``verify`` says what
+``input-bound``, ``host-reads``, ``op-overhead``, ``precision``, ``balanced``, ``not-measured`` (version 2 added
+``verdict``; the doctor on a command, ``doctor -- python train.py``, adds ``watched``: ``trainer``, ``steps``,
+``stopped_early``, ``command``). ``op_overhead`` is the fixed cost per op, from the batches after the watched steps
+(no monitor on): ``ops_per_step`` (the top-level operator calls of one training step: forward, backward, optimizer),
+``op_cost_seconds`` (this device's fixed cost of one op), ``step_seconds`` (the median step, data wait aside) and
+``share`` (``ops_per_step x op_cost_seconds / step_seconds``, at most 1); each ``null`` when not measured, with
+``reason``. With ``doctor --verify``, ``verify`` says what
 was timed (``timed``, ``repeats``, ``steps``, ``noise_floor``, ``seconds``, ``notes``, ``error``) and
 each finding's ``measured`` holds its ``verdict`` (``pays`` / ``no-gain`` / ``slower`` / ``failed`` /
 ``not-timed``), ``figure``, ``ratio``, ``ci95`` and, when demoted, ``severity_before``. A demoted
@@ -47,7 +53,7 @@ from lightning_speedups.inspection.findings import PRINCIPLES, SEVERITIES, Findi
 from lightning_speedups.inspection.verdict import primary_verdict
 from lightning_speedups.inspection.words import device_words
 
-__all__ = ["counts", "principle_summary", "print_report", "to_dict", "to_json"]
+__all__ = ["counts", "op_overhead", "principle_summary", "print_report", "to_dict", "to_json"]
 
 _STYLE = {"high": "bold red", "medium": "bold yellow", "low": "cyan"}
 
@@ -122,6 +128,18 @@ def _meta(facts: Facts, result: Any = None) -> dict[str, Any]:
     }
 
 
+def op_overhead(facts: Facts) -> dict[str, Any]:
+    """The fixed cost per op of the run's step, as the JSON holds it (see the module docstring)."""
+    share = facts.op_overhead_fraction
+    return {
+        "ops_per_step": facts.ops_per_step,
+        "op_cost_seconds": facts.op_cost_seconds,
+        "step_seconds": facts.step_seconds,
+        "share": round(share, 4) if share is not None else None,
+        "reason": facts.unavailable.get("op_overhead"),
+    }
+
+
 def to_dict(result: Any, fail_on: str = "high") -> dict[str, Any]:
     """The JSON object of a :class:`~lightning_speedups.doctor.runner.DoctorResult`."""
     findings = list(result.findings)
@@ -129,6 +147,7 @@ def to_dict(result: Any, fail_on: str = "high") -> dict[str, Any]:
     doc: dict[str, Any] = {"tool": "lightning_speedups doctor", "version": 2}
     doc.update(_meta(facts, result))
     doc["verdict"] = primary_verdict(findings, facts).to_dict()
+    doc["op_overhead"] = op_overhead(facts)
     doc.update(
         {
             "exit_code": result.exit_code(fail_on),
