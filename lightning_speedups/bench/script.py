@@ -44,7 +44,7 @@ from lightning_speedups.bench.stats import (
     pooled_spread,
     summarize,
 )
-from lightning_speedups.environment import BENCH_OPTIONS_VAR, DOCTOR_OPTIONS_VAR, ENV_VAR
+from lightning_speedups.environment import BENCH_OPTIONS_VAR, DOCTOR_OPTIONS_VAR, ENV_VAR, asks_for_doctor
 
 __all__ = [
     "Candidate",
@@ -92,6 +92,8 @@ class ScriptBenchOptions:
     target_max_time: Optional[float] = None
     memory_step: bool = True
     grace: float = 5.0
+    #: the doctor's watch options for a candidate whose value names ``doctor`` (its cost measured as a candidate)
+    doctor: Optional[dict[str, Any]] = None
 
 
 @dataclass
@@ -159,6 +161,9 @@ def run_command_once(
     env.pop(DOCTOR_OPTIONS_VAR, None)
     if value is not None:
         env[ENV_VAR] = value
+        if asks_for_doctor(value):  # the doctor's watch timed as a candidate (benchmarks/doctor_cost.py)
+            (folder / "doctor").mkdir(exist_ok=True)
+            env[DOCTOR_OPTIONS_VAR] = json.dumps({**watch.get("doctor", {}), "out": str(folder / "doctor")})
     env[BENCH_OPTIONS_VAR] = json.dumps({**watch, "out": str(folder)})
     result_path = folder / "result.json"
     log_path = folder / "log"
@@ -288,6 +293,8 @@ class CommandBench:
             "trainer": o.trainer,
             "memory_step": o.memory_step and o.target is None,
         }
+        if o.doctor is not None:
+            watch["doctor"] = o.doctor
         if o.target:
             watch["target"] = o.target
             watch["max_time"] = o.target_max_time

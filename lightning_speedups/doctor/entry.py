@@ -38,18 +38,19 @@ def callbacks_factory() -> list[Any]:
     """A :class:`~lightning_speedups.doctor.script.ScriptDoctor` for the Trainer the doctor watches when
     ``LIGHTNING_SPEEDUPS`` names ``doctor``, bench's timer for the Trainer ``bench -- COMMAND`` times; ``[]``
     otherwise."""
-    if os.environ.get(BENCH_OPTIONS_VAR):
+    timed: list[Any] = []
+    if os.environ.get(BENCH_OPTIONS_VAR):  # bench times this command (with the doctor too: what its watch costs)
         from lightning_speedups.bench.script_watch import callbacks_factory as timer
 
-        return timer()
+        timed = timer()
     if not asks_for_doctor(os.environ.get(ENV_VAR)):
-        return []
+        return timed
     options = watch_options()
     _BUILT[0] += 1
     if options.get("out") is not None:
         Path(options["out"], "trainers").write_text(str(_BUILT[0]))
     if _BUILT[0] != options.get("trainer", 1):
-        return []
+        return timed
     from lightning_speedups.doctor.script import ScriptDoctor, WatchOptions
 
-    return [ScriptDoctor(WatchOptions(**options), index=_BUILT[0])]
+    return [*timed, ScriptDoctor(WatchOptions(**options), index=_BUILT[0])]
