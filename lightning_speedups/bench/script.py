@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lightning_speedups.bench.options import BenchError
+from lightning_speedups.bench.preset_choice import TARGET_PRESETS
 from lightning_speedups.bench.stats import (
     VariantSummary,
     compare,
@@ -44,6 +45,7 @@ from lightning_speedups.bench.stats import (
     pooled_spread,
     summarize,
 )
+from lightning_speedups.bench.variants import PRESETS_NOT_TIMED
 from lightning_speedups.environment import BENCH_OPTIONS_VAR, DOCTOR_OPTIONS_VAR, ENV_VAR, asks_for_doctor
 
 __all__ = [
@@ -61,16 +63,17 @@ __all__ = [
 SCHEMA_VERSION = 1
 #: the presets a throughput bench on a command tries, and what each needs of the model it built
 SCRIPT_PRESETS = {"fast": None, "cnn": "convolutions", "transformer": "attention", "memory": None}
-#: presets a bench on a command never runs, and why
+#: presets a bench on a command never runs, and why (the debug and converge reasons are bench's own)
+_STRATEGY = "a Trainer the command built keeps its strategy (LIGHTNING_SPEEDUPS cannot change it): set it in the script"
 SCRIPT_PRESETS_NOT_RUN = {
-    "ddp": "a Trainer the command built keeps its strategy (LIGHTNING_SPEEDUPS cannot change it): set it in the script",
-    "fsdp": "a Trainer the command built keeps its strategy (LIGHTNING_SPEEDUPS cannot change it): set it in the script",
-    "debug": "deliberately slow (anomaly detection, sync warnings): for finding bugs, not for speed",
-    "converge": "changes the optimisation, not the step time: judge it with --target METRIC=VALUE",
+    "ddp": _STRATEGY,
+    "fsdp": _STRATEGY,
+    "debug": PRESETS_NOT_TIMED["debug"],
+    "converge": PRESETS_NOT_TIMED["converge"],
     "baseline": "plain Lightning is always run (LIGHTNING_SPEEDUPS unset)",
 }
-#: with --target: the candidates, likeliest winner first
-SCRIPT_TARGET_PRESETS = ("fast+converge", "converge", "fast")
+#: with --target: bench's time-to-target presets, likeliest winner first
+SCRIPT_TARGET_PRESETS = TARGET_PRESETS
 PLAIN = "plain"
 PLAIN_AA = "plain (A/A)"
 
