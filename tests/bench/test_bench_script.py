@@ -339,3 +339,31 @@ def test_doctor_verify_times_the_findings_fixes_on_the_command(folder: Path):
             assert f["measured"]["verdict"] in ("pays", "no-gain", "slower", "failed", "not-timed")
             if f["measured"]["verdict"] in ("no-gain", "slower", "failed"):
                 assert f["severity"] == "low" and f["measured"]["severity_before"]
+
+
+def test_each_run_gets_the_candidates_variable_and_nothing_of_the_users(tmp_path: Path, monkeypatch):
+    """Plain Lightning is plain even when the user's shell exports LIGHTNING_SPEEDUPS; a candidate naming the doctor
+    gets the doctor's options with its own folder (the doctor's cost timed as a candidate)."""
+    from lightning_speedups.bench.script import run_command_once
+
+    monkeypatch.setenv("LIGHTNING_SPEEDUPS", "fast")
+    monkeypatch.setenv("LIGHTNING_SPEEDUPS_DOCTOR", '{"steps": 99}')
+    dump = "import json, os, sys; json.dump({k: v for k, v in os.environ.items() if 'SPEEDUPS' in k}, open(sys.argv[1], 'w'))"
+    seen = {}
+    for value in (None, "memory", "doctor"):
+        out = tmp_path / f"env-{value}.json"
+        result = run_command_once(
+            [sys.executable, "-c", dump, str(out)],
+            value,
+            {"steps": 3, "doctor": {"steps": 7}},
+            tmp_path / str(value),
+            60,
+            1,
+        )
+        assert result["status"] == "failed" and result["reason"] == "the command built no Trainer"
+        seen[value] = json.loads(out.read_text())
+    assert "LIGHTNING_SPEEDUPS" not in seen[None] and "LIGHTNING_SPEEDUPS_DOCTOR" not in seen[None]
+    assert json.loads(seen[None]["LIGHTNING_SPEEDUPS_BENCH"])["steps"] == 3
+    assert seen["memory"]["LIGHTNING_SPEEDUPS"] == "memory" and "LIGHTNING_SPEEDUPS_DOCTOR" not in seen["memory"]
+    doctor = json.loads(seen["doctor"]["LIGHTNING_SPEEDUPS_DOCTOR"])
+    assert doctor["steps"] == 7 and doctor["out"] == str(tmp_path / "doctor" / "doctor")
