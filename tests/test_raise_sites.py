@@ -29,6 +29,7 @@ from lightning_speedups.errors import BadInput
 
 #: ``module:function`` raising a class that is not bad input, and why that is right
 NOT_USER_INPUT = {
+    "lightning_speedups.functional.op_overhead:stop": "OpCounter stopped before it started: the pack's bug",
     "lightning_speedups:__getattr__": "Python's protocol for an unknown module attribute",
     "lightning_speedups.doctor:__getattr__": "Python's protocol for an unknown module attribute",
     "lightning_speedups.config:all_settings": "two records owning one key: the pack's bug, met at import",

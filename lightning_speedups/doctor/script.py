@@ -191,6 +191,8 @@ def _report(
         Path(json_path).write_text(json.dumps(doc, indent=2, default=str) + "\n")
     if html_path:
         write_html(html_path, doc)
+    if "KeyboardInterrupt" in str(doc.get("error") or ""):  # Ctrl+C (Lightning's graceful shutdown exits 1)
+        return 130
     if code != 0:
         print(f"error: `{shown}` exited with code {code} (its own output is above)", file=sys.stderr)
         return code
