@@ -9,10 +9,13 @@ findings merged into their tip, the registry's slug and title filled in); the re
 Card:
     What it does: at the first training batch (once every callback's ``setup`` and
     ``on_train_start`` ran, so model surgery, loader tuning and optimizer switches are visible) it
-    reads the model, optimizers, loaders, precision and debugging switches; during the first
-    ``check_steps`` steps it runs the pack's monitors (data wait, input statistics, input shapes,
-    zeroed gradients, autograd in validation, and on CUDA device synchronisations, unpinned batches
-    and peak memory) and records the gradient norms; on the few batches after them
+    reads the model, optimizers, loaders, precision and debugging switches; the first
+    :data:`INSPECTED_STEPS` of the ``check_steps`` watched steps are inspected (host reads of device
+    values, on CUDA device synchronisations; input statistics, zeroed gradients), the others timed
+    with only clock marks (the data wait, the forward / backward / optimizer shares; with fewer than
+    :data:`TIMED_APART_MIN` steps left after the inspected ones, every step is both); on all of them
+    it watches input shapes, autograd in validation, on CUDA unpinned batches and peak memory, and
+    records the gradient norms; on the few batches after them
     (:data:`QUIET_STEPS` + 1, with no monitor on) it times the step as it runs without the doctor
     and counts the operations of the last one (``torch.profiler``), and measures this device's fixed
     cost of one op: what the step's ops cost whatever they compute (the ``op-overhead`` verdict);
@@ -23,9 +26,9 @@ Card:
     Seed: both documents, all tips; the report speaks in the second document's three principles
     (time on I/O, overlap, memory).
     Expected gain: none by itself: it says which tips apply, with the evidence and the exact fix.
-    When it hurts: only during the first ``check_steps`` steps (forward hooks, clock reads, one
-    gradient-norm kernel per step, on CUDA a Python warning per device synchronisation) and the
-    three after them (the profiled one runs slower; a few milliseconds of one-element ops); after
+    When it hurts: on the inspected steps (every torch call intercepted: a tiny model's step runs
+    2.5x longer on a CPU), a little on the timed ones (clock reads, one gradient-norm kernel per
+    step; ``benchmarks/doctor_cost.py``) and on the three after them (the profiled one runs slower; a few milliseconds of one-element ops); after
     them it does nothing until the report.
 
 Examples:
@@ -78,7 +81,23 @@ from lightning_speedups.tips import BY_ID, TIPS
 #: tip id -> its doctor check, from the tip records.
 CHECKS: dict[str, Callable[[Facts], Finding]] = {tip.id: tip.check for tip in TIPS}
 
-__all__ = ["LINT_SEVERITY", "QUIET_STEPS", "SpeedAdvisor", "checks_by_tip", "lint_items", "run_checks"]
+__all__ = [
+    "INSPECTED_STEPS",
+    "LINT_SEVERITY",
+    "QUIET_STEPS",
+    "SpeedAdvisor",
+    "checks_by_tip",
+    "lint_items",
+    "run_checks",
+]
+
+#: The first watched steps inspected closely: host reads of device values (on CUDA the device synchronisations),
+#: input statistics, zeroed gradients. The host-read watch intercepts every torch call in the process (the loader's
+#: too): a tiny model's step runs 2.5x longer under it, so these steps are not the ones timed.
+INSPECTED_STEPS = 3
+#: Watched steps needed after the inspected ones to time the step's phases and its wait for data apart from them;
+#: with fewer watched steps every step is both inspected and timed.
+TIMED_APART_MIN = 5
 
 #: Training batches after the watched ones timed with no monitor on (the host-read watch alone makes a tiny model's
 #: step 2.4x longer on a CPU): the step time the fixed cost per op is a share of. One more batch after them has
@@ -250,6 +269,9 @@ class SpeedAdvisor(SpeedupCallback):
         self._tail_start: Any = None
         self._tail_marks: list[tuple[Any, Any]] = []
         self._counter: OpCounter | None = None
+        self._inspect = min(INSPECTED_STEPS, self.check_steps)  # steps with the host-read / sync watch on
+        # the first step whose phases and data wait are timed (0: every watched step, too few to time apart)
+        self._timed_from = self._inspect if self.check_steps - self._inspect >= TIMED_APART_MIN else 0
 
     # ------------------------------------------------------------------------------------ plumbing
     def _add(self, trainer: Trainer, key: str, cls: type, **kwargs: Any) -> None:
@@ -310,9 +332,11 @@ class SpeedAdvisor(SpeedupCallback):
         self.facts = Facts(speedups=self.speedups)
         device = getattr(getattr(trainer, "strategy", None), "root_device", torch.device("cpu"))
         cuda = device.type == "cuda" and torch.cuda.is_available()
-        self._add(trainer, "data_wait", DataWaitMonitor, log=False, warmup_steps=1, clock=self.clock)
-        self._add(trainer, "input_stats", InputStatsCheck, batches=min(3, self.check_steps))
-        self._add(trainer, "grads", GradsToNoneCheck, check_steps=min(3, self.check_steps))
+        # the data wait is timed from the step after the first timed one: the last inspected step's host-read
+        # window runs on through the next batch's fetch (Lightning's own reads come after its hooks)
+        self._add(trainer, "data_wait", DataWaitMonitor, log=False, warmup_steps=self._timed_from + 1, clock=self.clock)
+        self._add(trainer, "input_stats", InputStatsCheck, batches=self._inspect)
+        self._add(trainer, "grads", GradsToNoneCheck, check_steps=self._inspect)
         self._add(trainer, "eval", NoGradEvalCheck, check_batches=2)
         if cuda:
             self._add(trainer, "non_blocking", NonBlockingCheck)
@@ -357,14 +381,15 @@ class SpeedAdvisor(SpeedupCallback):
         if self._tracker is not None:
             self._tracker.update(batch)
         self._forward("on_train_batch_start", trainer, pl_module, batch, batch_idx)
-        if self._watcher is not None:
+        inspecting = self._batches < self._inspect
+        if self._watcher is not None and inspecting:
             self._watcher.start()
-        if self._reads is not None:
+        if self._reads is not None and inspecting:
             self._reads.mark_module(pl_module)
             self._reads.mark_all([batch])
             self._reads.start()
             self._log_watch.enter_context(self._reads.watching_log(pl_module))
-        if self._phases is not None:
+        if self._phases is not None and self._batches >= self._timed_from:
             self._phases.mark("start")
 
     @override

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import torch
 
+from lightning_speedups.advisor import INSPECTED_STEPS, TIMED_APART_MIN
 from lightning_speedups.doctor import SpeedAdvisor
 from lightning_speedups.functional import HostReadCounter, count_host_reads
 
@@ -178,17 +179,17 @@ def test_the_advisor_counts_the_runs_host_reads_on_cpu(four_reads):
     advisor = SpeedAdvisor(check_steps=6, print_report=False)
     quiet_trainer(max_steps=6, callbacks=[advisor], limit_val_batches=1, num_sanity_val_steps=0).fit(mod.FourReads())
     reads = advisor.facts.host_reads
-    assert reads is not None and reads.windows == 6
+    assert reads is not None and reads.windows == INSPECTED_STEPS == 3  # the first 3 of the 6 watched steps
     by_place = {(r.site.location.split(" in ")[0], r.what): (n, s, r) for r, n, s in reads.rows()}
     item = f"{model_file.name}:{_line(model_file, 'self.seen += loss.item()')}"
     cond = f"{model_file.name}:{_line(model_file, 'if loss > 100')}"
     fifty = f"{model_file.name}:{_line(model_file, 'self.last = loss.item()')}"
     helper = f"{helper_file.name}:{_line(helper_file, '.tolist()')}"
     found = {(loc.rsplit("/", 1)[-1], what): v for (loc, what), v in by_place.items()}
-    assert found[(item, ".item()")][:2] == (6, 6)
-    assert found[(cond, "a tensor as a condition (bool(t), if/while/and/or)")][:2] == (6, 6)
+    assert found[(item, ".item()")][:2] == (3, 3)
+    assert found[(cond, "a tensor as a condition (bool(t), if/while/and/or)")][:2] == (3, 3)
     n, steps, read = found[(helper, ".tolist()")]
-    assert (n, steps) == (6, 6) and model_file.name in read.via and "training_step" in read.via
+    assert (n, steps) == (3, 3) and model_file.name in read.via and "training_step" in read.via
     assert found[(fifty, ".item()")][:2] == (1, 1)  # behind an early return: batch 0 of every 50
     # Lightning's own reads: named by the setting, not blamed on the user
     pbar = [r for r in reads.reads if r.site.owner == "lightning"]
@@ -198,18 +199,67 @@ def test_the_advisor_counts_the_runs_host_reads_on_cpu(four_reads):
     t08 = next(f for f in advisor.findings if f.tip == "T08")
     assert t08.status == "finding" and "counted on cpu" in " ".join(t08.notes)
     runtime = [i for i in t08.items if i.source == "runtime"]
-    assert any("1 host read in 1 of 6 training steps" in i.evidence and i.severity == "low" for i in runtime)
+    assert any("1 host read in 1 of 3 training steps" in i.evidence and i.severity == "low" for i in runtime)
     assert any(helper_file.name in i.evidence and i.severity == "medium" for i in runtime)
     # sync_dist=True on a per-step value: nothing on one device, an all-reduce per step under DDP, at the user's line
     synced = f"{model_file.name}:{_line(model_file, 'sync_dist=True')}"
     (sd,) = [i for i in runtime if "sync_dist=True" in i.evidence]
-    assert synced in sd.evidence and "'synced'" in sd.evidence and "6 of 6" in sd.evidence and sd.severity == "low"
+    assert synced in sd.evidence and "'synced'" in sd.evidence and "3 of 3" in sd.evidence and sd.severity == "low"
     assert reads.total == sum(n for r, n in reads.reads.items() if "sync_dist" not in r.what)
     # the lint findings of the same lines say what the run saw
     lint = {i.evidence.split(": ")[0].rsplit("/", 1)[-1]: i for i in t08.items if i.source == "lint"}
-    assert "confirmed at run time: 6 reads in 6 of 6 steps, every step" in lint[item].evidence
+    assert "confirmed at run time: 3 reads in 3 of 3 steps, every step" in lint[item].evidence
     if fifty in lint:  # lint may not report it at all; if it does, the run says how often
-        assert "1 of 6 steps, not every step" in lint[fifty].evidence and lint[fifty].severity == "low"
+        assert "1 of 3 steps, not every step" in lint[fifty].evidence and lint[fifty].severity == "low"
+
+
+def _mode_per_step(check_steps: int, max_steps: int):
+    import lightning.pytorch as pl
+    from helpers import quiet_trainer
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 2)
+            self.modes: list[bool] = []
+
+        def training_step(self, batch, batch_idx):
+            self.modes.append(torch._C._is_torch_function_mode_enabled())
+            return self.net(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4)
+
+    model, advisor = Model(), SpeedAdvisor(check_steps=check_steps, print_report=False, lint=False)
+    quiet_trainer(max_steps=max_steps, callbacks=[advisor], limit_val_batches=0).fit(model)
+    return model.modes[:max_steps], advisor  # the report's memory estimate runs one more step after the fit
+
+
+def test_the_timed_steps_run_without_the_host_read_watch():
+    """Issue 36 item 7: the host-read watch (every torch call intercepted) is on for the first inspected steps only;
+    the phases and the data wait are timed on the watched steps after them, with no torch-function mode on."""
+    modes, advisor = _mode_per_step(check_steps=12, max_steps=16)
+    assert modes[:INSPECTED_STEPS] == [True] * INSPECTED_STEPS
+    assert modes[INSPECTED_STEPS:] == [False] * (16 - INSPECTED_STEPS)
+    assert advisor.facts.host_reads is not None and advisor.facts.host_reads.windows == INSPECTED_STEPS
+    # phases marked on the 9 timed steps only (the median leaves out the first of them)
+    assert advisor._phases is not None and len(advisor._phases.steps) == 12 - INSPECTED_STEPS
+    assert set(advisor.facts.phase_seconds) == {"forward", "backward", "optimizer"}
+    # the data wait left out the step whose fetch ran under the last inspected step's window
+    assert advisor.facts.data_wait_steps == 12 - INSPECTED_STEPS - 1
+
+
+def test_too_few_watched_steps_are_inspected_and_timed_alike():
+    """With fewer than TIMED_APART_MIN steps after the inspected ones, every watched step is timed (as before)."""
+    check = INSPECTED_STEPS + TIMED_APART_MIN - 1
+    modes, advisor = _mode_per_step(check_steps=check, max_steps=check)
+    assert modes == [True] * INSPECTED_STEPS + [False] * (check - INSPECTED_STEPS)
+    assert advisor._phases is not None and len(advisor._phases.steps) == check
+    assert advisor.facts.data_wait_steps == check - 1
 
 
 def test_the_advisors_own_monitors_are_not_counted(four_reads):
