@@ -3,8 +3,10 @@
 For each script in ``benchmarks/planted/``, :class:`~lightning_speedups.bench.script.CommandBench` runs the plain
 script (and its A/A twin) beside ``LIGHTNING_SPEEDUPS=doctor`` in fresh processes, interleaved over paired repeats:
 
-- ``watched``: the doctor watches every timed step (its ``--steps`` = bench's warm-up + timed steps): the cost of
-  the watch on the steps it watches;
+- ``inspected``: the doctor's first steps, where it intercepts every torch call for host reads (steps 2-3 of its 3
+  inspected ones timed; the first is every run's warm-up);
+- ``timed``: the watched steps after them, where the doctor times the phases and the data wait with clock marks (the
+  inspected steps and the next, whose fetch ran under the last one's window, inside bench's warm-up);
 - ``after``: the doctor's watch (and its 3 closing batches) ends inside bench's warm-up: the steps after it.
 
 Usage: ``python benchmarks/doctor_cost.py [--repeats 5] [--steps 20] [SCRIPT ...]`` (prints a Markdown table).
@@ -17,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from lightning_speedups.advisor import INSPECTED_STEPS
 from lightning_speedups.bench.script import CommandBench, ScriptBenchOptions
 
 HERE = Path(__file__).parent / "planted"
@@ -32,9 +35,14 @@ def main() -> int:
     print("| script | doctor | speed vs plain (95% CI) | A/A noise |")
     print("|---|---|---|---|")
     for script in ns.scripts:
-        for label, warmup, watched in (("watching the timed steps", 2, 2 + ns.steps), ("after its watch", 26, 20)):
+        rows = (
+            ("its inspected steps", 1, INSPECTED_STEPS - 1, 2 + ns.steps),
+            ("its timed steps", INSPECTED_STEPS + 1, ns.steps, INSPECTED_STEPS + 1 + ns.steps),
+            ("after its watch", 26, ns.steps, 20),
+        )
+        for label, warmup, steps, watched in rows:
             opts = ScriptBenchOptions(
-                steps=ns.steps, warmup=warmup, repeats=ns.repeats, memory_step=False,
+                steps=steps, warmup=warmup, repeats=ns.repeats, memory_step=False,
                 doctor={"steps": watched, "full": True, "lint": False},
             )  # fmt: skip
             bench = CommandBench([sys.executable, script], opts, candidates=[("doctor", "doctor")], say=lambda t: None)
