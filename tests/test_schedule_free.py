@@ -332,3 +332,18 @@ def test_trainer_callbacks_in_yaml_build_it_by_class_path():
     )
     (cb,) = parser.instantiate_classes(cfg).callbacks
     assert isinstance(cb, ScheduleFree) and cb.warmup_steps == 10
+
+
+def test_the_doctor_never_advises_a_schedule_for_a_schedule_free_optimizer():
+    from lightning_speedups.inspection import Facts
+    from lightning_speedups.tips import get_tip
+
+    check = get_tip("T01").check
+    plain = check(Facts(collected=True, optimizers=[torch.optim.AdamW(nn.Linear(2, 2).parameters())]))
+    assert plain.status == "finding" and "speedups.schedule_free.enabled: true" in plain.fix
+    own = check(Facts(collected=True, optimizers=[schedulefree.AdamWScheduleFree(nn.Linear(2, 2).parameters())]))
+    assert own.status == "ok" and "AdamWScheduleFree is schedule-free" in own.evidence
+    cb = ScheduleFree()
+    cb.report(True, "AdamW->AdamWScheduleFree (lr 0.001)")
+    swapped = check(Facts(collected=True, callbacks=[cb], optimizers=[torch.optim.AdamW(nn.Linear(2, 2).parameters())]))
+    assert swapped.status == "ok" and "speedups.schedule_free: AdamW->AdamWScheduleFree" in swapped.evidence

@@ -96,6 +96,12 @@ def check(facts: Facts) -> Finding:
         return Finding.not_checked(tip, facts.run_note() or "the trainer was not set up")
     if has_callback(facts, "LRSchedule") is not None and facts.callback_of("LRSchedule").active:
         return Finding.ok(tip, "speedups.lr_schedule: " + facts.callback_of("LRSchedule").status[1])
+    free = has_callback(facts, "ScheduleFree")
+    if free is not None and free.active:
+        return Finding.ok(tip, "speedups.schedule_free: " + free.status[1])
+    own = [type(o).__name__ for o in facts.optimizers if is_schedule_free(o)]
+    if own:  # a schedule-free optimizer needs no schedule: never advise one for it
+        return Finding.ok(tip, f"{', '.join(own)} is schedule-free: it needs no learning-rate schedule")
     bad = [(name, interval) for name, interval, cyclic in facts.schedulers if cyclic and interval != "step"]
     if bad:
         name, interval = bad[0]
@@ -130,8 +136,10 @@ def check(facts: Facts) -> Finding:
                 f"constant learning rate: {opt} at lr {lr} with no scheduler",
                 "try the converge preset (--config converge: a one-cycle schedule whose peak an LR range test picks,"
                 " completed in the first half of the run; on the Fashion-MNIST reference with fast it reached the"
-                " target in 0.45-0.48x of the constant lr's time); it changes the optimisation, so judge it by time to"
-                " your metric: `python -m lightning_speedups bench --config <yours> --target val_acc=<goal>`",
+                " target in 0.45-0.48x of the constant lr's time), or, for a run with no fixed length,"
+                " speedups.schedule_free.enabled: true (the optimizer's schedule-free twin, no plan needed); either"
+                " changes the optimisation, so judge it by time to your metric:"
+                " `python -m lightning_speedups bench --config <yours> --target val_acc=<goal>`",
             )
         ],
     )
