@@ -25,6 +25,7 @@ _PUBLIC: dict[str, str] = {
     "get_tip": "lightning_speedups.tips",
     # trainer-level parts (T01, T05, T06, T07, T10, T11)
     "LRSchedule": "lightning_speedups.callbacks.lr_schedule",
+    "ScheduleFree": "lightning_speedups.callbacks.schedule_free",
     "MatmulPrecision": "lightning_speedups.callbacks.matmul_precision",
     "CudnnBenchmark": "lightning_speedups.callbacks.cudnn_benchmark",
     "EffectiveBatchSize": "lightning_speedups.callbacks.effective_batch",

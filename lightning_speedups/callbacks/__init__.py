@@ -37,6 +37,7 @@ from lightning_speedups.callbacks.matmul_precision import MatmulPrecision
 from lightning_speedups.callbacks.no_grad_eval import NoGradEvalCheck
 from lightning_speedups.callbacks.non_blocking import NonBlockingCheck
 from lightning_speedups.callbacks.probed_precision import ProbedPrecision
+from lightning_speedups.callbacks.schedule_free import ScheduleFree
 from lightning_speedups.callbacks.shape_watch import ShapeWatch
 from lightning_speedups.callbacks.storage_check import StorageCheck
 from lightning_speedups.callbacks.summary import SpeedupsSummary
@@ -67,6 +68,7 @@ __all__ = [
     "NoGradEvalCheck",
     "NonBlockingCheck",
     "ProbedPrecision",
+    "ScheduleFree",
     "ShapeWatch",
     "SpeedupCallback",
     "SpeedupsSummary",

@@ -19,6 +19,7 @@ from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.lr_range_test import RANGE_MAX_LR, RANGE_MIN_LR, RANGE_TEST_MIN_STEPS, run_range_test
 from lightning_speedups.errors import SettingError
 from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, resmooth
+from lightning_speedups.trainer.attributes import set_at_init
 from lightning_speedups.trainer.plan import (
     LIGHTNING_DEFAULT_EPOCHS,
     TIME_PLAN_STEPS,
@@ -239,6 +240,14 @@ class LRSchedule(SpeedupCallback):
     def _not_applicable(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Optional[str]:
         """Why this schedule must not run for this model (``None`` when it applies)."""
         test = " (no LR range test run)" if self.max_lr == "auto" else ""
+        for cb in set_at_init(trainer).callbacks:
+            takes_over = getattr(cb, "takes_over_lr_schedule", None)
+            if cb is not self and callable(takes_over) and takes_over(trainer):
+                return (
+                    f"skipped: {type(cb).__name__} (speedups.schedule_free) runs a schedule-free optimizer, which needs"
+                    f" no schedule; a one-cycle on top would fight its warm-up and averaging{test}. Keep one of the two"
+                    " (speedups.lr_schedule.name: off, or speedups.schedule_free.enabled: false)"
+                )
         if not trainer.optimizers:
             return f"skipped, the model has no optimizer{test}"
         optimizer = trainer.optimizers[0]

@@ -113,6 +113,7 @@ from lightning_speedups.functional.precision import (
     resolve_matmul_precision,
     resolve_precision,
 )
+from lightning_speedups.functional.schedule_free import is_schedule_free, schedule_free_twin, why_not_schedule_free
 from lightning_speedups.functional.shapes import (
     ShapeTracker,
     batch_shape_signature,
@@ -140,6 +141,9 @@ __all__ = [
     "pick_peak_lr",
     "resmooth",
     "steepest_lr",
+    "is_schedule_free",
+    "schedule_free_twin",
+    "why_not_schedule_free",
     "COMPILE_MODES",
     "CompileFallbackWarning",
     "ConvBiasPlan",

@@ -58,6 +58,7 @@ PHASES: dict[str, int] = {
     "cudnn_benchmark": 100,
     "agc": 110,
     "optimizer": 120,
+    "schedule_free": 125,
     "lr_schedule": 130,
     "data_wait": 200,
     "input_stats": 210,
