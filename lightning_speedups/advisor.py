@@ -187,10 +187,19 @@ def _quiet() -> Iterator[None]:
         yield
 
 
+_FOREACH_NORM_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
 def _total_norm(parameters: Any) -> torch.Tensor | None:
     grads = [p.grad.detach() for p in parameters if p.grad is not None]
     if not grads:
         return None
+    device = grads[0].device
+    if all(g.layout == torch.strided and g.dtype in _FOREACH_NORM_DTYPES and g.device == device for g in grads):
+        # one fused op for all the gradients (a tiny model's step has fewer ops than it has gradients); fp16 is left
+        # to the loop below: its norm is taken in fp32, where a large one does not overflow
+        norms = torch._foreach_norm(grads)
+        return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
     norms = [torch.linalg.vector_norm(g.float() if not g.is_sparse else g.coalesce()._values().float()) for g in grads]
     device = norms[0].device
     return torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]))
@@ -311,6 +320,12 @@ class SpeedAdvisor(SpeedupCallback):
         return self._fit and self._batches < self.check_steps
 
     @property
+    def _step_keys(self) -> tuple[str, ...] | None:
+        """The monitors a training step's hooks reach: all of them on the inspected steps, then the data wait only
+        (the others are done: input statistics and zeroed gradients look at the inspected steps)."""
+        return None if self._batches < self._inspect else ("data_wait",)
+
+    @property
     def tail_steps(self) -> int:
         """The batches run after the watched ones to time the step quietly and count its operations."""
         return QUIET_STEPS + 1
@@ -380,8 +395,8 @@ class SpeedAdvisor(SpeedupCallback):
         self._in_window = True
         if self._tracker is not None:
             self._tracker.update(batch)
-        self._forward("on_train_batch_start", trainer, pl_module, batch, batch_idx)
         inspecting = self._batches < self._inspect
+        self._forward("on_train_batch_start", trainer, pl_module, batch, batch_idx, keys=self._step_keys)
         if self._watcher is not None and inspecting:
             self._watcher.start()
         if self._reads is not None and inspecting:
@@ -395,14 +410,14 @@ class SpeedAdvisor(SpeedupCallback):
     @override
     def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
         if self._in_window:
-            self._forward("on_before_zero_grad", trainer, pl_module, optimizer)
+            self._forward("on_before_zero_grad", trainer, pl_module, optimizer, keys=self._step_keys)
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
         if self._in_window:
             if self._phases is not None:
                 self._phases.mark("backward")
-            self._forward("on_before_backward", trainer, pl_module, loss)
+            self._forward("on_before_backward", trainer, pl_module, loss, keys=self._step_keys)
 
     @override
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
@@ -429,7 +444,7 @@ class SpeedAdvisor(SpeedupCallback):
             self._phases.mark("end")
         if self._watcher is not None:
             self._watcher.stop()
-        self._forward("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
+        self._forward("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx, keys=self._step_keys)
         self._in_window = False
         self._batches += 1
         self.facts.steps_run = self._batches

@@ -98,6 +98,8 @@ class ScriptDoctor(SpeedAdvisor):
             "steps": self._batches,
             "stopped_early": not self.options.full and error is None,
             "command": list(sys.argv),
+            # under a launcher (torchrun, Lightning's own): every rank watched its steps, global rank zero reports
+            "processes": int(getattr(trainer, "world_size", 1) or 1),
         }
         text = io.StringIO()
         from rich.console import Console
@@ -177,8 +179,11 @@ def _report(
     watched = doc.get("watched", {})
     others = f" of the {built} it built (--trainer N picks another)" if built > 1 else ""
     early = ", its fit ended early (--full runs it on)" if watched.get("stopped_early") else ""
+    ranks = watched.get("processes", 1)
+    where = f" on global rank 0 of its {ranks} processes" if ranks > 1 else ""
     print(
-        f"doctor: watched the {_nth(options.trainer)} Trainer{others}, {watched.get('steps', 0)} training steps{early}",
+        f"doctor: watched the {_nth(options.trainer)} Trainer{others}{where}, {watched.get('steps', 0)} training"
+        f" steps{early}",
         file=sys.stderr,
     )
     if verify is not None and code == 0:

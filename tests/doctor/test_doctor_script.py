@@ -56,9 +56,9 @@ def interrupting(step):
     return training_step
 
 
-def fit():
+def fit(**launch):
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+                         enable_model_summary=False, **launch)
     trainer.fit(Net(), DataLoader(Slow(), batch_size=16))
     print("SCRIPT global_step", trainer.global_step)
 
@@ -72,7 +72,7 @@ if __name__ == "__main__":
     if mode == "no-fit":
         print("SCRIPT nothing to train")
         sys.exit(0)
-    fit()
+    fit(**(dict(accelerator="cpu", devices=2, strategy="ddp") if mode == "ddp" else {{}}))
     if mode == "twice":
         fit()
     if mode == "exit-3":
@@ -302,3 +302,22 @@ def test_ctrl_c_keeps_what_was_measured(folder):
     doc = json.loads((folder / "r.json").read_text())
     assert 0 < doc["watched"]["steps"] < 10 and "KeyboardInterrupt" in (doc["error"] or ""), doc["watched"]
     assert "lightning_speedups doctor" in done.stdout
+
+
+def test_under_torchrun_every_rank_stops_and_rank_zero_reports(folder):
+    """`doctor -- torchrun --nproc_per_node 2 train.py`: both processes watch the same steps and end their fit there
+    together (DDP needs every rank at the same step), and only global rank zero writes the one report."""
+    import socket
+
+    with socket.socket() as sock:  # a free port for this test's rendezvous (port 0 leaves each rank its own)
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
+    done = run(folder, "doctor", "--steps", "4", "--json", "r.json", "--", *torchrun, "train.py", "ddp")
+    out = done.stdout + done.stderr
+    assert done.stdout.count("SCRIPT global_step 7") == 2, out[-3000:]  # 4 watched + 3 closing batches, each rank
+    assert done.stdout.count("lightning_speedups doctor") == 1, out[-3000:]
+    assert "on global rank 0 of its 2 processes, 4 training steps" in done.stderr
+    doc = json.loads((folder / "r.json").read_text())
+    assert doc["watched"]["processes"] == 2 and doc["watched"]["steps"] == 4 and doc["watched"]["stopped_early"]
+    assert done.returncode == doc["exit_code"]
