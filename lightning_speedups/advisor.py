@@ -198,8 +198,8 @@ def _total_norm(parameters: Any) -> torch.Tensor | None:
     if all(g.layout == torch.strided and g.dtype in _FOREACH_NORM_DTYPES and g.device == device for g in grads):
         # one fused op for all the gradients (a tiny model's step has fewer ops than it has gradients); fp16 is left
         # to the loop below: its norm is taken in fp32, where a large one does not overflow
-        norms = torch._foreach_norm(grads)
-        return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+        fused = torch._foreach_norm(grads)
+        return torch.linalg.vector_norm(torch.stack([n.float() for n in fused]))
     norms = [torch.linalg.vector_norm(g.float() if not g.is_sparse else g.coalesce()._values().float()) for g in grads]
     device = norms[0].device
     return torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]))
