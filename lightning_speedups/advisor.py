@@ -15,7 +15,8 @@ Card:
     with only clock marks (the data wait, the forward / backward / optimizer shares; with fewer than
     :data:`TIMED_APART_MIN` steps left after the inspected ones, every step is both); on all of them
     it watches input shapes, autograd in validation, on CUDA unpinned batches and peak memory, and
-    records the gradient norms; on the few batches after them
+    records the gradient norm (on the inspected steps, then every :data:`NORM_EVERY`-th); on the few
+    batches after them
     (:data:`QUIET_STEPS` + 1, with no monitor on) it times the step as it runs without the doctor
     and counts the operations of the last one (``torch.profiler``), and measures this device's fixed
     cost of one op: what the step's ops cost whatever they compute (the ``op-overhead`` verdict);
@@ -27,8 +28,8 @@ Card:
     (time on I/O, overlap, memory).
     Expected gain: none by itself: it says which tips apply, with the evidence and the exact fix.
     When it hurts: on the inspected steps (every torch call intercepted: a tiny model's step runs
-    2.5x longer on a CPU), a little on the timed ones (clock reads, one gradient-norm kernel per
-    step; ``benchmarks/doctor_cost.py``) and on the three after them (the profiled one runs slower; a few milliseconds of one-element ops); after
+    2.5x longer on a CPU), a little on the timed ones (clock reads, a gradient norm every
+    :data:`NORM_EVERY` steps; ``benchmarks/doctor_cost.py``) and on the three after them (the profiled one runs slower; a few milliseconds of one-element ops); after
     them it does nothing until the report.
 
 Examples:
@@ -95,6 +96,9 @@ __all__ = [
 #: input statistics, zeroed gradients. The host-read watch intercepts every torch call in the process (the loader's
 #: too): a tiny model's step runs 2.5x longer under it, so these steps are not the ones timed.
 INSPECTED_STEPS = 3
+#: The gradient norm (T15's evidence) is taken on every inspected step, then on every this-many-th watched step
+#: (an extra read of every gradient: 10% of a 1M-parameter MLP's CPU step when taken every step)
+NORM_EVERY = 4
 #: Watched steps needed after the inspected ones to time the step's phases and its wait for data apart from them;
 #: with fewer watched steps every step is both inspected and timed.
 TIMED_APART_MIN = 5
@@ -199,7 +203,9 @@ def _total_norm(parameters: Any) -> torch.Tensor | None:
         # one fused op for all the gradients (a tiny model's step has fewer ops than it has gradients); fp16 is left
         # to the loop below: its norm is taken in fp32, where a large one does not overflow
         fused = torch._foreach_norm(grads)
-        return torch.linalg.vector_norm(torch.stack([n.float() for n in fused]))
+        if any(n.dtype != fused[0].dtype for n in fused):
+            fused = [n.float() for n in fused]
+        return torch.linalg.vector_norm(torch.stack(fused)).float()
     norms = [torch.linalg.vector_norm(g.float() if not g.is_sparse else g.coalesce()._values().float()) for g in grads]
     device = norms[0].device
     return torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]))
@@ -319,11 +325,23 @@ class SpeedAdvisor(SpeedupCallback):
     def _window_open(self) -> bool:
         return self._fit and self._batches < self.check_steps
 
-    @property
-    def _step_keys(self) -> tuple[str, ...] | None:
-        """The monitors a training step's hooks reach: all of them on the inspected steps, then the data wait only
-        (the others are done: input statistics and zeroed gradients look at the inspected steps)."""
-        return None if self._batches < self._inspect else ("data_wait",)
+    def _step_forward(self, hook: str, *args: Any) -> None:
+        """A training step's hook to the monitors: all of them on the inspected steps; on the timed ones only the
+        data wait's batch start and end, called directly (a tiny model's CPU step is ~0.4 ms: the guarded, quieted
+        forwarding of four hooks to four monitors cost a fifth of it; the data wait's batch hooks read the clock
+        and warn nothing)."""
+        if self._batches < self._inspect:
+            self._forward(hook, *args)
+            return
+        child = self._children.get("data_wait")
+        if child is None or hook not in ("on_train_batch_start", "on_train_batch_end"):
+            return
+        try:
+            getattr(child, hook)(*args)
+        except Exception as err:
+            self.facts.unavailable["data_wait"] = f"monitor {type(child).__name__} failed in {hook}: {error_text(err)}"
+            self._children.pop("data_wait", None)
+            self._sources.pop("data_wait", None)
 
     @property
     def tail_steps(self) -> int:
@@ -396,7 +414,7 @@ class SpeedAdvisor(SpeedupCallback):
         if self._tracker is not None:
             self._tracker.update(batch)
         inspecting = self._batches < self._inspect
-        self._forward("on_train_batch_start", trainer, pl_module, batch, batch_idx, keys=self._step_keys)
+        self._step_forward("on_train_batch_start", trainer, pl_module, batch, batch_idx)
         if self._watcher is not None and inspecting:
             self._watcher.start()
         if self._reads is not None and inspecting:
@@ -410,14 +428,14 @@ class SpeedAdvisor(SpeedupCallback):
     @override
     def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
         if self._in_window:
-            self._forward("on_before_zero_grad", trainer, pl_module, optimizer, keys=self._step_keys)
+            self._step_forward("on_before_zero_grad", trainer, pl_module, optimizer)
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
         if self._in_window:
             if self._phases is not None:
                 self._phases.mark("backward")
-            self._forward("on_before_backward", trainer, pl_module, loss, keys=self._step_keys)
+            self._step_forward("on_before_backward", trainer, pl_module, loss)
 
     @override
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
@@ -425,6 +443,8 @@ class SpeedAdvisor(SpeedupCallback):
             return
         if self._phases is not None:
             self._phases.mark("optimizer")
+        if self._batches >= self._inspect and (self._batches - self._inspect) % NORM_EVERY:
+            return  # a norm reads every gradient once more: a third of an SGD step on a wide model
         try:
             with torch.no_grad():
                 norm = _total_norm(p for g in optimizer.param_groups for p in g["params"])
@@ -444,7 +464,7 @@ class SpeedAdvisor(SpeedupCallback):
             self._phases.mark("end")
         if self._watcher is not None:
             self._watcher.stop()
-        self._forward("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx, keys=self._step_keys)
+        self._step_forward("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
         self._in_window = False
         self._batches += 1
         self.facts.steps_run = self._batches

@@ -63,6 +63,7 @@ from lightning_speedups.bench.stats import (
     pooled_spread,
     summarize,
 )
+from lightning_speedups.bench.target import FLAT_CHECKS
 from lightning_speedups.bench.target_runs import (
     TargetRuns,
     target_order,
@@ -501,6 +502,13 @@ class Bench(TargetRuns, CombinationRuns):
                     f"{cut} candidate run(s) stopped once past the slowest baseline run's time to the target (they"
                     f" could no longer win): up to {saved:.0f} s of training saved against running each on to"
                     f" --target-max-time {self.options.target_max_time:g} s"
+                )
+            flat, kept = self.saved_by_flattening()
+            if flat:
+                self.notes.append(
+                    f"{flat} candidate run(s) stopped once their curve flattened after the schedule annealed (no"
+                    f" better value in {FLAT_CHECKS} checks): {kept:.0f} s of training saved against running each on"
+                    " to its cap"
                 )
             if self._spared:
                 self.notes.append(

@@ -103,25 +103,47 @@ def crossing_time(checks: list[dict[str, Any]], target: Target) -> Optional[floa
     return None
 
 
+#: validation checks after a schedule has annealed with no better value than before them: the curve has flattened,
+#: the run is a miss and stops (a one-cycle's learning rate is at its floor there; what it has not reached by then it
+#: reaches, if ever, at the pace of the floor)
+FLAT_CHECKS = 3
+
+
+def _finite(value: Optional[float]) -> bool:
+    return value is not None and math.isfinite(value)
+
+
 class TargetProbe(Callback):
     """Trains until a logged metric reaches a target, read at every validation; times it.
 
     The training clock runs from ``fit`` start (so a range test at the start counts) and stops during
     validation (the check is the instrument, not the training). It stops the run when the target is
-    reached, or when the training clock passes ``max_time``.
+    reached, when the training clock passes ``max_time``, or once the curve has flattened after a schedule annealed.
 
     Args:
         target: the goal.
         max_time: seconds of training after which the run gives up (a miss).
         clock: seconds (tests pass a fake one).
+        annealed_step: the optimizer step where the run's learning-rate schedule ends (``lr_schedule.plan``);
+            ``None``: no schedule, the run is only stopped by the target or ``max_time``.
+        flat_checks: after ``annealed_step``, this many validation checks in a row with no better value than the
+            best before them stop the run as a miss (``flattened``).
     """
 
     def __init__(
-        self, target: Target, max_time: float = math.inf, clock: Callable[[], float] = time.perf_counter
+        self,
+        target: Target,
+        max_time: float = math.inf,
+        clock: Callable[[], float] = time.perf_counter,
+        annealed_step: Optional[int] = None,
+        flat_checks: int = FLAT_CHECKS,
     ) -> None:
         super().__init__()
         self.target = target
         self.max_time = max_time
+        self.annealed_step = annealed_step
+        self.flat_checks = flat_checks
+        self.flattened: Optional[dict[str, Any]] = None  # the check that found the curve flat
         self._clock = clock
         self.t_fit: Optional[float] = None
         self._val_start: Optional[float] = None
@@ -167,6 +189,22 @@ class TargetProbe(Callback):
         if self.reached_at is None and self.target.reached(value):
             self.reached_at = check
             trainer.should_stop = True
+        elif self.reached_at is None and self._flat():
+            self.flattened = check
+            trainer.should_stop = True
+
+    def _flat(self) -> bool:
+        """The last :attr:`flat_checks` checks all ran after the schedule annealed and none beat the best before them."""
+        if self.annealed_step is None or len(self.checks) <= self.flat_checks:
+            return False
+        last = self.checks[-self.flat_checks :]
+        if last[0]["step"] < self.annealed_step:
+            return False
+        sign = 1.0 if self.target.mode == "max" else -1.0
+        before = [sign * c["value"] for c in self.checks[: -self.flat_checks] if _finite(c["value"])]
+        if not before:
+            return False
+        return all(not _finite(c["value"]) or sign * c["value"] <= max(before) for c in last)
 
     def crossing_s(self) -> Optional[float]:
         """The training time at which the metric crossed the target, read between the check that first
@@ -192,6 +230,9 @@ class TargetProbe(Callback):
             "train_s": self.train_s(),
             "val_s": self.val_s,
             "timed_out": self.timed_out,
+            "flattened": self.flattened is not None,
+            "flat_checks": self.flat_checks if self.annealed_step is not None else None,
+            "annealed_step": self.annealed_step,
             "metric_seen": any(c["value"] is not None for c in self.checks),
             "batch_size": self.batch_size,
         }

@@ -6,6 +6,7 @@ can no longer be faster than the baseline). :class:`~lightning_speedups.bench.ru
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Any, Optional
 
@@ -20,6 +21,9 @@ from lightning_speedups.config import all_settings
 #: reach the target, and sooner), at half (a larger gain when the annealed model is good enough), at all
 #: of them (reaches it, gains least)
 PLAN_FRACTIONS = (0.75, 0.5, 1.0)
+#: a schedule-free candidate's warm-up, as a share of the optimizer steps the baseline took to the target (the
+#: ``schedulefree`` authors warm up over a few percent of the run)
+SCHEDULE_FREE_WARMUP = 0.05
 #: a candidate's run stops once its training time passes the slowest baseline run's time to the target
 #: by this share (or by the baselines' own spread, when wider): from there it can no longer be faster
 CAP_MARGIN = 0.10
@@ -131,6 +135,7 @@ class TargetRuns(BenchState):
         """Time-to-target mode: the schedules' spans from the optimizer steps the baseline's first run took
         to the target (``plan_fraction`` of them); without them the schedule variants are not run."""
         steps = first.get("steps_to_target") if first.get("reached") else None
+        self._warmups_from_baseline(steps)
         planned = [r for r in self.records if r.variant.plan_fraction is not None]
         if not planned:
             return
@@ -156,6 +161,24 @@ class TargetRuns(BenchState):
             f" {self.options.seed}), so the schedules span {each} optimizer steps (lr_schedule.plan), not the"
             " config's length"
         )
+
+    def _warmups_from_baseline(self, steps: Any) -> None:
+        """A schedule-free candidate has no plan, but its warm-up is a share of one (:data:`SCHEDULE_FREE_WARMUP`):
+        of the baseline's steps to the target here, not of the config's length, which the run never reaches
+        (unset: the part's own default, a share of the config's length)."""
+        if not steps:
+            return
+        for record in self.records:
+            o = record.variant.overrides
+            if o.get("schedule_free.enabled") and "schedule_free.warmup_steps" not in o:
+                warmup = max(1, round(SCHEDULE_FREE_WARMUP * int(steps)))
+                overrides = {**o, "schedule_free.warmup_steps": warmup}
+                record.variant = dataclasses.replace(record.variant, overrides=overrides)
+                assert self.target is not None  # called in time-to-target mode only
+                self.notes.append(
+                    f"{record.variant.name}: its warm-up is {warmup:,} optimizer steps ({SCHEDULE_FREE_WARMUP:.0%} of"
+                    f" the {int(steps):,} the baseline took to {self.target.text()}; schedule_free.warmup_steps)"
+                )
 
     def _cap(self, variant: Variant) -> tuple[float, Optional[str]]:
         """A target run's training-time cap, and why when it is not ``--target-max-time``: a candidate stops
@@ -183,6 +206,17 @@ class TargetRuns(BenchState):
             f" + {margin:.0%}: it could no longer be faster"
         )
         return cap, why
+
+    def saved_by_flattening(self) -> tuple[int, float]:
+        """``(runs stopped, seconds of training)``: what stopping a candidate once its annealed curve flattened
+        saved against running it on to its cap (the slowest baseline's time, or ``--target-max-time``)."""
+        flat = [r for rec in self.records for r in rec.runs if r.get("flattened")]
+        saved = sum(
+            max(float(r["cap_s"]) - float(r.get("train_s") or 0.0), 0.0)
+            for r in flat
+            if r.get("cap_s") is not None and math.isfinite(float(r["cap_s"]))
+        )
+        return len(flat), saved
 
     def saved_by_caps(self) -> tuple[int, float]:
         """``(runs stopped early, seconds of training)``: what stopping candidates at the baseline's time saved,

@@ -98,7 +98,12 @@ def run_variant(spec: Mapping[str, Any]) -> dict[str, Any]:
         target = Target(**spec["target"]) if spec.get("target") else None
         probe: Any
         if target is not None:
-            probe = TargetProbe(target, float(spec.get("target_max_time") or math.inf))
+            plan = (spec.get("speedups_overrides") or {}).get("lr_schedule.plan")
+            probe = TargetProbe(
+                target,
+                float(spec.get("target_max_time") or math.inf),
+                annealed_step=int(plan) if isinstance(plan, int) and not isinstance(plan, bool) else None,
+            )
         else:
             probe = BenchProbe(int(spec["warmup"]), int(spec["steps"]), memory_step=bool(spec.get("memory_step", True)))
         kind = type(probe)
@@ -202,6 +207,13 @@ def _target_verdict(
         return result
     result["status"] = "ok"
     if not result["reached"]:
+        if result.get("flattened"):
+            result["miss"] = (
+                f"flattened: no better {target.metric} in the {result['flat_checks']} checks after its schedule"
+                f" annealed at step {result['annealed_step']:,} (best {result['best_value']:.4g},"
+                f" {result['train_s']:.0f} s)"
+            )
+            return result
         if result["timed_out"] and spec_reason:
             result["miss"] = f"{spec_reason} (best {target.metric} {result['best_value']:.4g})"
             return result

@@ -195,6 +195,8 @@ TIP = Tip(
     bench=(
         BenchVariant({"lr_schedule.name": "onecycle", "lr_schedule.max_lr": "auto"}, mode="target", name="onecycle"),
         BenchVariant({"lr_schedule.name": "cyclic", "lr_schedule.max_lr": "auto"}, mode="target", name="cyclic"),
+        # plan-free: no span to measure; its warm-up is a share of the baseline's steps to the target (bench sets it)
+        BenchVariant({"schedule_free.enabled": True}, mode="target", name="schedule-free"),
     ),
     not_timed="a learning-rate schedule changes the optimisation, not the step time: judged by time to a target (bench --target), not samples/s",
     suite=(

@@ -46,6 +46,11 @@ class FakeLauncher:
         self.now += 1.0
         key = "baseline" if v.startswith("baseline") else v
         value = self.figures.get(key, self.figures["baseline"])[repeat]
+        flat_at = None
+        if isinstance(
+            value, tuple
+        ):  # ("flat", s): the probe stopped it at s of training, its curve flat after annealing
+            flat_at, value = value[1], None
         out = {"status": "ok", "speedups": nested_speedups(spec["speedups_overrides"]), "wall_s": 1.0, "loss": 2.0}
         if self.target:
             cap = spec["target_max_time"]
@@ -59,7 +64,9 @@ class FakeLauncher:
                 best_value=0.9 if value is not None else 0.8,
                 checks=[{"step": 1}],
             )
-            if value is None:
+            if flat_at is not None:
+                out.update(flattened=True, train_s=flat_at, cap_s=cap, miss="flattened: ...")
+            elif value is None:
                 out["miss"] = "missed: best val_acc 0.8 by the end of the configured training"
         else:
             out.update(samples_per_s=value, step_s=64 / value, step_times=[64 / value] * 3, train_mem_bytes=1000)
@@ -158,11 +165,13 @@ def test_target_variants_come_from_the_records():
     assert {
         "T01 lr-schedule onecycle",
         "T01 lr-schedule cyclic",
+        "T01 lr-schedule schedule-free",
         "T04 max-batch x4-linear",
         "T04 max-batch x4-sqrt",
         "T15 grad-clipping norm",
     } <= set(names)
     assert names["T01 lr-schedule onecycle"].overrides["lr_schedule.max_lr"] == "auto"
+    assert names["T01 lr-schedule schedule-free"].overrides == {"schedule_free.enabled": True}
     assert names["T04 max-batch x4-sqrt"].overrides == {
         "largest_batch.enabled": True,
         "largest_batch.lr_rule": "sqrt",
@@ -176,10 +185,11 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
     figures = {
         "baseline": [100.0, 110.0, 90.0],
         "T01 lr-schedule onecycle @1x": [50.0, 56.0, 44.0],  # 2x, consistent
-        "T01 lr-schedule onecycle @0.5x": [None, None, None],  # its cycle ended too early: stalls
+        "T01 lr-schedule onecycle @0.5x": [("flat", 30.0), None, None],  # its cycle ended too early: flat after it
         "T01 lr-schedule onecycle @0.75x": [None, None, None],
         "T01 lr-schedule cyclic @0.75x": [None, None, None],
         "T01 lr-schedule cyclic @0.5x": [20.0, None, 20.0],  # fastest, but missed once
+        "T01 lr-schedule schedule-free": [70.0, 75.0, 66.0],  # plan-free: gains, less than the 1x one-cycle
         "T15 grad-clipping norm": [99.0, 105.0, 89.0],  # no gain (within the cap: slowest baseline + 10%)
     }
     fake = FakeLauncher(figures, target=True)
@@ -192,6 +202,7 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
         "T01 lr-schedule cyclic @0.75x",
         "T01 lr-schedule cyclic @0.5x",
         "T01 lr-schedule cyclic @1x",
+        "T01 lr-schedule schedule-free",
         "T15 grad-clipping norm",
         "baseline (A/A)",
     ]
@@ -209,11 +220,21 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
     assert {v: sorted(s) for v, s in seeds.items() if v in stopped} == stopped
     assert all(sorted(s) == [7, 8, 9] for v, s in seeds.items() if v not in stopped)
     assert any("7 more run(s) of" in n and "cannot be picked" in n for n in result.notes)
+    # the flattened run stopped at 30 s of training, where its cap was the slowest baseline (110 s) + their 20% spread
+    assert any(
+        "1 candidate run(s) stopped once their curve flattened" in n and "102 s of training saved" in n
+        for n in result.notes
+    ), result.notes
     # the schedules span what the baseline's first run measured: 1,000 steps to the target (seed 7)
     spans = {r.variant.name: r.variant.overrides.get("lr_schedule.plan") for r in result.records}
     assert spans["T01 lr-schedule onecycle @0.5x"] == 500 and spans["T01 lr-schedule onecycle @1x"] == 1000
     assert spans["T01 lr-schedule cyclic @0.75x"] == 750
     assert spans["T15 grad-clipping norm"] is None and spans["baseline"] is None
+    # the plan-free candidate spans nothing; its warm-up is 5% of the baseline's 1,000 steps, not of the config's length
+    sf = result.record("T01 lr-schedule schedule-free").variant.overrides
+    assert "lr_schedule.plan" not in sf and sf["schedule_free.warmup_steps"] == 50
+    assert any("schedule-free: its warm-up is 50 optimizer steps" in n for n in result.notes)
+    assert result.record("T01 lr-schedule schedule-free").summary.speedup == pytest.approx(100 / 70, rel=0.02)
     assert any("in 1,000 optimizer steps" in n and "500 (0.5x), 750 (0.75x), 1,000 (1x)" in n for n in result.notes)
     one = result.record("T01 lr-schedule onecycle @1x").summary
     assert one.speedup == pytest.approx(2.0, rel=0.01) and one.speedup_ci[0] > 1.5
@@ -523,3 +544,74 @@ def test_the_budget_a_miss_leaves_runs_the_candidates_the_plan_had_cut():
     assert ran[10] == "T04 max-batch x4-linear" and len(result.record("T04 max-batch x4-linear").runs) == 2
     assert result.record("T04 max-batch x4-linear").skipped is None and len(ran) == 11
     assert any("the budget that stopped candidates left" in n and "T04 max-batch x4-linear" in n for n in result.notes)
+
+
+class _Trainer:
+    def __init__(self):
+        self.sanity_checking = False
+        self.should_stop = False
+        self.global_step = 0
+        self.callback_metrics = {}
+
+
+def _checks(probe, values, every=10):
+    """Feed the probe one validation check per value, ``every`` optimizer steps apart; the step it stopped at."""
+    trainer = _Trainer()
+    for i, v in enumerate(values, 1):
+        trainer.global_step = i * every
+        trainer.callback_metrics = {probe.target.metric: v}
+        probe.on_validation_start(trainer, None)
+        probe.on_validation_end(trainer, None)
+        if trainer.should_stop:
+            return trainer.global_step
+    return None
+
+
+def test_a_run_stops_once_its_curve_is_flat_after_the_schedule_annealed():
+    from lightning_speedups.bench.target import FLAT_CHECKS, TargetProbe
+
+    clock = iter(range(10_000)).__next__
+    acc = Target("val_acc", 0.95, "max")
+    # annealed at step 50: the checks at 60, 70, 80 beat nothing before them -> stops at 80, a miss
+    probe = TargetProbe(acc, clock=clock, annealed_step=50)
+    probe.on_fit_start(None, None)
+    assert FLAT_CHECKS == 3
+    assert _checks(probe, [0.5, 0.7, 0.8, 0.85, 0.9, 0.89, 0.9, 0.88, 0.96]) == 80
+    r = probe.results()
+    assert r["flattened"] and not r["reached"] and r["annealed_step"] == 50 and r["flat_checks"] == 3
+    # still improving after the anneal: runs on to the target
+    probe = TargetProbe(acc, clock=clock, annealed_step=50)
+    probe.on_fit_start(None, None)
+    assert _checks(probe, [0.5, 0.7, 0.8, 0.85, 0.9, 0.91, 0.92, 0.93, 0.96]) == 90 and probe.results()["reached"]
+    # flat before the anneal is not flat: the schedule is still moving
+    probe = TargetProbe(acc, clock=clock, annealed_step=1000)
+    probe.on_fit_start(None, None)
+    assert _checks(probe, [0.5, 0.6, 0.6, 0.6, 0.6, 0.6]) is None and not probe.results()["flattened"]
+    # no schedule: never stopped for a flat curve
+    probe = TargetProbe(acc, clock=clock)
+    probe.on_fit_start(None, None)
+    assert _checks(probe, [0.5, 0.6, 0.6, 0.6, 0.6, 0.6]) is None
+    # lower is better
+    loss = Target("val_loss", 0.1, "min")
+    probe = TargetProbe(loss, clock=clock, annealed_step=10)
+    probe.on_fit_start(None, None)
+    assert _checks(probe, [1.0, 0.5, 0.4, 0.45, 0.41, 0.5]) == 60
+
+
+def test_a_flattened_run_is_a_miss_that_says_why():
+    from lightning_speedups.bench.worker import _target_verdict
+
+    result = {
+        "checks": [{"step": 80}],
+        "metric_seen": True,
+        "reached": False,
+        "flattened": True,
+        "flat_checks": 3,
+        "annealed_step": 1500,
+        "best_value": 0.9,
+        "train_s": 42.0,
+        "timed_out": False,
+    }
+    out = _target_verdict(result, Target("val_acc", 0.95, "max"), trainer=None)
+    assert out["status"] == "ok" and out["miss"].startswith("flattened: no better val_acc in the 3 checks")
+    assert "annealed at step 1,500" in out["miss"] and "best 0.9" in out["miss"]
