@@ -204,7 +204,7 @@ def _total_norm(parameters: Any) -> torch.Tensor | None:
         # to the loop below: its norm is taken in fp32, where a large one does not overflow
         fused = torch._foreach_norm(grads)
         if any(n.dtype != fused[0].dtype for n in fused):
-            fused = [n.float() for n in fused]
+            fused = tuple(n.float() for n in fused)
         return torch.linalg.vector_norm(torch.stack(fused)).float()
     norms = [torch.linalg.vector_norm(g.float() if not g.is_sparse else g.coalesce()._values().float()) for g in grads]
     device = norms[0].device
