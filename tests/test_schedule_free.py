@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import schedulefree
 import torch
+from helpers import QUIET
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -19,15 +20,6 @@ from lightning_speedups.functional.schedule_free import schedule_free_twin, why_
 from lightning_speedups.presets import parse_speedups
 
 NAMESPACES = ["lightning.pytorch", pytest.param("pytorch_lightning", id="pytorch_lightning")]
-QUIET = dict(
-    accelerator="cpu",
-    devices=1,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-    num_sanity_val_steps=0,
-)
 
 
 def _pl(namespace: str) -> Any:
