@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -296,6 +297,9 @@ def test_ctrl_c_keeps_what_was_measured(folder):
         text=True,
         timeout=300,
         start_new_session=True,
+        # as in a terminal: a suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler in the doctor or the command
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     out = done.stdout + done.stderr
     assert done.returncode == 130, out[-3000:]
