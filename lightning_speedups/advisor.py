@@ -29,8 +29,9 @@ Card:
     Expected gain: none by itself: it says which tips apply, with the evidence and the exact fix.
     When it hurts: on the inspected steps (every torch call intercepted: a tiny model's step runs
     2.5x longer on a CPU), a little on the timed ones (clock reads, a gradient norm every
-    :data:`NORM_EVERY` steps; ``benchmarks/doctor_cost.py``) and on the three after them (the profiled one runs slower; a few milliseconds of one-element ops); after
-    them it does nothing until the report.
+    :data:`NORM_EVERY` steps; ``benchmarks/doctor_cost.py``) and on the three after them (the
+    profiled one runs slower; a few milliseconds of one-element ops); after them it does nothing
+    until the report.
 
 Examples:
     >>> from lightning.pytorch import Trainer
@@ -306,11 +307,13 @@ class SpeedAdvisor(SpeedupCallback):
                 with _quiet(), self._own_reads():
                     getattr(child, hook)(*args)
             except Exception as err:
-                self.facts.unavailable[key] = (
-                    f"monitor {type(child).__name__} failed in {hook}: {type(err).__name__}: {err}"
-                )
-                self._children.pop(key, None)
-                self._sources.pop(key, None)
+                self._monitor_failed(key, child, hook, err)
+
+    def _monitor_failed(self, key: str, child: Any, hook: str, err: Exception) -> None:
+        """A monitor's own crash: said in the report, and the monitor dropped for the rest of the run."""
+        self.facts.unavailable[key] = f"monitor {type(child).__name__} failed in {hook}: {type(err).__name__}: {err}"
+        self._children.pop(key, None)
+        self._sources.pop(key, None)
 
     def _own_reads(self) -> contextlib.AbstractContextManager[None]:
         """The monitors' own host reads are not the run's."""
@@ -339,9 +342,7 @@ class SpeedAdvisor(SpeedupCallback):
         try:
             getattr(child, hook)(*args)
         except Exception as err:
-            self.facts.unavailable["data_wait"] = f"monitor {type(child).__name__} failed in {hook}: {error_text(err)}"
-            self._children.pop("data_wait", None)
-            self._sources.pop("data_wait", None)
+            self._monitor_failed("data_wait", child, hook, err)
 
     @property
     def tail_steps(self) -> int:

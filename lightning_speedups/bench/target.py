@@ -204,7 +204,8 @@ class TargetProbe(Callback):
         before = [sign * c["value"] for c in self.checks[: -self.flat_checks] if _finite(c["value"])]
         if not before:
             return False
-        return all(not _finite(c["value"]) or sign * c["value"] <= max(before) for c in last)
+        best = max(before)
+        return all(not _finite(c["value"]) or sign * c["value"] <= best for c in last)
 
     def crossing_s(self) -> Optional[float]:
         """The training time at which the metric crossed the target, read between the check that first
