@@ -9,7 +9,8 @@ script (and its A/A twin) beside ``LIGHTNING_SPEEDUPS=doctor`` in fresh processe
   inspected steps and the next, whose fetch ran under the last one's window, inside bench's warm-up);
 - ``after``: the doctor's watch (and its 3 closing batches) ends inside bench's warm-up: the steps after it.
 
-Usage: ``python benchmarks/doctor_cost.py [--repeats 5] [--steps 20] [SCRIPT ...]`` (prints a Markdown table).
+Usage: ``python benchmarks/doctor_cost.py [--repeats 5] [--steps 20] [--rows inspected timed after] [SCRIPT ...]``
+(prints a Markdown table).
 """
 
 from __future__ import annotations
@@ -30,17 +31,22 @@ def main() -> int:
     p.add_argument("scripts", nargs="*", default=["tiny_model.py", "balanced.py", "input_bound.py"])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument(
+        "--rows", nargs="+", choices=("inspected", "timed", "after"), default=["inspected", "timed", "after"]
+    )
     ns = p.parse_args()
     os.chdir(HERE)
     print("| script | doctor | speed vs plain (95% CI) | A/A noise |")
     print("|---|---|---|---|")
     for script in ns.scripts:
         rows = (
-            ("its inspected steps", 1, INSPECTED_STEPS - 1, 2 + ns.steps),
-            ("its timed steps", INSPECTED_STEPS + 1, ns.steps, INSPECTED_STEPS + 1 + ns.steps),
-            ("after its watch", 26, ns.steps, 20),
+            ("inspected", "its inspected steps", 1, INSPECTED_STEPS - 1, 2 + ns.steps),
+            ("timed", "its timed steps", INSPECTED_STEPS + 1, ns.steps, INSPECTED_STEPS + 1 + ns.steps),
+            ("after", "after its watch", 26, ns.steps, 20),
         )
-        for label, warmup, steps, watched in rows:
+        for row, label, warmup, steps, watched in rows:
+            if row not in ns.rows:
+                continue
             opts = ScriptBenchOptions(
                 steps=steps, warmup=warmup, repeats=ns.repeats, memory_step=False,
                 doctor={"steps": watched, "full": True, "lint": False},

@@ -12,11 +12,12 @@ Card:
     reads the model, optimizers, loaders, precision and debugging switches; the first
     :data:`INSPECTED_STEPS` of the ``check_steps`` watched steps are inspected (host reads of device
     values, on CUDA device synchronisations; input statistics, zeroed gradients), the others timed
-    with only clock marks (the data wait, the forward / backward / optimizer shares; with fewer than
-    :data:`TIMED_APART_MIN` steps left after the inspected ones, every step is both); on all of them
-    it watches input shapes, autograd in validation, on CUDA unpinned batches and peak memory, and
-    records the gradient norm (on the inspected steps, then every :data:`NORM_EVERY`-th); on the few
-    batches after them
+    with only clock marks at the step's boundaries (the forward / backward / optimizer shares, and the
+    data wait: from one step's end to the next one's start, when no validation or epoch boundary ran
+    between; with fewer than :data:`TIMED_APART_MIN` steps left after the inspected ones, every step is
+    both); it watches autograd in validation, on CUDA unpinned batches and peak memory, and records the
+    input shapes and the gradient norm on the inspected steps, then on every :data:`SAMPLE_EVERY`-th;
+    on the few batches after them
     (:data:`QUIET_STEPS` + 1, with no monitor on) it times the step as it runs without the doctor
     and counts the operations of the last one (``torch.profiler``), and measures this device's fixed
     cost of one op: what the step's ops cost whatever they compute (the ``op-overhead`` verdict);
@@ -29,7 +30,7 @@ Card:
     Expected gain: none by itself: it says which tips apply, with the evidence and the exact fix.
     When it hurts: on the inspected steps (every torch call intercepted: a tiny model's step runs
     2.5x longer on a CPU), a little on the timed ones (clock reads, a gradient norm every
-    :data:`NORM_EVERY` steps; ``benchmarks/doctor_cost.py``) and on the three after them (the
+    :data:`SAMPLE_EVERY` steps; ``benchmarks/doctor_cost.py``) and on the three after them (the
     profiled one runs slower; a few milliseconds of one-element ops); after them it does nothing
     until the report.
 
@@ -97,9 +98,10 @@ __all__ = [
 #: input statistics, zeroed gradients. The host-read watch intercepts every torch call in the process (the loader's
 #: too): a tiny model's step runs 2.5x longer under it, so these steps are not the ones timed.
 INSPECTED_STEPS = 3
-#: The gradient norm (T15's evidence) is taken on every inspected step, then on every this-many-th watched step
-#: (an extra read of every gradient: 10% of a 1M-parameter MLP's CPU step when taken every step)
-NORM_EVERY = 4
+#: The gradient norm (T15's evidence) and the batch's shapes (T07's) are taken on every inspected step, then on
+#: every this-many-th watched step (a norm reads every gradient once more: 10% of a 1M-parameter MLP's CPU step when
+#: taken every step, 3% of a tiny model's; a shape signature walks the batch: 1% of it)
+SAMPLE_EVERY = 8
 #: Watched steps needed after the inspected ones to time the step's phases and its wait for data apart from them;
 #: with fewer watched steps every step is both inspected and timed.
 TIMED_APART_MIN = 5
@@ -192,24 +194,29 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-_FOREACH_NORM_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+_FOREACH_NORM_DTYPES = frozenset({torch.float32, torch.float64, torch.bfloat16})
 
 
-def _total_norm(parameters: Any) -> torch.Tensor | None:
-    grads = [p.grad.detach() for p in parameters if p.grad is not None]
+def _grad_norms(parameters: Any) -> torch.Tensor | None:
+    """The 2-norms of the parameters' gradients, one per gradient, on the device (no host read); their own 2-norm is
+    the total gradient norm (:func:`_total_norm`). Taken with one fused op where it can (a tiny model's step has fewer
+    ops than it has gradients); fp16 and sparse gradients one by one in fp32, where a large norm does not overflow."""
+    grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return None
-    device = grads[0].device
-    if all(g.layout == torch.strided and g.dtype in _FOREACH_NORM_DTYPES and g.device == device for g in grads):
-        # one fused op for all the gradients (a tiny model's step has fewer ops than it has gradients); fp16 is left
-        # to the loop below: its norm is taken in fp32, where a large one does not overflow
-        fused = torch._foreach_norm(grads)
-        if any(n.dtype != fused[0].dtype for n in fused):
-            fused = tuple(n.float() for n in fused)
-        return torch.linalg.vector_norm(torch.stack(fused)).float()
+    if {g.dtype for g in grads} <= _FOREACH_NORM_DTYPES and all(g.layout is torch.strided for g in grads):
+        try:
+            return torch.stack(torch._foreach_norm(grads))
+        except RuntimeError:  # gradients on several devices, or of several dtypes: one by one below
+            pass
     norms = [torch.linalg.vector_norm(g.float() if not g.is_sparse else g.coalesce()._values().float()) for g in grads]
     device = norms[0].device
-    return torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]))
+    return torch.stack([n.to(device) for n in norms])
+
+
+def _total_norm(norms: torch.Tensor) -> torch.Tensor:
+    """The total gradient norm from :func:`_grad_norms`' per-gradient norms."""
+    return torch.linalg.vector_norm(norms.float())
 
 
 class SpeedAdvisor(SpeedupCallback):
@@ -234,6 +241,11 @@ class SpeedAdvisor(SpeedupCallback):
 
     tip = ""
     part = "advisor"
+    #: the hooks of every watched step: the watch's cost is measured by ``benchmarks/doctor_cost.py``, not added up
+    untimed_hooks = frozenset(
+        {"on_train_batch_start", "on_before_backward", "on_before_zero_grad", "on_before_optimizer_step"}
+        | {"on_train_batch_end", "on_after_backward"}
+    )
     #: it changes nothing in the run: a Trainer with it still takes a preset (``LIGHTNING_SPEEDUPS=fast+doctor``)
     watches_only = True
 
@@ -267,6 +279,7 @@ class SpeedAdvisor(SpeedupCallback):
         self._sources: dict[str, Any] = {}  # key -> monitor whose results are read (owned or the user's)
         self._watcher: Any = None
         self._reads: HostReadCounter | None = None  # off CUDA: the host reads a GPU run would sync on
+        self._reading = False  # the host-read watch (and the module's `log` watch) is on
         self._log_watch = contextlib.ExitStack()  # the module's `log` watched for sync_dist during a window
         self._tracker: Any = None
         self._batches = 0
@@ -320,6 +333,9 @@ class SpeedAdvisor(SpeedupCallback):
         return self._reads.paused() if self._reads is not None else contextlib.nullcontext()
 
     def _close_reads(self) -> None:
+        if not self._reading:
+            return
+        self._reading = False
         if self._reads is not None:
             self._reads.stop()
         self._log_watch.close()
@@ -329,20 +345,16 @@ class SpeedAdvisor(SpeedupCallback):
         return self._fit and self._batches < self.check_steps
 
     def _step_forward(self, hook: str, *args: Any) -> None:
-        """A training step's hook to the monitors: all of them on the inspected steps; on the timed ones only the
-        data wait's batch start and end, called directly (a tiny model's CPU step is ~0.4 ms: the guarded, quieted
-        forwarding of four hooks to four monitors cost a fifth of it; the data wait's batch hooks read the clock
-        and warn nothing)."""
+        """A training step's hook to the monitors: all of them on the inspected steps, none on the timed ones (a tiny
+        model's CPU step is ~0.7 ms: forwarding four hooks to the monitors cost a tenth of it; the data wait is taken
+        from the phases' clock marks)."""
         if self._batches < self._inspect:
             self._forward(hook, *args)
-            return
-        child = self._children.get("data_wait")
-        if child is None or hook not in ("on_train_batch_start", "on_train_batch_end"):
-            return
-        try:
-            getattr(child, hook)(*args)
-        except Exception as err:
-            self._monitor_failed("data_wait", child, hook, err)
+
+    @property
+    def _sampled(self) -> bool:
+        """Whether this watched step's gradient norm and batch shapes are taken (:data:`SAMPLE_EVERY`)."""
+        return self._batches < self._inspect or not (self._batches - self._inspect) % SAMPLE_EVERY
 
     @property
     def tail_steps(self) -> int:
@@ -366,9 +378,11 @@ class SpeedAdvisor(SpeedupCallback):
         self.facts = Facts(speedups=self.speedups)
         device = getattr(getattr(trainer, "strategy", None), "root_device", torch.device("cpu"))
         cuda = device.type == "cuda" and torch.cuda.is_available()
-        # the data wait is timed from the step after the first timed one: the last inspected step's host-read
-        # window runs on through the next batch's fetch (Lightning's own reads come after its hooks)
-        self._add(trainer, "data_wait", DataWaitMonitor, log=False, warmup_steps=self._timed_from + 1, clock=self.clock)
+        # the data wait comes from the timed steps' marks (from the step after the first timed one: the last
+        # inspected step's host-read window runs on through the next batch's fetch), or from the user's own monitor
+        theirs = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, DataWaitMonitor)), None)
+        if theirs is not None:
+            self._sources["data_wait"] = theirs
         self._add(trainer, "input_stats", InputStatsCheck, batches=self._inspect)
         self._add(trainer, "grads", GradsToNoneCheck, check_steps=self._inspect)
         self._add(trainer, "eval", NoGradEvalCheck, check_batches=2)
@@ -397,6 +411,8 @@ class SpeedAdvisor(SpeedupCallback):
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._phases is not None:
+            self._phases.gap()  # the epoch's end and start ran since the last step: not a data wait
         if self._window_open:
             self._forward("on_train_epoch_start", trainer, pl_module)
 
@@ -412,7 +428,7 @@ class SpeedAdvisor(SpeedupCallback):
             self._tail_batch_start()
             return
         self._in_window = True
-        if self._tracker is not None:
+        if self._tracker is not None and self._sampled:
             self._tracker.update(batch)
         inspecting = self._batches < self._inspect
         self._step_forward("on_train_batch_start", trainer, pl_module, batch, batch_idx)
@@ -422,14 +438,15 @@ class SpeedAdvisor(SpeedupCallback):
             self._reads.mark_module(pl_module)
             self._reads.mark_all([batch])
             self._reads.start()
+            self._reading = True
             self._log_watch.enter_context(self._reads.watching_log(pl_module))
         if self._phases is not None and self._batches >= self._timed_from:
             self._phases.mark("start")
 
     @override
     def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
-        if self._in_window:
-            self._step_forward("on_before_zero_grad", trainer, pl_module, optimizer)
+        if self._in_window and self._batches < self._inspect:
+            self._forward("on_before_zero_grad", trainer, pl_module, optimizer)
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
@@ -444,13 +461,13 @@ class SpeedAdvisor(SpeedupCallback):
             return
         if self._phases is not None:
             self._phases.mark("optimizer")
-        if self._batches >= self._inspect and (self._batches - self._inspect) % NORM_EVERY:
+        if not self._sampled:
             return  # a norm reads every gradient once more: a third of an SGD step on a wide model
         try:
             with torch.no_grad():
-                norm = _total_norm(p for g in optimizer.param_groups for p in g["params"])
-            if norm is not None:
-                self._norms.append(norm)  # kept on the device: read once at the end, no sync per step
+                norms = _grad_norms(p for g in optimizer.param_groups for p in g["params"])
+            if norms is not None:
+                self._norms.append(norms)  # kept on the device: summed and read once at the end, no sync per step
         except Exception as err:
             self.facts.unavailable["grad_norms"] = f"could not read gradient norms: {err}"
 
@@ -526,6 +543,8 @@ class SpeedAdvisor(SpeedupCallback):
     @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._close_reads()
+        if self._phases is not None:
+            self._phases.gap()  # validation runs before the next step: not a data wait
         if self._eval_open():
             self._eval_run_batches = 0
             self._forward("on_validation_start", trainer, pl_module)
@@ -621,6 +640,10 @@ class SpeedAdvisor(SpeedupCallback):
         if dw is not None:
             f.data_wait_fraction = dw.data_wait_fraction
             f.data_wait_steps = int(getattr(dw, "steps", 0) or 0)
+        elif self._phases is not None:
+            wait, busy, n = self._phases.data_wait()
+            f.data_wait_fraction = wait / busy if busy > 0 else None
+            f.data_wait_steps = n
         stats = self._sources.get("input_stats")
         if stats is not None:
             with _quiet():
@@ -650,7 +673,9 @@ class SpeedAdvisor(SpeedupCallback):
             f.host_reads = self._reads
         if self._norms:
             try:
-                f.grad_norms = [float(x) for x in torch.stack([n.to(self._norms[0].device) for n in self._norms]).cpu()]
+                with torch.no_grad():
+                    totals = torch.stack([_total_norm(n).to(self._norms[0].device) for n in self._norms])
+                f.grad_norms = [float(x) for x in totals.cpu()]
             except Exception as err:
                 f.unavailable["grad_norms"] = f"could not read gradient norms: {err}"
         device = getattr(getattr(trainer, "strategy", None), "root_device", None)

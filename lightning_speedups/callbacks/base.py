@@ -66,18 +66,19 @@ _GUARD = "__speedups_guard__"
 _log = logging.getLogger("lightning_speedups")
 
 
-def _guarded(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
+def _guarded(name: str, hook: Callable[..., Any], timed: bool = True) -> Callable[..., Any]:
     """``hook`` of a part, such that an exception of its own turns the part off for the run instead of ending the
     fit. Bad input (:func:`~lightning_speedups.errors.refuses_the_run`: the pack's ``BadInput``, Lightning's
-    ``MisconfigurationException``) still stops the run: it is the user's to fix."""
+    ``MisconfigurationException``) still stops the run: it is the user's to fix. With ``timed`` the hook's seconds
+    are added to the part's :attr:`~SpeedupCallback.hook_seconds`."""
 
     @functools.wraps(hook)
     def guarded(self: SpeedupCallback, *args: Any, **kwargs: Any) -> Any:
-        if self.stepped_aside and name != "teardown":
+        if self._aside is not None and name != "teardown":
             return None
         if (name == "setup" or self._quiet is None) and args and hasattr(args[0], "callbacks"):
             self._quiet = any(type(cb).__name__ == "SpeedupsSummary" for cb in getattr(args[0], "callbacks", ()) or ())
-        start = time.perf_counter()
+        start = time.perf_counter() if timed else 0.0
         try:
             return hook(self, *args, **kwargs)
         except Exception as err:
@@ -88,7 +89,8 @@ def _guarded(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
             self.step_aside(trainer, pl_module, f"{error_phrase(err)} (in its {name})", error=err)
             return None
         finally:  # the part's own time, which the summary adds up (what the pack cost the run)
-            vars(self)["hook_seconds"] = vars(self).get("hook_seconds", 0.0) + time.perf_counter() - start
+            if timed:
+                vars(self)["hook_seconds"] = vars(self).get("hook_seconds", 0.0) + time.perf_counter() - start
 
     vars(guarded)[_GUARD] = True
     return guarded
@@ -112,13 +114,16 @@ class SpeedupCallback(Callback):
     # set by each subclass on the class; not ClassVars: AutomaticOptimizationFlags sets its own per instance
     tip: str = ""
     part: str = ""
+    #: hooks whose seconds are not added to :attr:`hook_seconds`: per-step hooks of a part that times its own
+    #: cost otherwise (two clock reads per call are a few percent of a tiny model's CPU step)
+    untimed_hooks: frozenset[str] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name in GUARDED_HOOKS:
             hook = cls.__dict__.get(name)
             if callable(hook) and not vars(hook).get(_GUARD, False):
-                setattr(cls, name, _guarded(name, hook))
+                setattr(cls, name, _guarded(name, hook, timed=name not in cls.untimed_hooks))
 
     def __init__(self) -> None:
         super().__init__()

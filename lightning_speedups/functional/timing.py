@@ -96,19 +96,55 @@ class StepPhases:
         self.timeline = timeline
         self.steps: list[dict[str, Any]] = []
         self._current: Optional[dict[str, Any]] = None
+        self._last_end: Any = None  # the previous step's end, when nothing but its next batch's fetch ran since
 
     def mark(self, point: str) -> None:
         """Mark ``point`` of the current step (``start`` opens a step, ``end`` closes it; a repeated point keeps its
         first mark: accumulation's later micro-batches run inside the same step)."""
         if point == "start":
             self._current = {"start": self.timeline.mark()}
+            if self._last_end is not None:
+                self._current["after"] = self._last_end  # the step before it: the span between is the data wait
+                self._last_end = None
             return
         if self._current is None or point in self._current:
             return
         self._current[point] = self.timeline.mark()
         if point == "end":
             self.steps.append(self._current)
+            self._last_end = self._current["end"]
             self._current = None
+
+    def gap(self) -> None:
+        """Something other than the next batch's fetch runs before the next step (validation, an epoch's end and
+        start): that step's wait is not a data wait and is left out of :meth:`data_wait`."""
+        self._last_end = None
+
+    def data_wait(self) -> tuple[float, float, int]:
+        """``(wait, step, n)``: the seconds the ``n`` steps that followed a marked step right away (no :meth:`gap`
+        between) waited for their batch, from the previous step's end to their start, and those steps' whole
+        seconds (the wait included).
+
+        Examples:
+            >>> ticks = iter([0.0, 1.0,  1.5, 2.5,  3.0, 4.0])
+            >>> phases = StepPhases(Timeline(clock=lambda: next(ticks)))
+            >>> for i in range(3):
+            ...     if i == 2:
+            ...         phases.gap()  # validation ran before the third step
+            ...     phases.mark("start"); phases.mark("end")
+            >>> phases.data_wait()
+            (0.5, 1.5, 1)
+        """
+        followed = [step for step in self.steps if "after" in step]
+        if not followed:
+            return 0.0, 0.0, 0
+        self.timeline.sync()
+        wait = busy = 0.0
+        for step in followed:
+            gap = max(0.0, self.timeline.seconds(step["after"], step["start"]))
+            wait += gap
+            busy += gap + max(0.0, self.timeline.seconds(step["start"], step["end"]))
+        return wait, busy, len(followed)
 
     def seconds(self) -> dict[str, float]:
         """The median seconds of each phase over the marked steps (``{}`` before a step ended)."""

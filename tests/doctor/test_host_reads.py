@@ -262,6 +262,75 @@ def test_too_few_watched_steps_are_inspected_and_timed_alike():
     assert advisor.facts.data_wait_steps == check - 1
 
 
+def test_the_data_wait_is_taken_between_timed_steps_with_nothing_else_between():
+    """The timed steps' data wait comes from their clock marks: from one step's end to the next one's start, leaving
+    out a step that validation or an epoch boundary ran before (their time is not a wait for data). A fake clock
+    that ticks 1 per read: every step's span is a whole number of ticks, the wait between steps exactly one tick."""
+    import lightning.pytorch as pl
+    from helpers import quiet_trainer
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            return None
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(24, 4)), batch_size=4)  # 6 batches an epoch
+
+        def val_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=4)
+
+    ticks = iter(range(10**6))
+    advisor = SpeedAdvisor(check_steps=12, print_report=False, lint=False, clock=lambda: float(next(ticks)))
+    quiet_trainer(max_steps=12, val_check_interval=3, num_sanity_val_steps=0, callbacks=[advisor]).fit(Model())
+    # timed: steps 3-11; validation ran before steps 3, 6 (also a new epoch) and 9; step 3 follows no timed step
+    assert len(advisor._phases.steps) == 12 - INSPECTED_STEPS
+    assert advisor.facts.data_wait_steps == 6  # steps 4, 5, 7, 8, 10, 11
+    wait, busy, n = advisor._phases.data_wait()
+    assert (wait, n) == (6.0, 6) and 0 < advisor.facts.data_wait_fraction == wait / busy < 1
+
+
+def test_shapes_and_gradient_norms_are_sampled_on_the_timed_steps():
+    """On the inspected steps every batch's shapes and gradient norm are taken, then every SAMPLE_EVERY-th step's."""
+    from lightning_speedups.advisor import SAMPLE_EVERY
+
+    modes, advisor = _mode_per_step(check_steps=20, max_steps=20)
+    sampled = INSPECTED_STEPS + len(range(INSPECTED_STEPS, 20, SAMPLE_EVERY))
+    assert advisor.facts.shape_tracker.steps == sampled
+    assert len(advisor.facts.grad_norms) == sampled and all(n > 0 for n in advisor.facts.grad_norms)
+
+
+def test_the_total_gradient_norm_is_torchs():
+    """The per-gradient norms (fused where the dtypes allow, one by one for fp16 and sparse ones) add up to the norm
+    torch's clipping would see."""
+    from lightning_speedups.advisor import _grad_norms, _total_norm
+
+    params = [
+        torch.nn.Parameter(torch.randn(5, 3)),
+        torch.nn.Parameter(torch.randn(4)),
+        torch.nn.Parameter(torch.ones(2)),
+    ]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    params[2].grad = None  # a parameter with no gradient is left out
+    expected = torch.linalg.vector_norm(torch.cat([params[0].grad.flatten(), params[1].grad]))
+    assert torch.allclose(_total_norm(_grad_norms(params)), expected)
+    half = torch.nn.Parameter(torch.randn(3).half())
+    half.grad = torch.full((3,), 60000.0, dtype=torch.float16)  # its norm overflows fp16: taken in fp32
+    assert torch.isfinite(_total_norm(_grad_norms([half]))) and _total_norm(_grad_norms([half])) > 1e5
+    assert _grad_norms([torch.nn.Parameter(torch.ones(2))]) is None
+
+
 def test_the_advisors_own_monitors_are_not_counted(four_reads):
     from helpers import quiet_trainer
 
