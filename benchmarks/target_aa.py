@@ -1,37 +1,91 @@
-"""The error rate of bench's time-to-target decision on A/A pairs (issue 28).
+"""The error rate of bench's time-to-target decision on A/A pairs (issues 28 and 37).
 
-Input: the JSON of a bench run in target mode whose variants are all the same setup (``--tips none
---presets none --repeats K``: the baseline and its A/A copy, K runs each, seeds paired). Every split
-of those 2K runs into a pretend "baseline" and a pretend "candidate" of ``n`` runs each is decided by
-bench's own rule (:func:`~lightning_speedups.bench.stats.compare_target` with the spread pooled over
-the runs it was given, then :func:`~lightning_speedups.bench.stats.pick_verdict`); a pick is an
-error, since both sides are the same setup. It also says how much the crossing between checks
-narrows the spread against the time of the check that saw the target.
+**Real runs.** Input: the JSON of a bench run in target mode whose variants are all the same setup (``--tips
+none --presets none --repeats K``: the baseline and its A/A copy, K runs each, seeds paired). Every split of
+those 2K runs into a pretend "baseline" and a pretend "candidate" of ``n`` runs each is decided by bench's own
+rule (:func:`~lightning_speedups.bench.stats.compare_target` with the spread pooled over the runs it was given,
+then :func:`~lightning_speedups.bench.stats.pick_verdict`); a pick is an error, since both sides are the same
+setup. Each split is decided twice: by the interval alone (the rule of issue 28), and by the rule of issue 37 (a
+pick that one run carries is refused, and one more run of each side, drawn from the runs the split left unused,
+decides it when there are any). It also says how much the crossing between checks narrows the spread against the
+time of the check that saw the target.
 
     python -m lightning_speedups bench --config benchmarks/tta_autoencoder.yaml --target val_loss=0.5 \\
         --tips none --presets none --repeats 6 --json aa.json
     python benchmarks/target_aa.py aa.json --n 2
+
+**Simulated seeds** (``--simulate``): six real runs are too few for a rate, so the same two rules also decide
+``--trials`` draws of log times to the target from three seed-to-seed laws of about the spread measured on the
+autoencoder (sd of log time ~0.4), chosen before any rule was run on them: normal; Student's t with 3 degrees of
+freedom (heavy tails); and a two-point mixture where one seed in three takes 2.2x as long (what the autoencoder's
+seeds did). Each trial is ``--groups`` variants of ``n`` seeds (bench pools the spread over every variant it ran:
+the baseline, its A/A copy, the candidates), the first the baseline; the second is the candidate, the same setup
+(A/A: any pick is an error) or ``--gain`` times faster (how often a real gain is still picked).
+
+    python benchmarks/target_aa.py --simulate --n 2 3 --trials 4000
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
+import random
 import statistics
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from lightning_speedups.bench.stats import compare_target, pick_verdict, pooled_spread, summarize
 
+#: the seed-to-seed laws of log time to the target the simulation draws from (each about sd 0.4)
+LAWS: dict[str, Callable[[random.Random], float]] = {
+    "normal": lambda rng: rng.gauss(0.0, 0.4),
+    "student-t3": lambda rng: 0.4 / math.sqrt(3) * rng.gauss(0.0, 1.0) / math.sqrt(rng.gammavariate(1.5, 2.0) / 3),
+    "one-in-three-slow": lambda rng: (math.log(2.2) if rng.random() < 1 / 3 else 0.0) + rng.gauss(0.0, 0.05),
+}
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("json")
-    ap.add_argument("--n", type=int, nargs="+", default=[2, 3], help="runs per side")
-    ap.add_argument("--min-gain", type=float, default=0.02)
-    a = ap.parse_args()
-    with open(a.json, encoding="utf-8") as fh:
+
+def _run(seconds: float, repeat: int) -> dict[str, Any]:
+    return {"status": "ok", "reached": True, "time_to_target_s": seconds, "repeat": repeat}
+
+
+def decide(base: Sequence[dict], cand: Sequence[dict], others: Sequence[Sequence[dict]], min_gain: float) -> tuple:
+    """``(picked by the interval alone, picked by issue 37's rule, one run carried it)`` for one split."""
+    bs, cs = summarize(list(base)), summarize(list(cand))
+    compare_target(cs, list(cand), bs, list(base), pooled_spread([list(base), list(cand), *others]))
+    carried = cs.carried_by is not None
+    ok_new, _ = pick_verdict(cs, min_gain)
+    cs.carried_by = None
+    ok_old, _ = pick_verdict(cs, min_gain)
+    return ok_old, ok_new, carried
+
+
+def decide_with_one_more(
+    base: list[dict], cand: list[dict], others: Sequence[Sequence[dict]], more: Callable[[], tuple], min_gain: float
+) -> tuple[bool, bool, bool]:
+    """Issue 37's whole rule: a pick one run carries gets one more run of each side (``more()`` draws them, or
+    returns ``None`` when there are none) and is decided again, refused if one run still carries it."""
+    old, new, carried = decide(base, cand, others, min_gain)
+    if carried:
+        extra = more()
+        if extra is not None:
+            b, c = extra
+            _, new, _ = decide([*base, b], [*cand, c], others, min_gain)
+    return old, new, carried
+
+
+def _unused_pair(runs: list[dict], unused: list[int], n: int) -> tuple[dict, dict] | None:
+    """One more run of each side from the runs a split left unused (``None`` when fewer than two are left)."""
+    if len(unused) < 2:
+        return None
+    return dict(runs[unused[0]], repeat=n), dict(runs[unused[1]], repeat=n)
+
+
+def real(path: str, ns: Sequence[int], min_gain: float) -> None:
+    with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     runs = [r for v in data["variants"] for r in v["runs"] if r.get("status") == "ok" and r.get("reached")]
     print(f"{len(runs)} runs of one setup reached the target")
@@ -39,26 +93,78 @@ def main() -> int:
         logs = [math.log(r[key]) for r in runs if r.get(key)]
         if len(logs) > 1:
             print(f"  spread of log {key}: sd {statistics.stdev(logs):.3f} (cv ~{100 * statistics.stdev(logs):.1f}%)")
-    out = {}
-    for n in a.n:
+    for n in ns:
         if 2 * n > len(runs):
             continue
-        picks = total = decided = 0
+        old = new = carried = total = 0
         for chosen in itertools.combinations(range(len(runs)), 2 * n):
+            unused = [i for i in range(len(runs)) if i not in chosen]
             for left in itertools.combinations(chosen, n):
                 right = [i for i in chosen if i not in left]
                 base = [dict(runs[i], repeat=k) for k, i in enumerate(left)]
                 cand = [dict(runs[i], repeat=k) for k, i in enumerate(right)]
-                bs, cs = summarize(base), summarize(cand)
-                compare_target(cs, cand, bs, base, pooled_spread([base, cand]))
-                ok, _ = pick_verdict(cs, a.min_gain)
-                total += 1
-                picks += ok
-                decided += cs.speedup_ci[0] is not None
-        out[n] = (picks, total)
+
+                more = functools.partial(_unused_pair, runs, unused, n)
+                o, w, c = decide_with_one_more(base, cand, [], more, min_gain)
+                old, new, carried, total = old + o, new + w, carried + c, total + 1
         print(
-            f"  {n} vs {n} runs: {picks} of {total} A/A splits picked the pretend candidate ({100 * picks / total:.2f}%)"
+            f"  {n} vs {n} runs: {total} A/A splits; picked by the interval alone {old} ({100 * old / total:.2f}%),"
+            f" by issue 37's rule {new} ({100 * new / total:.2f}%); one run carried {carried}"
         )
+
+
+class Seeds:
+    """Draws of runs' times to the target from one seed-to-seed ``law``, ``shift`` (log) faster for a candidate."""
+
+    def __init__(self, law: Callable[[random.Random], float], seed: int) -> None:
+        self.law = law
+        self.rng = random.Random(seed)
+
+    def runs(self, k: int, gain: float = 1.0, first: int = 0) -> list[dict]:
+        return [_run(100.0 * math.exp(self.law(self.rng)) / gain, first + i) for i in range(k)]
+
+    def one_more(self, n: int, gain: float) -> tuple[dict, dict]:
+        return self.runs(1, 1.0, n)[0], self.runs(1, gain, n)[0]
+
+
+def simulate(ns: Sequence[int], trials: int, groups: int, gains: Sequence[float], min_gain: float, seed: int) -> None:
+    print("| law | seeds per variant | true gain | picked: interval alone | picked: issue 37's rule | carried |")
+    print("|---|---|---|---|---|---|")
+    for law, draw in LAWS.items():
+        for n in ns:
+            for gain in gains:
+                seeds = Seeds(draw, seed)
+                old = new = carried = 0
+                for _ in range(trials):
+                    base, cand = seeds.runs(n), seeds.runs(n, gain)
+                    others = [seeds.runs(n) for _ in range(groups - 2)]
+                    more = functools.partial(seeds.one_more, n, gain)
+                    o, w, c = decide_with_one_more(base, cand, others, more, min_gain)
+                    old, new, carried = old + o, new + w, carried + c
+                print(
+                    f"| {law} | {n} | {gain:g}x | {100 * old / trials:.2f}% | {100 * new / trials:.2f}% |"
+                    f" {100 * carried / trials:.1f}% |",
+                    flush=True,
+                )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json", nargs="?")
+    ap.add_argument("--n", type=int, nargs="+", default=[2, 3], help="runs (seeds) per side")
+    ap.add_argument("--min-gain", type=float, default=0.02)
+    ap.add_argument("--simulate", action="store_true", help="decide simulated seeds instead of a bench JSON")
+    ap.add_argument("--trials", type=int, default=4000)
+    ap.add_argument("--groups", type=int, default=4, help="variants the spread is pooled over (simulation)")
+    ap.add_argument("--gain", type=float, nargs="+", default=[1.0, 1.5, 2.0], help="the candidate's true gain")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if a.simulate:
+        simulate(a.n, a.trials, a.groups, a.gain, a.min_gain, a.seed)
+    elif a.json:
+        real(a.json, a.n, a.min_gain)
+    else:
+        ap.error("give a bench JSON, or --simulate")
     return 0
 
 

@@ -326,6 +326,8 @@ class Bench(TargetRuns, CombinationRuns):
         if self.target is not None:
             self._run_waiting(repeats)
         self._summarize_phase_one(base)
+        if self.target is not None and self._one_more_seed(base):
+            self._summarize_phase_one(base)
 
     def _first_baseline_run(self, base: VariantRecord) -> dict[str, Any]:
         """The baseline's first run (the fork server warmed first): a time-out or a failure to train stops the

@@ -131,6 +131,38 @@ class TargetRuns(BenchState):
                 f" run) ran: {', '.join(ran)}"
             )
 
+    def _one_more_seed(self, base: VariantRecord) -> bool:
+        """Target mode: a candidate whose gain one run carries (its interval no longer lies above 1.0 without that
+        run: :func:`~lightning_speedups.bench.stats.one_run_carries`) gets one more seed, and the baseline that seed
+        too, the fastest such candidate first, while the budget holds both runs. Once per bench; returns whether
+        any ran (then the summaries are made again: the new runs change the pooled spread too)."""
+        carried = [
+            r
+            for r in self.records
+            if r.summary is not None and r.summary.carried_by and r.variant.kind not in ("baseline", "aa")
+        ]
+        carried.sort(key=lambda r: -(r.summary.speedup or 0.0) if r.summary is not None else 0.0)
+        ran = []
+        for record in carried:
+            seed = len(record.runs)
+            need = self._estimate(record.variant) + (self._estimate(base.variant) if len(base.runs) <= seed else 0.0)
+            if need > self._remaining():
+                continue
+            assert record.summary is not None
+            why = record.summary.carried_by
+            if len(base.runs) <= seed:
+                self._add_total(1)
+                self._run_one(base, len(base.runs))
+            self._add_total(1)
+            self._run_one(record, seed)
+            ran.append(f"{record.variant.name} (without {why} its interval reached 1.0)")
+        if ran:
+            self.notes.append(
+                "one run carried the gain of " + "; ".join(ran) + ": one more seed of it and the baseline was run"
+                " (seed-to-seed times are heavy-tailed: a pick that one seed carries is as often noise)"
+            )
+        return bool(ran)
+
     def _plan_from_baseline(self, first: dict[str, Any]) -> None:
         """Time-to-target mode: the schedules' spans from the optimizer steps the baseline's first run took
         to the target (``plan_fraction`` of them); without them the schedule variants are not run."""

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from lightning_speedups.functional.precision import resolve_precision
 from lightning_speedups.inspection.facts import Facts
 from lightning_speedups.inspection.findings import Finding
 
@@ -109,6 +110,18 @@ def _finding(findings: Sequence[Finding], tip: str) -> Optional[Finding]:
     return next((f for f in findings if f.tip == tip and f.status == "finding"), None)
 
 
+def _precision_fix(facts: Facts) -> str:
+    """The precision verdict's fix as a script user sets it: the faster precision itself (a Trainer argument), and the
+    preset that tries it. ``fast`` keeps it only where its start-up probe times it faster, and the probe runs only on
+    a run long enough to repay its trial (a 60-step script stays in fp32 under ``fast``: ``benchmarks/RESULTS.md``)."""
+    best, _ = resolve_precision("auto", "cuda" if facts.on_cuda else facts.device_type)
+    return (
+        f'Trainer(precision="{best}"), or a YAML with `speedups: {{precision: {best}}}` as LIGHTNING_SPEEDUPS=that.yaml;'
+        " LIGHTNING_SPEEDUPS=fast tries it at the first batch and keeps it where it times faster, on runs long enough"
+        " to repay the trial"
+    )
+
+
 def primary_verdict(findings: Sequence[Finding], facts: Facts) -> Verdict:
     """The one cause that dominates the watched steps (see the module docstring)."""
     shares = step_shares(facts)
@@ -138,7 +151,7 @@ def primary_verdict(findings: Sequence[Finding], facts: Facts) -> Verdict:
             "precision",
             f"{compute:.0%} of the step computes in {facts.precision}, and this hardware has a faster precision"
             f" ({precision.evidence})",
-            "LIGHTNING_SPEEDUPS=fast (the precision it tries on the first batch)",
+            _precision_fix(facts),
             "T05",
             shares,
         )

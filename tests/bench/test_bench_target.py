@@ -618,3 +618,62 @@ def test_a_flattened_run_is_a_miss_that_says_why():
     out = _target_verdict(result, Target("val_acc", 0.95, "max"), trainer=None)
     assert out["status"] == "ok" and out["miss"].startswith("flattened: no better val_acc in the 3 checks")
     assert "annealed at step 1,500" in out["miss"] and "best 0.9" in out["miss"]
+
+
+# --------------------------------------------------------------------- a gain one seed carries (issue 37, item 4)
+
+
+def test_a_gain_one_slow_baseline_seed_carries_is_not_picked_on_the_interval_alone():
+    """Leave-one-out: the interval lies above 1.0, but without the baseline's slow seed it no longer does; the
+    candidate is not picked and the reason says which run carries it. A gain every run shows stays picked."""
+    from lightning_speedups.bench.stats import PooledSpread, compare_target, pick_verdict, summarize
+
+    def runs(*times):
+        return [{"status": "ok", "reached": True, "time_to_target_s": t, "repeat": i} for i, t in enumerate(times)]
+
+    spread = PooledSpread(0.2, 10, 12, 6)
+    base, cand = runs(80.0, 160.0), runs(50.0, 52.0)
+    bs, cs = summarize(base), summarize(cand)
+    compare_target(cs, cand, bs, base, spread)
+    assert cs.speedup_ci[0] > 1.0 and cs.carried_by == "the baseline's seed 1"
+    ok, why = pick_verdict(cs, min_gain=0.02)
+    assert not ok and "without the baseline's seed 1" in why and "one more seed" in why
+    assert cs.to_dict()["carried_by"] == "the baseline's seed 1"
+    steady = runs(100.0, 104.0)
+    ss = summarize(steady)
+    compare_target(cs, cand, ss, steady, spread)
+    assert cs.carried_by is None and pick_verdict(cs, min_gain=0.02)[0]
+
+
+def test_a_carried_gain_gets_one_more_seed_of_it_and_the_baseline_then_decides(tmp_path):
+    """Bench runs one more seed of a candidate whose gain one run carries, and of the baseline, then decides again
+    on all of them: picked when the new seed agrees, and said in the notes."""
+    figures = {
+        "baseline": [100.0, 130.0, 105.0],  # seed 1 slower: the gain rests on it
+        "T15 grad-clipping norm": [60.0, 62.0, 61.0],
+    }
+    fake = FakeLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T15"], repeats=2, target="val_acc=0.9", seed=3)
+    result = bench.run()
+    clip = result.record("T15 grad-clipping norm")
+    assert sorted(seed for v, seed in fake.calls if v == "T15 grad-clipping norm") == [3, 4, 5]
+    assert sorted(seed for v, seed in fake.calls if v == "baseline") == [3, 4, 5]
+    assert any("one run carried the gain of T15 grad-clipping norm" in n for n in result.notes), result.notes
+    assert clip.summary.carried_by is None and result.pick.variant.name == "T15 grad-clipping norm"
+
+
+def test_a_carried_gain_with_no_budget_for_one_more_seed_is_not_picked():
+    class Slow(FakeLauncher):  # each run takes 3.5 s: the 22 s budget holds the 6 runs, not one more pair
+        def run(self, spec, name, timeout=None):
+            out = super().run(spec, name, timeout)
+            self.now += 2.5
+            return {**out, "wall_s": 3.5}
+
+    figures = {"baseline": [100.0, 130.0], "T15 grad-clipping norm": [60.0, 62.0]}
+    fake = Slow(figures, target=True)
+    bench = _bench(fake, tips=["T15"], repeats=2, target="val_acc=0.9", budget=22.0)
+    result = bench.run()
+    clip = result.record("T15 grad-clipping norm").summary
+    assert len(result.record("T15 grad-clipping norm").runs) == 2
+    assert clip.carried_by is not None and "one more seed" in clip.picked_why
+    assert result.pick.variant.kind == "baseline"

@@ -331,6 +331,48 @@ def test_the_total_gradient_norm_is_torchs():
     assert _grad_norms([torch.nn.Parameter(torch.ones(2))]) is None
 
 
+def test_idle_hooks_are_skipped_on_the_timed_steps_and_after_the_watch():
+    """Hooks with nothing to do are set to None on the advisor (Lightning skips a hook that is not callable):
+    on_before_zero_grad on the timed steps, the backward and optimizer hooks too after the watch; the class's
+    hooks are back once the fit ends, so a second fit is watched the same way."""
+    import lightning.pytorch as pl
+    from helpers import quiet_trainer
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lightning_speedups.advisor import IDLE_AFTER
+
+    seen: list[tuple[bool, bool]] = []
+
+    class Spy(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append((advisor.on_before_zero_grad is None, advisor.on_before_backward is None))
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(80, 4)), batch_size=4)
+
+    advisor = SpeedAdvisor(check_steps=10, print_report=False, lint=False)
+    for _ in range(2):
+        seen.clear()
+        quiet_trainer(max_steps=14, callbacks=[advisor, Spy()]).fit(Model())
+        inspected, timed, after = seen[:INSPECTED_STEPS], seen[INSPECTED_STEPS:10], seen[10:]
+        assert inspected == [(False, False)] * INSPECTED_STEPS
+        assert timed == [(True, False)] * (10 - INSPECTED_STEPS) and after == [(True, True)] * 4
+        assert all(callable(getattr(advisor, name)) for name in IDLE_AFTER)
+        assert advisor.facts.grads_checked == INSPECTED_STEPS and len(advisor.facts.grad_norms) == 4
+        assert set(advisor.facts.phase_seconds) == {"forward", "backward", "optimizer"}
+
+
 def test_the_advisors_own_monitors_are_not_counted(four_reads):
     from helpers import quiet_trainer
 
