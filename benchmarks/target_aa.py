@@ -97,6 +97,7 @@ def real(path: str, ns: Sequence[int], min_gain: float) -> None:
         if 2 * n > len(runs):
             continue
         old = new = carried = total = 0
+        distinct = [0, 0, 0]  # splits where each side has distinct seeds, as in a bench run: total, old, new picks
         for chosen in itertools.combinations(range(len(runs)), 2 * n):
             unused = [i for i in range(len(runs)) if i not in chosen]
             for left in itertools.combinations(chosen, n):
@@ -107,10 +108,17 @@ def real(path: str, ns: Sequence[int], min_gain: float) -> None:
                 more = functools.partial(_unused_pair, runs, unused, n)
                 o, w, c = decide_with_one_more(base, cand, [], more, min_gain)
                 old, new, carried, total = old + o, new + w, carried + c, total + 1
+                if all(len({runs[i].get("repeat") for i in side}) == n for side in (left, right)):
+                    distinct = [distinct[0] + 1, distinct[1] + o, distinct[2] + w]
         print(
             f"  {n} vs {n} runs: {total} A/A splits; picked by the interval alone {old} ({100 * old / total:.2f}%),"
             f" by issue 37's rule {new} ({100 * new / total:.2f}%); one run carried {carried}"
         )
+        if distinct[0]:
+            print(
+                f"    of them {distinct[0]} with distinct seeds on each side (as bench runs them): interval alone"
+                f" {distinct[1]}, issue 37's rule {distinct[2]}"
+            )
 
 
 class Seeds:

@@ -24,6 +24,7 @@ Examples:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -110,11 +111,13 @@ def _finding(findings: Sequence[Finding], tip: str) -> Optional[Finding]:
     return next((f for f in findings if f.tip == tip and f.status == "finding"), None)
 
 
-def _precision_fix(facts: Facts) -> str:
-    """The precision verdict's fix as a script user sets it: the faster precision itself (a Trainer argument), and the
-    preset that tries it. ``fast`` keeps it only where its start-up probe times it faster, and the probe runs only on
-    a run long enough to repay its trial (a 60-step script stays in fp32 under ``fast``: ``benchmarks/RESULTS.md``)."""
-    best, _ = resolve_precision("auto", "cuda" if facts.on_cuda else facts.device_type)
+def _precision_fix(facts: Facts, finding: Finding) -> str:
+    """The precision verdict's fix as a script user sets it: the faster precision itself (the one T05's finding
+    names, a Trainer argument), and the preset that tries it. ``fast`` keeps it only where its start-up probe times
+    it faster, and the probe runs only on a run long enough to repay its trial (a 60-step script stays in fp32 under
+    ``fast``: ``benchmarks/RESULTS.md``)."""
+    named = re.search(r"trainer\.precision: ([\w-]+)", finding.fix or "")
+    best = named.group(1) if named else resolve_precision("auto", "cuda" if facts.on_cuda else facts.device_type)[0]
     return (
         f'Trainer(precision="{best}"), or a YAML with `speedups: {{precision: {best}}}` as LIGHTNING_SPEEDUPS=that.yaml;'
         " LIGHTNING_SPEEDUPS=fast tries it at the first batch and keeps it where it times faster, on runs long enough"
@@ -151,7 +154,7 @@ def primary_verdict(findings: Sequence[Finding], facts: Facts) -> Verdict:
             "precision",
             f"{compute:.0%} of the step computes in {facts.precision}, and this hardware has a faster precision"
             f" ({precision.evidence})",
-            _precision_fix(facts),
+            _precision_fix(facts, precision),
             "T05",
             shares,
         )

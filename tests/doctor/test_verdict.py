@@ -45,10 +45,16 @@ def test_debugging_tools_left_on_come_first():
 
 @pytest.mark.parametrize("faster_here", [True, False])
 def test_a_precision_verdict_only_where_the_hardware_has_a_faster_one(faster_here):
-    findings = [finding("T05", "medium", "32-true where bf16-mixed is faster", "speedups.precision: auto")]
+    fix = "speedups.precision: auto (bf16-mixed here), or trainer.precision: bf16-mixed"
+    findings = [finding("T05", "medium", "32-true where bf16-mixed is faster", fix)]
     verdict = primary_verdict(findings if faster_here else [], Facts(data_wait_fraction=0.05, phase_seconds=PHASES))
     assert verdict.name == ("precision" if faster_here else "balanced")
     assert "%" in verdict.headline  # never without its numbers
+    if faster_here:  # the precision to set, as a script sets it (fast keeps it only where its probe ran and paid)
+        assert (
+            verdict.fix.startswith('Trainer(precision="bf16-mixed")')
+            and "speedups: {precision: bf16-mixed}" in verdict.fix
+        )
 
 
 def test_host_reads_are_a_verdict_only_where_they_stall_a_device():
