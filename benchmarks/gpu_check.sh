@@ -18,6 +18,8 @@
 #      (+ speedups.precision: fp8 on GPT-2): samples/s and its ratio, CUDA peak memory, data-wait share,
 #      MFU from Lightning's measure_flops + ThroughputMonitor against the dense bf16 peak, passed
 #      explicitly (PEAK_FLOPS overrides; a variant without an MFU fails the run)  <= GPU_CHECK_T_WORK (180 s)
+#   3b. the doctor's verdict on benchmarks/planted/host_reads.py (a per-step .item() and a tensor `if`: on a GPU
+#      the verdict must name host reads; $OUT/planted_host_reads.json)          <= GPU_CHECK_T_DOCTOR (60 s)
 #   4. summary: benchmarks/gpu/summary.py -- JSON, PNG, the table; exit 1 when anything failed.
 #
 # On this workplace's device machine (tool `run`; it has PyTorch 2.11 and Lightning but not
@@ -106,6 +108,16 @@ say "== 3. workloads ($SIZE): baseline vs fast vs pick (+ fp8)"
 timeout "$T_WORK" $PY -m benchmarks.gpu.workloads --device "$DEVICE" --size "$SIZE" --steps "$STEPS" \
   --warmup "$WARMUP" --fp8 --out "$WORK" "${PICKS[@]}" >>"$LOG" 2>&1
 RC_WORK=$?
+
+# -- 3b. the doctor's verdict on the planted host-read script (issue 36: host reads stall a GPU, not a CPU)
+if [ "$QUICK" != 1 ]; then
+  say "== 3b. doctor on benchmarks/planted/host_reads.py"
+  out_abs=$(cd "$OUT" && pwd)
+  (cd benchmarks/planted && timeout "${GPU_CHECK_T_DOCTOR:-60}" $PY -m lightning_speedups doctor --steps 20 \
+    --json "$out_abs/planted_host_reads.json" -- $PY host_reads.py) >>"$LOG" 2>&1
+  PHASES+=("doctor_host_reads=$?")
+  grep -m1 -E "^(VERDICT|verdict|Verdict)" "$LOG" || true
+fi
 
 # -- 4. the summary, printed last
 $PY -m benchmarks.gpu.summary --work "$WORK" --out "$OUT" --elapsed $((SECONDS - START)) \
