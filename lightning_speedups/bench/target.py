@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -105,12 +105,50 @@ def crossing_time(checks: list[dict[str, Any]], target: Target) -> Optional[floa
 
 #: validation checks after a schedule has annealed with no better value than before them: the curve has flattened,
 #: the run is a miss and stops (a one-cycle's learning rate is at its floor there; what it has not reached by then it
-#: reaches, if ever, at the pace of the floor)
+#: reaches, if ever, at the pace of the floor). Measured on held-out curves: ``benchmarks/flat_span.py``.
 FLAT_CHECKS = 3
 
 
 def _finite(value: Optional[float]) -> bool:
     return value is not None and math.isfinite(value)
+
+
+def flattened(checks: Sequence[Mapping[str, Any]], annealed_step: Optional[int], span: int, target: Target) -> bool:
+    """Whether a run's curve has flattened short of ``target``: its last ``span`` checks all ran after the schedule
+    annealed (``annealed_step``), none beat the best value before them, and the target lies beyond the best by more
+    than its last checks flicker and more than the metric's resolution (a plateau one validation sample
+    under the target touches it by noise: that run is not stopped; ``benchmarks/flat_span.py``).
+
+    Examples:
+        >>> goal = Target("val_acc", 0.99, "max")
+        >>> curve = lambda *v: [{"step": 10 * (i + 1), "value": x} for i, x in enumerate(v)]
+        >>> flattened(curve(0.90, 0.97, 0.972, 0.972, 0.972, 0.972), 20, 3, goal)
+        True
+        >>> flattened(curve(0.90, 0.986, 0.989, 0.989, 0.989, 0.989), 20, 3, goal)  # one sample (0.003) under 0.99
+        False
+        >>> flattened(curve(0.90, 0.989, 0.986, 0.989, 0.986, 0.989), 20, 3, goal)  # flickers within reach of 0.99
+        False
+        >>> flattened(curve(0.90, 0.97, 0.972, 0.972, 0.975, 0.972), 20, 3, goal)  # still improving
+        False
+    """
+    if annealed_step is None or len(checks) <= span:
+        return False
+    last = checks[-span:]
+    if last[0]["step"] < annealed_step:
+        return False
+    sign = 1.0 if target.mode == "max" else -1.0
+    before = [sign * c["value"] for c in checks[:-span] if _finite(c["value"])]
+    if not before:
+        return False
+    best = max(before)
+    if any(_finite(c["value"]) and sign * c["value"] > best for c in last):
+        return False
+    flat = [sign * c["value"] for c in last if _finite(c["value"])]
+    flicker = max(flat) - min(flat) if flat else 0.0
+    # the metric's resolution: the smallest step between two values it took (an accuracy on N samples moves by 1/N)
+    values = sorted({c["value"] for c in checks if _finite(c["value"])})
+    resolution = min((b - a for a, b in zip(values, values[1:])), default=0.0)
+    return sign * target.value > best + max(flicker, resolution)
 
 
 class TargetProbe(Callback):
@@ -194,18 +232,8 @@ class TargetProbe(Callback):
             trainer.should_stop = True
 
     def _flat(self) -> bool:
-        """The last :attr:`flat_checks` checks all ran after the schedule annealed and none beat the best before them."""
-        if self.annealed_step is None or len(self.checks) <= self.flat_checks:
-            return False
-        last = self.checks[-self.flat_checks :]
-        if last[0]["step"] < self.annealed_step:
-            return False
-        sign = 1.0 if self.target.mode == "max" else -1.0
-        before = [sign * c["value"] for c in self.checks[: -self.flat_checks] if _finite(c["value"])]
-        if not before:
-            return False
-        best = max(before)
-        return all(not _finite(c["value"]) or sign * c["value"] <= best for c in last)
+        """The curve has flattened short of the target after the schedule annealed (:func:`flattened`)."""
+        return flattened(self.checks, self.annealed_step, self.flat_checks, self.target)
 
     def crossing_s(self) -> Optional[float]:
         """The training time at which the metric crossed the target, read between the check that first
