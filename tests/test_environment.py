@@ -416,3 +416,29 @@ def test_a_setting_fixed_at_construction_is_named_not_claimed(ns, monkeypatch):
     assert type(trainer.strategy).__name__ == "SingleDeviceStrategy" and len(model.losses) == 3
     line = next(line for line in summary_lines(trainer) if "ddp (T11)" in line)
     assert line.startswith("  off ") and "not applied" in line and "strategy" in line, line
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_schedule_free_from_a_yaml_swaps_the_optimizer_of_a_trainer_the_script_builds(ns, monkeypatch, tmp_path):
+    """Issue 37 item 2 through the environment: `speedups.schedule_free` in a YAML given as LIGHTNING_SPEEDUPS turns
+    a script's Adam into AdamWScheduleFree (train mode while it trains), in either Lightning package."""
+    seen: list[tuple[str, bool]] = []
+
+    class AdamNet(module_class(ns)):  # type: ignore[misc]
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            opt = self.trainer.optimizers[0]
+            seen.append((type(opt).__name__, bool(opt.param_groups[0].get("train_mode", False))))
+            return super().training_step(batch, batch_idx)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    own = tmp_path / "sf.yaml"
+    own.write_text("speedups:\n  schedule_free:\n    enabled: true\n")
+    monkeypatch.setenv(ENV_VAR, str(own))
+    torch.manual_seed(0)
+    trainer = trainer_of(ns)
+    trainer.fit(AdamNet())
+    assert seen and all(name == "AdamWScheduleFree" and train for name, train in seen), seen
+    line = next(line for line in summary_lines(trainer) if "schedule_free" in line)
+    assert line.startswith("  on "), line

@@ -339,3 +339,17 @@ def test_the_doctor_never_advises_a_schedule_for_a_schedule_free_optimizer():
     cb.report(True, "AdamW->AdamWScheduleFree (lr 0.001)")
     swapped = check(Facts(collected=True, callbacks=[cb], optimizers=[torch.optim.AdamW(nn.Linear(2, 2).parameters())]))
     assert swapped.status == "ok" and "speedups.schedule_free: AdamW->AdamWScheduleFree" in swapped.evidence
+
+
+def test_a_share_of_a_run_with_no_estimate_falls_back_to_the_fixed_warm_up():
+    """An iterable loader with no length and no max_steps: Lightning estimates -1 stepping batches (gluonts' own
+    Trainer); the warm-up share then has nothing to take a share of, and the summary must not say "of -1"."""
+    from types import SimpleNamespace
+
+    from lightning_speedups.callbacks.schedule_free import FALLBACK_WARMUP_STEPS, ScheduleFree
+
+    trainer = SimpleNamespace(estimated_stepping_batches=-1, max_epochs=1, max_steps=-1, callbacks=[])
+    steps, text = ScheduleFree(warmup_steps=0.05)._warmup(trainer)
+    assert steps == FALLBACK_WARMUP_STEPS and "no plan" in text and "-1" not in text
+    trainer.estimated_stepping_batches = 400
+    assert ScheduleFree(warmup_steps=0.05)._warmup(trainer) == (20, "20 warm-up steps (0.05 of 400)")

@@ -144,7 +144,8 @@ class ScheduleFree(SpeedupCallback):
         if isinstance(self.warmup_steps, int):
             return self.warmup_steps, f"{self.warmup_steps} warm-up steps"
         total = trainer.estimated_stepping_batches
-        if planned_by_default(trainer) or not math.isfinite(total):
+        # an iterable loader with no length and no max_steps: Lightning estimates -1 (gluonts' own Trainer does this)
+        if planned_by_default(trainer) or not math.isfinite(total) or total <= 0:
             return FALLBACK_WARMUP_STEPS, (
                 f"{FALLBACK_WARMUP_STEPS} warm-up steps (the run has no plan to take {self.warmup_steps:g} of)"
             )

@@ -195,3 +195,30 @@ def test_the_library_builds_trainers_of_the_package_we_think(lib: Library, monke
     seen = plain(lib, monkeypatch)
     assert type(seen.trainer).__module__.startswith(lib.namespace), type(seen.trainer).__module__
     assert len(seen.losses) == STEPS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lib", LIBRARIES, ids=[lib.name for lib in LIBRARIES])
+def test_schedule_free_through_the_environment(
+    lib: Library, monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory
+) -> None:
+    """Issue 37's plan-free part in real libraries, asked for the way a user would (a YAML as LIGHTNING_SPEEDUPS):
+    the fit plain Lightning completes still completes, and the summary's line is the truth: on where the library's
+    optimizer now is its schedule-free twin, skipped with a reason where it has none (its own scheduler, an optimizer
+    with no twin)."""
+    lib = _installed(lib)
+    base = plain(lib, monkeypatch)
+    own = tmp_path / "schedule_free.yaml"  # type: ignore[operator]
+    own.write_text("speedups:\n  schedule_free:\n    enabled: true\n")
+    monkeypatch.setenv(ENV_VAR, str(own))
+    seen = lib.run([], {}, STEPS)
+    assert len(seen.losses) == len(base.losses) and all(math.isfinite(x) for x in seen.losses), seen.losses
+    lines = [line for line in summary_of(seen) if "schedule_free (T01)" in line]
+    assert lines, summary_of(seen)
+    line = lines[0]
+    optimizers = [type(o).__name__ for o in seen.trainer.optimizers]
+    if line.startswith("  on "):
+        assert any("ScheduleFree" in name for name in optimizers), (line, optimizers)
+    else:
+        assert "skipped" in line or "off" in line, line
+        assert not any("ScheduleFree" in name for name in optimizers), (line, optimizers)
