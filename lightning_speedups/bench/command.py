@@ -107,6 +107,12 @@ def _how_to_judge(p: argparse.ArgumentParser) -> None:
         help="how far (relative) a variant's loss may be from the baseline's (default 0.25)",
     )
     p.add_argument("--no-search", action="store_true", help="skip the combination search")
+    p.add_argument(
+        "--no-stack",
+        action="store_true",
+        help="--target: run each throughput tip to the target on its own instead of timing them by samples/s first"
+        " and stacking those that pay onto the schedules",
+    )
     p.add_argument("--no-extras", action="store_true", help="skip the all-on and idle-parts variants")
     p.add_argument(
         "--isolation",
@@ -209,6 +215,7 @@ def options_from_argv(argv: Sequence[str]) -> tuple[BenchOptions, argparse.Names
         target_max_time=ns.target_max_time,
         target_every=ns.target_every,
         noise_pair=not ns.no_noise_pair,
+        stack=not ns.no_stack,
         baseline=ns.baseline,
     )
     return options, ns

@@ -18,8 +18,14 @@ class BenchState:
     options: BenchOptions
     target: Optional[Target]
     records: list[VariantRecord]
+    variants: list[Variant]
+    #: time-to-target mode: the throughput tips' samples/s runs that decided the stack (and their baseline)
+    stack_records: list[VariantRecord]
     baselines: dict[int, VariantRecord]
     notes: list[str]
+    device: str
+    root: str
+    trainer_overrides: dict[str, Any]
     _waiting: list[VariantRecord]
     _stopped: list[str]
     _spared: list[float]

@@ -56,6 +56,9 @@ class BenchOptions:
     target_every: Optional[int] = None
     #: the A/A pair of baselines that measures the run's noise floor
     noise_pair: bool = True
+    #: time-to-target mode: time the throughput tips by samples/s first and stack those that pay onto the
+    #: candidates that change the optimisation (``--no-stack``: each tip run to the target on its own)
+    stack: bool = True
     #: ``reset``: the baseline turns every ``speedups:`` key the config sets back off; ``yours``: the
     #: baseline is the config as given and each variant adds its tip on top (what ``doctor --verify`` times)
     baseline: str = "reset"

@@ -123,6 +123,7 @@ class Bench(TargetRuns, CombinationRuns):
         #: target mode: candidates whose other repeats were not run after a miss
         self._stopped: list[str] = []
         self._spared: list[float] = []  # the estimated seconds of each run not run after a miss
+        self.stack_records: list[VariantRecord] = []  # target mode: the samples/s runs that decided the stack
 
     # --- preparation
     def prepare(self) -> None:
@@ -315,6 +316,8 @@ class Bench(TargetRuns, CombinationRuns):
     # --- phases
     def _phase_one(self) -> None:
         o = self.options
+        if self.target is not None and o.stack:
+            self._stack_from_throughput()
         self.records = [VariantRecord(v, phase=1) for v in self.variants]
         base = self.records[0]
         self.baselines[1] = base

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import statistics
 from typing import Any, Optional
 
-from lightning_speedups.bench.args import flatten, preset_speedups
+from lightning_speedups.bench.args import flatten, preset_speedups, trainer_overrides
 from lightning_speedups.bench.host import BenchState
 from lightning_speedups.bench.results import VariantRecord
-from lightning_speedups.bench.variants import TARGET_VARIANTS, Variant
+from lightning_speedups.bench.stats import compare, pick_verdict, summarize
+from lightning_speedups.bench.variants import BASELINE, TARGET_VARIANTS, TIP_VARIANTS, Variant, tip_overrides
 from lightning_speedups.config import all_settings
 
 #: time-to-target mode: the spans a learning-rate schedule is tried at, as shares of the optimizer steps the
@@ -130,6 +132,81 @@ class TargetRuns(BenchState):
                 f"the budget that stopped candidates left (a miss cannot be picked, so their other repeats were not"
                 f" run) ran: {', '.join(ran)}"
             )
+
+    def _stack_from_throughput(self) -> None:
+        """Target mode (issue 37, item 1): the throughput tips in the plan (precision, compilation, memory layout,
+        loader workers, ...) are first timed by samples/s, each against the baseline over paired repeats of a short
+        run (``--steps``, ``--warmup``) as a throughput bench times them; those that pay here (their interval above
+        1.0 and clear of ``--min-gain``, their loss sane) are stacked into one set of overrides, and each candidate
+        that changes the optimisation (a schedule, the schedule-free twin) gets a twin with the stack on top
+        (``stack:T05+T24 + T01 lr-schedule onecycle @0.75x``), run first; the stack alone runs too. The throughput
+        tips are then not run to the target one by one: their gain is in the stack."""
+        o = self.options
+        speed = [
+            v
+            for v in self.variants
+            if v.kind == "tip" and len(v.tips) == 1 and v.tips[0] in TIP_VARIANTS and v.tips[0] not in TARGET_VARIANTS
+        ]
+        if not speed:
+            return
+        repeats = max(2, o.repeats)
+        base = VariantRecord(dataclasses.replace(BASELINE, name="baseline (samples/s)"), phase=0)
+        timed = [VariantRecord(v, phase=0) for v in speed]
+        # the runs are timed by samples/s as a throughput bench times them: no target, one seed, its Trainer settings
+        target, self.target = self.target, None
+        settings = self.trainer_overrides
+        self.trainer_overrides = trainer_overrides(
+            dataclasses.replace(o, target=None), self.device, os.path.join(self.root, "trainer")
+        )
+        try:
+            self._add_total(repeats * (1 + len(timed)))
+            for repeat in range(repeats):
+                for record in (base, *timed):
+                    self._run_one(record, repeat)
+        finally:
+            self.target, self.trainer_overrides = target, settings
+        base.summary = summarize(base.runs)
+        paying, said = [], []
+        for record in timed:
+            record.summary = summarize(record.runs)
+            compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
+            ok, why = pick_verdict(record.summary, o.min_gain)
+            said.append(f"{record.variant.name} {why}")
+            if ok:
+                paying.append(record.variant.tips[0])
+        self.stack_records = [base, *timed]
+        self.variants = [v for v in self.variants if v not in speed]
+        if not paying:
+            self.notes.append(
+                "stack: no throughput tip paid by samples/s here (" + "; ".join(said) + "): no stacked candidate"
+            )
+            return
+        stack = tuple(sorted(paying))
+        overrides = tip_overrides(stack)
+        label = "stack:" + "+".join(stack)
+        twins = []
+        for v in self.variants:
+            if v.kind in ("tip", "preset") and (
+                v.plan_fraction is not None or v.overrides.get("schedule_free.enabled")
+            ):
+                twins.append(
+                    dataclasses.replace(
+                        v,
+                        name=f"{label} + {v.name}",
+                        kind="stack",
+                        tips=tuple(dict.fromkeys((*v.tips, *stack))),
+                        overrides={**overrides, **v.overrides},
+                        description=f"{v.description}; with {' + '.join(stack)} stacked",
+                    )
+                )
+        alone = Variant(label, "stack", stack, overrides=dict(overrides), description="the throughput tips that paid")
+        self.variants = [self.variants[0], *twins, alone, *self.variants[1:]]
+        self.notes.append(
+            f"stack: timed by samples/s first ({repeats} paired repeats of {o.warmup} + {o.steps} batches): "
+            + "; ".join(said)
+            + f". Stacked {', '.join(stack)} onto {len(twins)} candidate(s) that change the optimisation, run"
+            " first; the throughput tips were not run to the target one by one"
+        )
 
     def _one_more_seed(self, base: VariantRecord) -> bool:
         """Target mode: a candidate whose gain one run carries (its interval no longer lies above 1.0 without that

@@ -52,6 +52,10 @@ class FakeLauncher:
         ):  # ("flat", s): the probe stopped it at s of training, its curve flat after annealing
             flat_at, value = value[1], None
         out = {"status": "ok", "speedups": nested_speedups(spec["speedups_overrides"]), "wall_s": 1.0, "loss": 2.0}
+        if self.target and spec["target"] is None:  # a samples/s run of target mode's stack phase
+            value = self.figures.get("samples/s", {}).get(v, [100.0] * 8)[repeat]
+            out.update(samples_per_s=value, step_s=64 / value, step_times=[64 / value] * 3, train_mem_bytes=1000)
+            return out
         if self.target:
             cap = spec["target_max_time"]
             if value is not None and value > cap:  # the worker's probe stops the run at its cap
@@ -75,7 +79,15 @@ class FakeLauncher:
 
 def _bench(launcher, **kw):
     opts = dict(
-        args=TINY_CNN, steps=2, warmup=1, repeats=4, presets=["none"], progress=False, search=False, extras=False
+        args=TINY_CNN,
+        steps=2,
+        warmup=1,
+        repeats=4,
+        presets=["none"],
+        progress=False,
+        search=False,
+        extras=False,
+        stack=False,
     )
     opts.update(kw)
     bench = Bench(BenchOptions(**opts), launcher=launcher, clock=launcher.clock)
@@ -686,3 +698,40 @@ def test_a_carried_gain_with_no_budget_for_one_more_seed_is_not_picked():
     assert len(result.record("T15 grad-clipping norm").runs) == 2
     assert clip.carried_by is not None and "one more seed" in clip.picked_why
     assert result.pick.variant.kind == "baseline"
+
+
+# ------------------------------------------------------------------- stacked candidates (issue 37, item 1)
+
+
+def test_the_throughput_tips_that_pay_are_stacked_onto_the_schedules_and_run_first():
+    """Target mode times the throughput tips by samples/s first (no target, one seed, paired repeats); the ones
+    whose interval clears 1.0 are stacked onto every candidate that changes the optimisation, those twins run
+    first, and the throughput tips are not run to the target one by one."""
+    paying = {"T24 channels-last": [130.0, 128.0], "T16 conv-bias": [110.0, 111.0]}  # T22, T02 ...: 100, no gain
+    figures = {
+        "baseline": [100.0, 100.0],
+        "samples/s": paying,
+        "stack:T16+T24 + T01 lr-schedule onecycle @0.75x": [40.0, 42.0],
+    }
+    fake = FakeLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T01", "T24", "T16", "T22"], repeats=2, target="val_acc=0.9", stack=True, seed=5)
+    result = bench.run()
+    throughput_calls = [v for v, seed in fake.calls if seed == 5 and v in paying or v == "baseline (samples/s)"]
+    assert throughput_calls.count("baseline (samples/s)") == 2
+    names = [r.variant.name for r in result.records]
+    assert names[1].startswith("stack:T16+T24 + ") and "stack:T16+T24" in names
+    assert not any(n in ("T24 channels-last", "T16 conv-bias", "T22 fusion") for n in names), names
+    twin = result.record("stack:T16+T24 + T01 lr-schedule onecycle @0.75x").variant
+    assert twin.kind == "stack" and twin.plan_fraction == 0.75 and twin.overrides["lr_schedule.plan"] == 750
+    assert twin.overrides["channels_last"] is True and twin.overrides["conv_bias"] is True
+    assert result.pick.variant.name == "stack:T16+T24 + T01 lr-schedule onecycle @0.75x"
+    note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
+    assert "Stacked T16, T24 onto" in note and "T22" in note
+
+
+def test_no_throughput_tip_paying_means_no_stacked_candidate():
+    fake = FakeLauncher({"baseline": [100.0, 100.0]}, target=True)
+    bench = _bench(fake, tips=["T01", "T24"], repeats=2, target="val_acc=0.9", stack=True)
+    result = bench.run()
+    assert not any(r.variant.kind == "stack" for r in result.records)
+    assert any("no throughput tip paid" in n for n in result.notes), result.notes
