@@ -262,12 +262,9 @@ def test_too_few_watched_steps_are_inspected_and_timed_alike():
     assert advisor.facts.data_wait_steps == check - 1
 
 
-def test_the_data_wait_is_taken_between_timed_steps_with_nothing_else_between():
-    """The timed steps' data wait comes from their clock marks: from one step's end to the next one's start, leaving
-    out a step that validation or an epoch boundary ran before (their time is not a wait for data). A fake clock
-    that ticks 1 per read: every step's span is a whole number of ticks, the wait between steps exactly one tick."""
+def _linear_model(samples: int, validate: bool = False):
+    """A one-layer regression on ``samples`` random rows, batches of 4 (and 4 validation rows with ``validate``)."""
     import lightning.pytorch as pl
-    from helpers import quiet_trainer
     from torch.utils.data import DataLoader, TensorDataset
 
     class Model(pl.LightningModule):
@@ -285,14 +282,24 @@ def test_the_data_wait_is_taken_between_timed_steps_with_nothing_else_between():
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
         def train_dataloader(self):
-            return DataLoader(TensorDataset(torch.randn(24, 4)), batch_size=4)  # 6 batches an epoch
+            return DataLoader(TensorDataset(torch.randn(samples, 4)), batch_size=4)
 
         def val_dataloader(self):
-            return DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=4)
+            return DataLoader(TensorDataset(torch.randn(4 if validate else 0, 4)), batch_size=4)
+
+    return Model()
+
+
+def test_the_data_wait_is_taken_between_timed_steps_with_nothing_else_between():
+    """The timed steps' data wait comes from their clock marks: from one step's end to the next one's start, leaving
+    out a step that validation or an epoch boundary ran before (their time is not a wait for data). A fake clock
+    that ticks 1 per read: every step's span is a whole number of ticks, the wait between steps exactly one tick."""
+    from helpers import quiet_trainer
 
     ticks = iter(range(10**6))
     advisor = SpeedAdvisor(check_steps=12, print_report=False, lint=False, clock=lambda: float(next(ticks)))
-    quiet_trainer(max_steps=12, val_check_interval=3, num_sanity_val_steps=0, callbacks=[advisor]).fit(Model())
+    trainer = quiet_trainer(max_steps=12, val_check_interval=3, num_sanity_val_steps=0, callbacks=[advisor])
+    trainer.fit(_linear_model(24, validate=True))  # 6 batches an epoch
     # timed: steps 3-11; validation ran before steps 3, 6 (also a new epoch) and 9; step 3 follows no timed step
     assert len(advisor._phases.steps) == 12 - INSPECTED_STEPS
     assert advisor.facts.data_wait_steps == 6  # steps 4, 5, 7, 8, 10, 11
@@ -337,7 +344,6 @@ def test_idle_hooks_are_skipped_on_the_timed_steps_and_after_the_watch():
     hooks are back once the fit ends, so a second fit is watched the same way."""
     import lightning.pytorch as pl
     from helpers import quiet_trainer
-    from torch.utils.data import DataLoader, TensorDataset
 
     from lightning_speedups.advisor import IDLE_AFTER
 
@@ -347,24 +353,10 @@ def test_idle_hooks_are_skipped_on_the_timed_steps_and_after_the_watch():
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             seen.append((advisor.on_before_zero_grad is None, advisor.on_before_backward is None))
 
-    class Model(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Linear(4, 2)
-
-        def training_step(self, batch, batch_idx):
-            return self.net(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-        def train_dataloader(self):
-            return DataLoader(TensorDataset(torch.randn(80, 4)), batch_size=4)
-
     advisor = SpeedAdvisor(check_steps=10, print_report=False, lint=False)
     for _ in range(2):
         seen.clear()
-        quiet_trainer(max_steps=14, callbacks=[advisor, Spy()]).fit(Model())
+        quiet_trainer(max_steps=14, callbacks=[advisor, Spy()], limit_val_batches=0).fit(_linear_model(80))
         inspected, timed, after = seen[:INSPECTED_STEPS], seen[INSPECTED_STEPS:10], seen[10:]
         assert inspected == [(False, False)] * INSPECTED_STEPS
         assert timed == [(True, False)] * (10 - INSPECTED_STEPS) and after == [(True, True)] * 4
