@@ -29,6 +29,7 @@ Per run (one process, one variant, one repeat):
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Mapping
@@ -183,6 +184,7 @@ class BenchProbe(Callback):
         self.mem_error: Optional[str] = None
         self._alloc: Optional[CpuAllocationPeak] = None
         self.done = False
+        self._frozen = False  # the objects of the warm-up moved out of the collector's reach (:meth:`_settle`)
 
     # --- time: marks on the run's timeline (functional.timing.Timeline, the timer the start-up probe uses too)
     def _mark(self) -> Any:
@@ -190,6 +192,24 @@ class BenchProbe(Callback):
         overlap that pinned memory, ``non_blocking`` copies and asynchronous launches buy stays visible);
         elsewhere the host clock."""
         return self._timeline.mark()
+
+    def _settle(self) -> None:
+        """At the end of the warm-up: a full garbage collection, then every object alive moved to the permanent
+        generation (``gc.freeze``), so no full collection over the process's million objects (torch, Lightning and
+        their imports) lands inside the timed window. One did, in some variants and not others: a 250 ms pause at
+        one timed step made a baseline's samples/s 4.5x lower than a variant whose own allocations had triggered
+        it during the warm-up (T16 on the embedded digits model; benchmarks/RESULTS.md)."""
+        if self._frozen:
+            return
+        gc.collect()
+        gc.freeze()
+        self._frozen = True
+
+    def _unsettle(self) -> None:
+        """Give the frozen objects back to the collector (a script goes on after the timed fit)."""
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
 
     def _reset_cuda_peak(self) -> None:
         import torch
@@ -223,8 +243,10 @@ class BenchProbe(Callback):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.t_train_start = time.perf_counter()
-        if self.warmup == 0 and self._cuda:
-            self._reset_cuda_peak()
+        if self.warmup == 0:
+            self._settle()
+            if self._cuda:
+                self._reset_cuda_peak()
         self._prev_end = self._mark()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -248,6 +270,7 @@ class BenchProbe(Callback):
             self._prev_end = end
         if n == self.warmup - 1:
             self.t_warm_end = time.perf_counter()
+            self._settle()
             if self._cuda:
                 self._reset_cuda_peak()
         if n == self.warmup + self.steps - 1:
@@ -269,9 +292,13 @@ class BenchProbe(Callback):
             trainer.should_stop = True
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._unsettle()
         if self._alloc is not None:
             self._alloc.stop()
             self._alloc = None
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._unsettle()
 
     # --- results
     def losses(self) -> list[Optional[float]]:
