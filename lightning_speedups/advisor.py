@@ -251,7 +251,7 @@ class SpeedAdvisor(SpeedupCallback):
     #: the hooks of every watched step: the watch's cost is measured by ``benchmarks/doctor_cost.py``, not added up
     untimed_hooks = frozenset(
         {"on_train_batch_start", "on_before_backward", "on_before_zero_grad", "on_before_optimizer_step"}
-        | {"on_train_batch_end", "on_after_backward"}
+        | {"on_train_batch_end"}
     )
     #: it changes nothing in the run: a Trainer with it still takes a preset (``LIGHTNING_SPEEDUPS=fast+doctor``)
     watches_only = True
@@ -462,8 +462,8 @@ class SpeedAdvisor(SpeedupCallback):
 
     @override
     def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
-        if self._in_window and self._batches < self._inspect:
-            self._forward("on_before_zero_grad", trainer, pl_module, optimizer)
+        if self._in_window:
+            self._step_forward("on_before_zero_grad", trainer, pl_module, optimizer)
 
     @override
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:

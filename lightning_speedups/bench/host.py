@@ -19,8 +19,6 @@ class BenchState:
     target: Optional[Target]
     records: list[VariantRecord]
     variants: list[Variant]
-    #: time-to-target mode: the throughput tips' samples/s runs that decided the stack (and their baseline)
-    stack_records: list[VariantRecord]
     baselines: dict[int, VariantRecord]
     notes: list[str]
     device: str

@@ -123,7 +123,6 @@ class Bench(TargetRuns, CombinationRuns):
         #: target mode: candidates whose other repeats were not run after a miss
         self._stopped: list[str] = []
         self._spared: list[float] = []  # the estimated seconds of each run not run after a miss
-        self.stack_records: list[VariantRecord] = []  # target mode: the samples/s runs that decided the stack
 
     # --- preparation
     def prepare(self) -> None:

@@ -241,10 +241,8 @@ def compare_target(
     seed, as before."""
     if summary.target_missed or not summary.target_reached or not baseline.target_reached:
         return
-    mine = [math.log(t) for t in (_time_to_target(r) for r in runs if r.get("status") == "ok") if t and t > 0]
-    theirs = [
-        math.log(t) for t in (_time_to_target(r) for r in baseline_runs if r.get("status") == "ok") if t and t > 0
-    ]
+    mine_by_seed, theirs_by_seed = _log_times(runs), _log_times(baseline_runs)
+    mine, theirs = [x for _, x in mine_by_seed], [x for _, x in theirs_by_seed]
     if not mine or not theirs:
         return
     diff = statistics.fmean(theirs) - statistics.fmean(mine)
@@ -257,13 +255,22 @@ def compare_target(
         summary.speedup_ci = (math.exp(diff - half), math.exp(diff + half))
         summary.decided_by = pooled.text()
         if diff - half > 0:
-            seeds = [r.get("repeat") for r in runs if r.get("status") == "ok" and _time_to_target(r)]
-            base_seeds = [r.get("repeat") for r in baseline_runs if r.get("status") == "ok" and _time_to_target(r)]
+            seeds, base_seeds = [k for k, _ in mine_by_seed], [k for k, _ in theirs_by_seed]
             summary.carried_by = one_run_carries(mine, theirs, pooled, seeds, base_seeds)
     elif paired:
         _, lo, hi = ratio_interval(paired)
         summary.speedup_ci = (lo, hi)
         summary.decided_by = "repeats paired by seed"
+
+
+def _log_times(runs: Sequence[Mapping[str, Any]]) -> list[tuple[Any, float]]:
+    """``(seed, log time to the target)`` of each run that completed and reached it (its seed: its ``repeat``)."""
+    out = []
+    for r in runs:
+        t = _time_to_target(r) if r.get("status") == "ok" else None
+        if t and t > 0:
+            out.append((r.get("repeat"), math.log(t)))
+    return out
 
 
 def one_run_carries(
@@ -288,18 +295,16 @@ def one_run_carries(
         "the baseline's seed 1"
     """
     assert pooled.sd is not None
-    sides = ((mine, theirs, seeds, "the candidate's"), (theirs, mine, base_seeds, "the baseline's"))
-    for own, other, names, whose in sides:
+    # the gain is the baseline's mean log time minus the candidate's: +1 when a candidate run is left out, -1 for
+    # a baseline run
+    sides = ((mine, theirs, seeds, "the candidate's", 1.0), (theirs, mine, base_seeds, "the baseline's", -1.0))
+    for own, other, names, whose, sign in sides:
         if len(own) < 2:
             continue  # a side's only run cannot be left out
         for i in range(len(own)):
             rest = [x for j, x in enumerate(own) if j != i]
             half = t95(pooled.dof) * pooled.sd * math.sqrt(1 / len(rest) + 1 / len(other))
-            diff = (
-                statistics.fmean(other) - statistics.fmean(rest)
-                if own is mine
-                else statistics.fmean(rest) - statistics.fmean(other)
-            )
+            diff = sign * (statistics.fmean(other) - statistics.fmean(rest))
             if diff - half <= 0:
                 name = names[i] if i < len(names) and names[i] is not None else i
                 return f"{whose} seed {name}"

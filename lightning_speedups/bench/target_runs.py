@@ -174,7 +174,6 @@ class TargetRuns(BenchState):
             said.append(f"{record.variant.name} {why}")
             if ok:
                 paying.append(record.variant.tips[0])
-        self.stack_records = [base, *timed]
         self.variants = [v for v in self.variants if v not in speed]
         if not paying:
             self.notes.append(
