@@ -112,11 +112,14 @@ class TargetRuns(BenchState):
         return bool(missed)
 
     def _run_waiting(self, repeats: int) -> None:
-        """Target mode: the budget a stopped candidate left runs the candidates the plan had cut, in its order,
-        each at the same repeats, while they fit."""
-        ran = []
+        """Target mode: the budget left once the planned candidates ran (a candidate that missed stops, one that
+        reached ran shorter than the plan counted) runs the candidates the plan had cut, in its order, one seed at
+        a time: a candidate starts while one run fits (a run that cannot win stops at the baseline's time, so a
+        first seed costs at most about one baseline run), and its next seed runs only while it has reached the
+        target and that seed fits (estimated from its own runs, shorter than the baseline's when it can win)."""
+        ran, short = [], []
         for record in list(self._waiting):
-            if self._estimate(record.variant) * repeats > self._remaining():
+            if self._estimate(record.variant) > self._remaining():
                 break
             self._waiting.remove(record)
             record.skipped = None
@@ -127,10 +130,17 @@ class TargetRuns(BenchState):
                     continue
                 self._run_one(record, repeat)
             ran.append(record.variant.name)
+            if len(record.runs) < repeats and all(r.get("reached") for r in record.runs):
+                short.append(f"{record.variant.name} ({len(record.runs)} of {repeats})")
+        if short:
+            self.notes.append(
+                "the budget ran out before every seed of: " + ", ".join(short) + " (fewer seeds than the others: a"
+                " candidate with one run has no interval and is not picked)"
+            )
         if ran:
             self.notes.append(
-                f"the budget that stopped candidates left (a miss cannot be picked, so their other repeats were not"
-                f" run) ran: {', '.join(ran)}"
+                f"the budget the planned candidates left (a miss cannot be picked, so its other repeats were not run;"
+                f" a candidate that reached ran shorter than planned) ran: {', '.join(ran)}"
             )
 
     def _stack_from_throughput(self) -> None:

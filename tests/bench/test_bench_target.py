@@ -28,10 +28,11 @@ def _bench_dir(tmp_path, monkeypatch):
 
 class FakeLauncher:
     """Made-up results: ``figures[variant][repeat]`` is samples/s (throughput) or the time to target
-    (target mode; ``None`` = a miss). Each run advances the fake clock by one second."""
+    (target mode; ``None`` = a miss). Each run advances the fake clock by one second, or by ``walls[variant]``."""
 
-    def __init__(self, figures, target=False):
+    def __init__(self, figures, target=False, walls=None):
         self.figures = figures
+        self.walls = walls or {}
         self.target = target
         self.calls: list[tuple[str, int]] = []
         self.now = 0.0
@@ -43,15 +44,16 @@ class FakeLauncher:
         v = spec["variant"]
         repeat = int(name.rsplit("-r", 1)[1])
         self.calls.append((v, spec["seed"]))
-        self.now += 1.0
         key = "baseline" if v.startswith("baseline") else v
+        wall = self.walls.get(key, 1.0)
+        self.now += wall
         value = self.figures.get(key, self.figures["baseline"])[repeat]
         flat_at = None
         if isinstance(
             value, tuple
         ):  # ("flat", s): the probe stopped it at s of training, its curve flat after annealing
             flat_at, value = value[1], None
-        out = {"status": "ok", "speedups": nested_speedups(spec["speedups_overrides"]), "wall_s": 1.0, "loss": 2.0}
+        out = {"status": "ok", "speedups": nested_speedups(spec["speedups_overrides"]), "wall_s": wall, "loss": 2.0}
         if self.target and spec["target"] is None:  # a samples/s run of target mode's stack phase
             value = self.figures.get("samples/s", {}).get(v, [100.0] * 8)[repeat]
             out.update(samples_per_s=value, step_s=64 / value, step_times=[64 / value] * 3, train_mem_bytes=1000)
@@ -558,7 +560,40 @@ def test_the_budget_a_miss_leaves_runs_the_candidates_the_plan_had_cut():
     tenth = "T01 lr-schedule schedule-free"
     assert ran[10] == tenth and len(result.record(tenth).runs) == 2
     assert result.record(tenth).skipped is None and len(ran) == 11
-    assert any("the budget that stopped candidates left" in n and tenth in n for n in result.notes)
+    assert any("the budget the planned candidates left" in n and tenth in n for n in result.notes)
+
+
+def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
+    """A cut candidate starts while one of its runs fits, not only when all its repeats do. The plan holds the
+    baseline and one candidate at 2 repeats (each run estimated at the baseline's 10 s); that candidate reached in
+    2 s runs, leaving 18 s: less than two baseline-sized runs, enough for the next candidate's first seed, which
+    reached in 2 s, so its second fit too; the one after fits once, and bench says it has one seed of two."""
+    figures = {
+        "baseline": [9.0, 9.0],
+        "preset:fast+converge @0.75x": [1.5, 1.5],
+        "preset:fast+converge @0.5x": [1.5, 1.5],
+    }
+    walls = {
+        "baseline": 10.0,
+        "preset:fast+converge @0.75x": 2.0,
+        "preset:fast+converge @0.5x": 2.0,
+        "preset:fast+converge @1x": 10.0,
+    }
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=42.0)
+    result = bench.run()
+    assert bench.repeats_used == 2
+    assert len(result.record("preset:fast+converge @0.75x").runs) == 2
+    second = result.record("preset:fast+converge @0.5x")
+    assert second.skipped is None and len(second.runs) == 2
+    third = result.record("preset:fast+converge @1x")
+    assert len(third.runs) == 1  # 42 - 28 = 14 s: its first seed; then 4 s, short of its own 10 s
+    assert result.record("preset:converge @0.75x").runs == []
+    assert any(
+        "the budget the planned candidates left" in n and "preset:fast+converge @0.5x" in n for n in result.notes
+    )
+    assert any("before every seed of: preset:fast+converge @1x (1 of 2)" in n for n in result.notes)
+    assert result.pick.variant.name in ("preset:fast+converge @0.75x", "preset:fast+converge @0.5x")
 
 
 class _Trainer:
