@@ -96,6 +96,16 @@ def target_order(tips: list[Variant], presets: list[Variant]) -> list[Variant]:
     return order
 
 
+def _carries(variant: Variant, overrides: dict[str, Any]) -> bool:
+    """Whether ``variant`` already sets every one of ``overrides`` to the same value (its own overrides, or its
+    presets' ``speedups:`` sections, the last preset winning as in ``fit``): a twin with them stacked would be it."""
+    own: dict[str, Any] = {}
+    for section in preset_speedups(variant):
+        own.update(flatten(section))
+    own.update(variant.overrides)
+    return all(k in own and own[k] == v for k, v in overrides.items())
+
+
 class TargetRuns(BenchState):
     """The time-to-target budgeting of a :class:`~lightning_speedups.bench.runner.Bench` (it inherits these)."""
 
@@ -193,12 +203,17 @@ class TargetRuns(BenchState):
         stack = tuple(sorted(paying))
         overrides = tip_overrides(stack)
         label = "stack:" + "+".join(stack)
-        twins = []
+        front: list[Variant] = []  # per candidate that changes the optimisation, in the plan's order: its twin
+        carrying: list[Variant] = []  # or itself, where it already sets the stack (fast's `optimizer: auto` is T06's)
         for v in self.variants:
             if v.kind in ("tip", "preset") and (
                 v.plan_fraction is not None or v.overrides.get("schedule_free.enabled")
             ):
-                twins.append(
+                if _carries(v, overrides):
+                    carrying.append(v)
+                    front.append(v)
+                    continue
+                front.append(
                     dataclasses.replace(
                         v,
                         name=f"{label} + {v.name}",
@@ -209,12 +224,20 @@ class TargetRuns(BenchState):
                     )
                 )
         alone = Variant(label, "stack", stack, overrides=dict(overrides), description="the throughput tips that paid")
-        self.variants = [self.variants[0], *twins, alone, *self.variants[1:]]
+        rest = [v for v in self.variants[1:] if v not in carrying]
+        self.variants = [self.variants[0], *front, alone, *rest]
+        twins = len(front) - len(carrying)
         self.notes.append(
             f"stack: timed by samples/s first ({repeats} paired repeats of {o.warmup} + {o.steps} batches): "
             + "; ".join(said)
-            + f". Stacked {', '.join(stack)} onto {len(twins)} candidate(s) that change the optimisation, run"
+            + f". Stacked {', '.join(stack)} onto {twins} candidate(s) that change the optimisation, run"
             " first; the throughput tips were not run to the target one by one"
+            + (
+                f"; {len(carrying)} candidate(s) already set it ({', '.join(v.name for v in carrying)}): run first"
+                " as they are, with no twin"
+                if carrying
+                else ""
+            )
         )
 
     def _one_more_seed(self, base: VariantRecord) -> bool:

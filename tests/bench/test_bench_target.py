@@ -764,6 +764,23 @@ def test_the_throughput_tips_that_pay_are_stacked_onto_the_schedules_and_run_fir
     assert "Stacked T16, T24 onto" in note and "T22" in note
 
 
+def test_a_candidate_that_already_sets_the_stack_gets_no_twin_and_runs_first_as_it_is():
+    """`fast` sets `optimizer: auto`, T06's override: stacking T06 onto fast+converge would run fast+converge again
+    under another name (it did, on the GRU task of issue 37). It runs first as it is; converge gets its twin."""
+    figures = {"baseline": [100.0, 100.0], "samples/s": {"T06 optimizer": [130.0, 128.0]}}
+    fake = FakeLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T06"], presets=None, repeats=2, target="val_acc=0.9", stack=True)
+    result = bench.run()
+    names = [r.variant.name for r in result.records]
+    assert not any(n.startswith("stack:T06 + preset:fast+converge") for n in names), names
+    assert names[1:4] == ["preset:fast+converge @0.75x", "preset:fast+converge @0.5x", "preset:fast+converge @1x"]
+    assert names[4:7] == [f"stack:T06 + preset:converge @{f}x" for f in ("0.75", "0.5", "1")]
+    assert names.count("preset:fast+converge @0.75x") == 1
+    assert result.record("stack:T06 + preset:converge @0.75x").variant.overrides["optimizer"] == "auto"
+    note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
+    assert "already set it (preset:fast+converge @0.75x" in note
+
+
 def test_no_throughput_tip_paying_means_no_stacked_candidate():
     fake = FakeLauncher({"baseline": [100.0, 100.0]}, target=True)
     bench = _bench(fake, tips=["T01", "T24"], repeats=2, target="val_acc=0.9", stack=True)
