@@ -15,28 +15,13 @@ the baseline and bench's pick, alternating, several seeds.
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import torch
 from torch import nn
 
-
-class _Classifier(pl.LightningModule):
-    """The steps both tasks share: cross-entropy, ``val_loss`` and ``val_acc`` logged each validation."""
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = nn.functional.cross_entropy(self(x), y)
-        self.log("train_loss", loss)
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        x, y = batch
-        logits = self(x)
-        self.log("val_loss", nn.functional.cross_entropy(logits, y))
-        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+from benchmarks.tta_tasks import Classifier
 
 
-class RowGRU(_Classifier):
+class RowGRU(Classifier):
     """Rows of the image as a sequence into a GRU; a linear classifier on the last hidden state; Adam.
 
     Args:
@@ -60,7 +45,7 @@ class RowGRU(_Classifier):
         return torch.optim.Adam(self.parameters(), lr=self.lr)
 
 
-class LeNet(_Classifier):
+class LeNet(Classifier):
     """LeNet-5 with ReLU and max pooling, SGD (momentum 0.9).
 
     Args:

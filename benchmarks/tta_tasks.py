@@ -20,7 +20,24 @@ import torch
 from torch import nn
 
 
-class SmallVGG(pl.LightningModule):
+class Classifier(pl.LightningModule):
+    """The steps of a Fashion-MNIST classifier: cross-entropy, ``val_loss`` and ``val_acc`` logged each
+    validation (``SmallVGG`` here, and the tasks of ``benchmarks/tta37_tasks.py``)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.log("val_loss", nn.functional.cross_entropy(logits, y))
+        self.log("val_acc", (logits.argmax(1) == y).float().mean())
+
+
+class SmallVGG(Classifier):
     """conv-conv-pool-conv-conv-pool-fc-fc10 with ReLU and dropout, SGD (momentum 0.9).
 
     Args:
@@ -56,18 +73,6 @@ class SmallVGG(pl.LightningModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = nn.functional.cross_entropy(self(x), y)
-        self.log("train_loss", loss)
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        x, y = batch
-        logits = self(x)
-        self.log("val_loss", nn.functional.cross_entropy(logits, y))
-        self.log("val_acc", (logits.argmax(1) == y).float().mean())
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
