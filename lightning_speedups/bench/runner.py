@@ -291,10 +291,16 @@ class Bench(TargetRuns, CombinationRuns):
         if self._progress is not None:
             self._progress.update(self._task, description=f"{variant.name} (repeat {repeat + 1})")
         safe = "".join(ch if ch.isalnum() else "_" for ch in variant.name)
-        if timeout is None and self.options.budget is not None:
+        by_budget = timeout is None and self.options.budget is not None
+        if by_budget:
             timeout = max(30.0, self._remaining() + 5.0)
         assert self._launcher is not None  # made by prepare(), which run() calls first
         result = self._launcher.run(self._spec(variant, repeat), f"p{record.phase}-{safe}-r{repeat}", timeout)
+        if by_budget and result.get("timed_out"):  # the budget's end, not the variant's fault: say so
+            result["reason"] = (
+                f"stopped after {result.get('timeout_s', timeout):.0f} s when the {self.options.flag('budget')}"
+                f" ran out (not a fault of the variant)"
+            )
         result["repeat"] = repeat
         result["phase"] = record.phase
         if self.options.compile_cache == "fresh":

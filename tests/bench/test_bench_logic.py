@@ -254,6 +254,28 @@ def test_a_baseline_that_times_out_is_a_timeout_with_what_to_give():
     assert "--budget" in text and "--steps" in text and "--timeout" in text
 
 
+def test_a_run_the_budget_stops_says_so_not_that_the_variant_failed():
+    class SlowVariant(FakeLauncher):
+        def run(self, spec, name, timeout=None):
+            if spec["variant"] == "baseline":
+                return super().run(spec, name, timeout)
+            self.calls.append(spec["variant"])
+            self.now += timeout
+            return {
+                "status": "failed",
+                "reason": f"timed out after {timeout:.0f} s",
+                "timed_out": True,
+                "timeout_s": timeout,
+                "wall_s": timeout,
+            }
+
+    fake = SlowVariant({"baseline": 100.0}, wall=10.0)
+    result = _bench(fake, tips=["T24"], budget=80.0, repeats=1, search=False, extras=False).run()
+    run = result.record("T24 channels-last").runs[0]
+    assert run["reason"] == "stopped after 75 s when the --budget ran out (not a fault of the variant)"
+    assert result.records[0].runs[0]["status"] == "ok"
+
+
 def test_runner_budget_reduces_repeats_and_skips():
     fake = FakeLauncher({"baseline": 100.0}, wall=10.0)
     result = _bench(fake, budget=45.0, repeats=3, search=False, extras=False).run()
