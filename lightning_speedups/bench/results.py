@@ -55,6 +55,8 @@ class BenchResult:
     noise: Optional[float] = None
     #: the values the user's configs and arguments set for those keys (dotted)
     user_speedups: dict[str, Any] = field(default_factory=dict)
+    #: target mode's stack phase: the baseline and the throughput tips, timed by samples/s (none: not run)
+    stack: list[VariantRecord] = field(default_factory=list)
 
     def noise_record(self) -> Optional[VariantRecord]:
         return next((r for r in self.records if r.variant.kind == "aa"), None)
@@ -89,6 +91,7 @@ class BenchResult:
             "target": None if self.target is None else dataclasses.asdict(self.target),
             "noise_floor": self.noise,
             "notes": self.notes,
+            "stack_phase": [r.to_dict() for r in self.stack],
         }
 
 

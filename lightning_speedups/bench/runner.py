@@ -120,6 +120,8 @@ class Bench(TargetRuns, CombinationRuns):
         self._task: Any = None
         #: target mode: candidates the budget cut, in the plan's order (freed budget runs them later)
         self._waiting: list[VariantRecord] = []
+        #: target mode's stack phase: the baseline and the throughput tips timed by samples/s (issue 37, item 1)
+        self.stack_records: list[VariantRecord] = []
         #: target mode: candidates whose other repeats were not run after a miss
         self._stopped: list[str] = []
         self._spared: list[float] = []  # the estimated seconds of each run not run after a miss
@@ -581,6 +583,7 @@ class Bench(TargetRuns, CombinationRuns):
             target=self.target,
             noise=self.noise() if self.options.noise_pair else None,
             notes=self.notes,
+            stack=self.stack_records,
             user_speedups_keys=self.user_keys,
             user_speedups=self.user_values,
         )

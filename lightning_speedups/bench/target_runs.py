@@ -186,6 +186,7 @@ class TargetRuns(BenchState):
         finally:
             self.target, self.trainer_overrides = target, settings
         base.summary = summarize(base.runs)
+        self.stack_records = [base, *timed]
         paying, said = [], []
         for record in timed:
             record.summary = summarize(record.runs)

@@ -762,6 +762,11 @@ def test_the_throughput_tips_that_pay_are_stacked_onto_the_schedules_and_run_fir
     assert result.pick.variant.name == "stack:T16+T24 + T01 lr-schedule onecycle @0.75x"
     note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
     assert "Stacked T16, T24 onto" in note and "T22" in note
+    # the samples/s runs behind the stack are kept in the result and its JSON, with their figures
+    phase = {r["name"]: r for r in result.to_dict()["stack_phase"]}
+    assert set(phase) == {"baseline (samples/s)", "T24 channels-last", "T16 conv-bias", "T22 fusion"}
+    assert phase["T24 channels-last"]["summary"]["speedup"] == pytest.approx(1.29, abs=0.01)
+    assert len(phase["baseline (samples/s)"]["runs"]) == 2 and phase["T22 fusion"]["summary"]["speedup"] == 1.0
 
 
 def test_a_candidate_that_already_sets_the_stack_gets_no_twin_and_runs_first_as_it_is():
