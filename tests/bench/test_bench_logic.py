@@ -233,18 +233,23 @@ def test_runner_budget_too_small_after_baseline_keeps_the_baselines_figures():
     assert all(r.skipped and "--budget" in r.skipped for r in result.records[1:])
 
 
+def _timed_out(timeout):
+    """What the launcher returns for a run it stopped at ``timeout``."""
+    return {
+        "status": "failed",
+        "reason": f"timed out after {timeout:.0f} s",
+        "timed_out": True,
+        "timeout_s": timeout,
+        "wall_s": timeout,
+    }
+
+
 def test_a_baseline_that_times_out_is_a_timeout_with_what_to_give():
     class Slow(FakeLauncher):
         def run(self, spec, name, timeout=None):
             self.calls.append(spec["variant"])
             self.now += timeout
-            return {
-                "status": "failed",
-                "reason": f"timed out after {timeout:.0f} s",
-                "timed_out": True,
-                "timeout_s": timeout,
-                "wall_s": timeout,
-            }
+            return _timed_out(timeout)
 
     fake = Slow({"baseline": 100.0})
     with pytest.raises(BenchError) as err:
@@ -261,13 +266,7 @@ def test_a_run_the_budget_stops_says_so_not_that_the_variant_failed():
                 return super().run(spec, name, timeout)
             self.calls.append(spec["variant"])
             self.now += timeout
-            return {
-                "status": "failed",
-                "reason": f"timed out after {timeout:.0f} s",
-                "timed_out": True,
-                "timeout_s": timeout,
-                "wall_s": timeout,
-            }
+            return _timed_out(timeout)
 
     fake = SlowVariant({"baseline": 100.0}, wall=10.0)
     result = _bench(fake, tips=["T24"], budget=80.0, repeats=1, search=False, extras=False).run()
