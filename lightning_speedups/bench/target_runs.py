@@ -37,11 +37,17 @@ def schedules(variant: Variant) -> bool:
 
 
 def _schedule_name(variant: Variant) -> Any:
+    return _settings(variant).get("lr_schedule.name")
+
+
+def _settings(variant: Variant) -> dict[str, Any]:
+    """The dotted ``speedups`` keys a variant sets: its presets' sections (the last winning, as in ``fit``), then
+    its own overrides."""
     keys: dict[str, Any] = {}
     for section in preset_speedups(variant):
         keys.update(flatten(section))
     keys.update(variant.overrides)
-    return keys.get("lr_schedule.name")
+    return keys
 
 
 def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = PLAN_FRACTIONS) -> list[Variant]:
@@ -97,12 +103,9 @@ def target_order(tips: list[Variant], presets: list[Variant]) -> list[Variant]:
 
 
 def _carries(variant: Variant, overrides: dict[str, Any]) -> bool:
-    """Whether ``variant`` already sets every one of ``overrides`` to the same value (its own overrides, or its
-    presets' ``speedups:`` sections, the last preset winning as in ``fit``): a twin with them stacked would be it."""
-    own: dict[str, Any] = {}
-    for section in preset_speedups(variant):
-        own.update(flatten(section))
-    own.update(variant.overrides)
+    """Whether ``variant`` already sets every one of ``overrides`` to the same value (:func:`_settings`): a twin
+    with them stacked would be it."""
+    own = _settings(variant)
     return all(k in own and own[k] == v for k, v in overrides.items())
 
 
