@@ -52,10 +52,15 @@ def _run(seconds: float, repeat: int) -> dict[str, Any]:
     return {"status": "ok", "reached": True, "time_to_target_s": seconds, "repeat": repeat}
 
 
-def decide(base: Sequence[dict], cand: Sequence[dict], others: Sequence[Sequence[dict]], min_gain: float) -> tuple:
-    """``(picked by the interval alone, picked by issue 37's rule, one run carried it)`` for one split."""
+def _summary(base: Sequence[dict], cand: Sequence[dict], others: Sequence[Sequence[dict]]) -> Any:
     bs, cs = summarize(list(base)), summarize(list(cand))
     compare_target(cs, list(cand), bs, list(base), pooled_spread([list(base), list(cand), *others]))
+    return cs
+
+
+def decide(base: Sequence[dict], cand: Sequence[dict], others: Sequence[Sequence[dict]], min_gain: float) -> tuple:
+    """``(picked by the interval alone, picked by issue 37's rule, one run carried it)`` for one split."""
+    cs = _summary(base, cand, others)
     carried = cs.carried_by is not None
     ok_new, _ = pick_verdict(cs, min_gain)
     cs.carried_by = None
@@ -77,11 +82,34 @@ def decide_with_one_more(
     return old, new, carried
 
 
+def decide_confirming(
+    base: list[dict], cand: list[dict], others: Sequence[Sequence[dict]], more: Callable[[], tuple], min_gain: float
+) -> tuple[bool, bool]:
+    """The rule bench runs since the leader is confirmed (``(picked, confirmed)``): issue 37's whole rule, and a
+    candidate it left undecided whose gain clears ``min_gain`` and that one more seed of each side would decide if
+    its figures held (:func:`~lightning_speedups.bench.stats.one_more_seed_decides`) gets that seed (``more()``)
+    and issue 37's whole rule again, on the longer runs."""
+    _, new, carried = decide_with_one_more(base, cand, others, more, min_gain)
+    if new or carried:
+        return new, False
+    cs = _summary(base, cand, others)
+    if not cs.one_more_decides or (cs.speedup or 0.0) < 1.0 + min_gain:
+        return False, False
+    extra = more()
+    if extra is None:
+        return False, False
+    b, c = extra
+    _, again, _ = decide_with_one_more([*base, b], [*cand, c], others, more, min_gain)
+    return again, True
+
+
 def _unused_pair(runs: list[dict], unused: list[int], n: int) -> tuple[dict, dict] | None:
-    """One more run of each side from the runs a split left unused (``None`` when fewer than two are left)."""
+    """One more run of each side from the runs a split left unused (``None`` when fewer than two are left); the
+    two are taken out of ``unused``."""
     if len(unused) < 2:
         return None
-    return dict(runs[unused[0]], repeat=n), dict(runs[unused[1]], repeat=n)
+    a, b = unused.pop(0), unused.pop(0)  # drawn once: a second call draws the next two
+    return dict(runs[a], repeat=n), dict(runs[b], repeat=n)
 
 
 def real(path: str, ns: Sequence[int], min_gain: float) -> None:
@@ -96,8 +124,9 @@ def real(path: str, ns: Sequence[int], min_gain: float) -> None:
     for n in ns:
         if 2 * n > len(runs):
             continue
-        old = new = carried = total = 0
-        distinct = [0, 0, 0]  # splits where each side has distinct seeds, as in a bench run: total, old, new picks
+        old = new = carried = total = confirming = 0
+        # splits where each side has distinct seeds, as in a bench run: total, then picks by each rule
+        distinct = [0, 0, 0, 0]
         for chosen in itertools.combinations(range(len(runs)), 2 * n):
             unused = [i for i in range(len(runs)) if i not in chosen]
             for left in itertools.combinations(chosen, n):
@@ -105,19 +134,24 @@ def real(path: str, ns: Sequence[int], min_gain: float) -> None:
                 base = [dict(runs[i], repeat=k) for k, i in enumerate(left)]
                 cand = [dict(runs[i], repeat=k) for k, i in enumerate(right)]
 
-                more = functools.partial(_unused_pair, runs, unused, n)
+                more = functools.partial(_unused_pair, runs, list(unused), n)
                 o, w, c = decide_with_one_more(base, cand, [], more, min_gain)
+                f, _ = decide_confirming(
+                    base, cand, [], functools.partial(_unused_pair, runs, list(unused), n), min_gain
+                )
                 old, new, carried, total = old + o, new + w, carried + c, total + 1
+                confirming += f
                 if all(len({runs[i].get("repeat") for i in side}) == n for side in (left, right)):
-                    distinct = [distinct[0] + 1, distinct[1] + o, distinct[2] + w]
+                    distinct = [distinct[0] + 1, distinct[1] + o, distinct[2] + w, distinct[3] + f]
         print(
             f"  {n} vs {n} runs: {total} A/A splits; picked by the interval alone {old} ({100 * old / total:.2f}%),"
-            f" by issue 37's rule {new} ({100 * new / total:.2f}%); one run carried {carried}"
+            f" by issue 37's rule {new} ({100 * new / total:.2f}%), confirming the leader too {confirming}"
+            f" ({100 * confirming / total:.2f}%); one run carried {carried}"
         )
         if distinct[0]:
             print(
                 f"    of them {distinct[0]} with distinct seeds on each side (as bench runs them): interval alone"
-                f" {distinct[1]}, issue 37's rule {distinct[2]}"
+                f" {distinct[1]}, issue 37's rule {distinct[2]}, confirming the leader {distinct[3]}"
             )
 
 
@@ -136,22 +170,29 @@ class Seeds:
 
 
 def simulate(ns: Sequence[int], trials: int, groups: int, gains: Sequence[float], min_gain: float, seed: int) -> None:
-    print("| law | seeds per variant | true gain | picked: interval alone | picked: issue 37's rule | carried |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| law | seeds per variant | true gain | picked: interval alone | picked: issue 37's rule |"
+        " picked: confirming the leader too | carried | confirmed |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for law, draw in LAWS.items():
         for n in ns:
             for gain in gains:
                 seeds = Seeds(draw, seed)
-                old = new = carried = 0
+                old = new = carried = confirming = confirmed = 0
                 for _ in range(trials):
                     base, cand = seeds.runs(n), seeds.runs(n, gain)
                     others = [seeds.runs(n) for _ in range(groups - 2)]
                     more = functools.partial(seeds.one_more, n, gain)
+                    # each rule decides the same first runs; the extra seeds each draws are its own
                     o, w, c = decide_with_one_more(base, cand, others, more, min_gain)
+                    f, k = decide_confirming(base, cand, others, more, min_gain)
                     old, new, carried = old + o, new + w, carried + c
+                    confirming, confirmed = confirming + f, confirmed + k
                 print(
                     f"| {law} | {n} | {gain:g}x | {100 * old / trials:.2f}% | {100 * new / trials:.2f}% |"
-                    f" {100 * carried / trials:.1f}% |",
+                    f" {100 * confirming / trials:.2f}% | {100 * carried / trials:.1f}% |"
+                    f" {100 * confirmed / trials:.1f}% |",
                     flush=True,
                 )
 

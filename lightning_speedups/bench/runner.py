@@ -298,7 +298,9 @@ class Bench(TargetRuns, CombinationRuns):
             timeout = max(30.0, self._remaining() + 5.0)
         assert self._launcher is not None  # made by prepare(), which run() calls first
         result = self._launcher.run(self._spec(variant, repeat), f"p{record.phase}-{safe}-r{repeat}", timeout)
-        if by_budget and result.get("timed_out"):  # the budget's end, not the variant's fault: say so
+        # the launcher killed it at the budget's end (not the variant's fault: say so); a run the worker stopped at
+        # its own cap (timed_out, status ok, its miss says why) keeps its reason
+        if by_budget and result.get("timed_out") and result.get("status") != "ok":
             result["reason"] = (
                 f"stopped after {result.get('timeout_s', timeout):.0f} s when the {self.options.flag('budget')}"
                 f" ran out (not a fault of the variant)"
@@ -334,6 +336,9 @@ class Bench(TargetRuns, CombinationRuns):
         self.repeats_used = repeats
         self._sweeps(base, repeats)
         if self.target is not None:
+            self._summarize_phase_one(base)
+            if self._confirm_leader(base):
+                self._summarize_phase_one(base)
             self._run_waiting(repeats)
         self._summarize_phase_one(base)
         if self.target is not None and self._one_more_seed(base):

@@ -100,6 +100,9 @@ class VariantSummary:
     #: the run without which the interval would no longer lie above 1.0 (time-to-target mode): one seed carries
     #: the gain, and one more seed of both decides it (:func:`one_run_carries`)
     carried_by: Optional[str] = None
+    #: time-to-target mode: the interval still includes 1.0, but one more seed of both sides would lift it above
+    #: 1.0 if the mean times and the spread held (:func:`one_more_seed_decides`): the leader is confirmed first
+    one_more_decides: bool = False
 
     @classmethod
     def empty(cls) -> VariantSummary:
@@ -133,6 +136,7 @@ class VariantSummary:
             picked_why=self.picked_why,
             decided_by=self.decided_by,
             carried_by=self.carried_by,
+            one_more_decides=self.one_more_decides,
             mem_ratio=self.mem_ratio,
             sane=self.sane,
             sanity=self.sanity,
@@ -257,6 +261,8 @@ def compare_target(
         if diff - half > 0:
             seeds, base_seeds = [k for k, _ in mine_by_seed], [k for k, _ in theirs_by_seed]
             summary.carried_by = one_run_carries(mine, theirs, pooled, seeds, base_seeds)
+        else:
+            summary.one_more_decides = one_more_seed_decides(mine, theirs, pooled)
     elif paired:
         _, lo, hi = ratio_interval(paired)
         summary.speedup_ci = (lo, hi)
@@ -271,6 +277,29 @@ def _log_times(runs: Sequence[Mapping[str, Any]]) -> list[tuple[Any, float]]:
         if t and t > 0:
             out.append((r.get("repeat"), math.log(t)))
     return out
+
+
+def one_more_seed_decides(mine: Sequence[float], theirs: Sequence[float], pooled: PooledSpread) -> bool:
+    """Whether one more run of each side would lift the interval on the gain (``mine``: the candidate's log times to
+    the target, ``theirs``: the baseline's) above 1.0 if the mean log times and the pooled spread stayed as they are
+    (two more degrees of freedom, one more run a side), and every candidate run beat every baseline run (a lead by
+    ranks too, which heavy-tailed seeds rarely give by chance). An undecided candidate with a large gain on two
+    seeds is short of runs, not of evidence: confirming it is worth more than a first run of a cut candidate. One
+    extra look, so the A/A rate stays under the nominal (``benchmarks/target_aa.py --simulate``).
+
+    Examples:
+        >>> import math
+        >>> spread = PooledSpread(0.15, 2, 4, 2)  # two seeds of two variants: t with 2 dof is 4.3
+        >>> one_more_seed_decides([math.log(43), math.log(53)], [math.log(80), math.log(91)], spread)
+        True
+        >>> one_more_seed_decides([math.log(80), math.log(88)], [math.log(80), math.log(91)], spread)
+        False
+    """
+    if pooled.sd is None or not mine or not theirs or max(mine) >= min(theirs):
+        return False  # only a candidate whose every run beat every baseline run: an undecided lead by ranks too
+    diff = statistics.fmean(theirs) - statistics.fmean(mine)
+    half = t95(pooled.dof + 2) * pooled.sd * math.sqrt(1 / (len(mine) + 1) + 1 / (len(theirs) + 1))
+    return diff - half > 0
 
 
 def one_run_carries(

@@ -244,6 +244,52 @@ class TargetRuns(BenchState):
             )
         )
 
+    def _confirm_leader(self, base: VariantRecord) -> bool:
+        """Target mode, before the leftover budget goes to the candidates the plan cut: the fastest candidate that
+        every run of reached, whose gain clears ``--min-gain`` but whose interval still includes 1.0, and that one
+        more seed of both sides would decide if its figures held
+        (:func:`~lightning_speedups.bench.stats.one_more_seed_decides`), gets that seed, and the baseline too,
+        while the budget holds both; unless a candidate at least as fast may already be picked. Once per bench
+        (one extra look keeps the A/A rate under the nominal: ``benchmarks/target_aa.py --simulate``). Needs the
+        summaries made; returns whether it ran (then they are made again)."""
+        min_gain = self.options.min_gain
+        ready, leader, lead = 0.0, None, 0.0
+        for record in self.records:
+            s = record.summary
+            if s is None or record.variant.kind in ("baseline", "aa") or s.speedup is None:
+                continue
+            if pick_verdict(s, min_gain)[0]:
+                ready = max(ready, s.speedup)
+            elif (
+                s.one_more_decides
+                and s.sane
+                and not (s.runs_failed or s.target_missed or s.carried_by)
+                and s.speedup >= 1.0 + min_gain
+                and s.speedup > lead
+            ):
+                leader, lead = record, s.speedup
+        if leader is None or ready >= lead:
+            return False
+        seed = len(leader.runs)
+        need = self._estimate(leader.variant) + (self._estimate(base.variant) if len(base.runs) <= seed else 0.0)
+        name = leader.variant.name
+        if need > self._remaining():
+            self.notes.append(
+                f"{name}: one more seed of it and the baseline (about {need:.0f} s) would decide its gain if it held,"
+                f" and the {self.options.flag('budget')} no longer holds them"
+            )
+            return False
+        if len(base.runs) <= seed:
+            self._add_total(1)
+            self._run_one(base, len(base.runs))
+        self._add_total(1)
+        self._run_one(leader, seed)
+        self.notes.append(
+            f"{name} led with its interval still including 1.0, and one more seed of it and the baseline would decide"
+            f" it if its figures held: that seed ran before the leftover budget went to the candidates the plan cut"
+        )
+        return True
+
     def _one_more_seed(self, base: VariantRecord) -> bool:
         """Target mode: a candidate whose gain one run carries (its interval no longer lies above 1.0 without that
         run: :func:`~lightning_speedups.bench.stats.one_run_carries`) gets one more seed, and the baseline that seed

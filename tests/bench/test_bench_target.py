@@ -792,3 +792,86 @@ def test_no_throughput_tip_paying_means_no_stacked_candidate():
     result = bench.run()
     assert not any(r.variant.kind == "stack" for r in result.records)
     assert any("no throughput tip paid" in n for n in result.notes), result.notes
+
+
+# --------------------------------------------------------------- confirming the leader before exploring
+
+
+def test_one_more_seed_decides_only_a_gain_that_one_more_run_a_side_would_lift_above_one():
+    import math
+
+    from lightning_speedups.bench.stats import PooledSpread, compare_target, one_more_seed_decides, summarize
+
+    logs = lambda *ts: [math.log(t) for t in ts]
+    two = PooledSpread(0.18, 2, 4, 2)
+    assert one_more_seed_decides(logs(40, 56), logs(80, 91), two)  # 1.8x: t(2 dof) 4.3 hides it, t(4) 2.8 would not
+    assert not one_more_seed_decides(logs(70, 95), logs(80, 91), two)  # 1.05x, and a candidate run slower than one
+    assert not one_more_seed_decides(logs(76, 78), logs(80, 91), two)  # every run faster, by too little to decide
+    assert not one_more_seed_decides(logs(90, 100), logs(80, 91), two)  # slower
+    assert not one_more_seed_decides(logs(40, 56), logs(80, 91), PooledSpread(None, 0, 2, 2))
+
+    def runs(*times):
+        return [{"status": "ok", "reached": True, "time_to_target_s": t, "repeat": i} for i, t in enumerate(times)]
+
+    base, cand = runs(80.0, 91.0), runs(40.0, 56.0)
+    bs, cs = summarize(base), summarize(cand)
+    compare_target(cs, cand, bs, base, two)
+    assert cs.speedup_ci[0] < 1.0 < cs.speedup and cs.one_more_decides and cs.to_dict()["one_more_decides"]
+    decided = runs(30.0, 33.0)
+    ds = summarize(decided)
+    compare_target(ds, decided, bs, base, two)
+    assert ds.speedup_ci[0] > 1.0 and not ds.one_more_decides  # decided already: nothing to confirm
+
+
+def _leader_bench(candidate, budget=57.0):
+    """The baseline (10 s runs) and fast+converge @0.75x (5 s runs) fit the plan at 2 repeats; the candidates
+    after them were cut, so the leftover budget (27 s) holds one more seed of both (15 s) and then a first seed of
+    one cut candidate (10 s), or two seeds of that candidate."""
+    figures = {"baseline": [80.0, 91.0, 88.0], "preset:fast+converge @0.75x": candidate}
+    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0}
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=budget)
+    return fake, bench, bench.run()
+
+
+def test_an_undecided_leader_gets_one_more_seed_before_the_candidates_the_plan_cut():
+    """GRU-shaped (bench of 2026-12-06): 1.8x on both seeds, every candidate run faster than every baseline run,
+    yet t with 2 dof leaves 1.0 in the interval. One more seed of it and of the baseline decides it, and runs
+    before the leftover budget starts a cut candidate."""
+    fake, bench, result = _leader_bench([40.0, 56.0, 48.0])
+    lead = "preset:fast+converge @0.75x"
+    assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]
+    assert [s for v, s in fake.calls if v == "baseline"] == [0, 1, 2]
+    others = [i for i, (v, _) in enumerate(fake.calls) if v not in ("baseline", lead)]
+    assert others and all(i > fake.calls.index((lead, 2)) for i in others)  # the cut candidate ran after it
+    assert any(f"{lead} led with its interval still including 1.0" in n for n in result.notes), result.notes
+    assert result.pick.variant.name == lead and result.record(lead).summary.speedup_ci[0] > 1.0
+
+
+def test_a_leader_one_more_seed_cannot_decide_is_not_confirmed_and_the_budget_explores():
+    fake, bench, result = _leader_bench([70.0, 95.0, 48.0])  # 1.05x: no third seed, the cut candidate runs
+    lead = "preset:fast+converge @0.75x"
+    assert [s for v, s in fake.calls if v == lead] == [0, 1]
+    assert len([1 for v, _ in fake.calls if v == "baseline"]) == 2
+    assert result.record("preset:fast+converge @0.5x").runs  # the leftover went to the first cut candidate
+    assert not any("led with its interval" in n for n in result.notes)
+    assert result.pick.variant.kind == "baseline"
+
+
+def test_a_leader_the_budget_cannot_confirm_says_so_and_is_not_picked():
+    fake, bench, result = _leader_bench([40.0, 56.0, 48.0], budget=42.0)  # 12 s left: not the 15 s pair
+    lead = "preset:fast+converge @0.75x"
+    assert [s for v, s in fake.calls if v == lead] == [0, 1]
+    assert any(f"{lead}: one more seed of it and the baseline" in n and "no longer holds" in n for n in result.notes)
+    assert result.pick.variant.kind == "baseline"
+
+
+def test_a_run_stopped_at_its_cap_under_a_budget_is_not_said_to_be_stopped_by_the_budget():
+    """The worker stops a candidate past the slowest baseline (timed_out, status ok): under --budget, that run's
+    reason stayed 'stopped ... when the --budget ran out' (bench of 2026-12-06); it is the cap, and its miss says so."""
+    figures = {"baseline": [100.0, 120.0], "T15 grad-clipping norm": [300.0, 300.0]}
+    fake = FakeLauncher(figures, target=True)
+    result = _bench(fake, tips=["T15"], repeats=2, target="val_acc=0.9", budget=1000.0).run()
+    run = result.record("T15 grad-clipping norm").runs[0]
+    assert run["timed_out"] and run["status"] == "ok"
+    assert "budget" not in str(run.get("reason")) and "could no longer be faster" in run["cap_reason"]
