@@ -28,6 +28,7 @@ class BenchState:
     stack_records: list[VariantRecord]
     _stopped: list[str]
     _spared: list[float]
+    _confirmed_carried: list[str]
 
     def _estimate(self, variant: Variant) -> float:
         raise NotImplementedError

@@ -125,6 +125,8 @@ class Bench(TargetRuns, CombinationRuns):
         #: target mode: candidates whose other repeats were not run after a miss
         self._stopped: list[str] = []
         self._spared: list[float] = []  # the estimated seconds of each run not run after a miss
+        #: target mode: the candidate whose gain one run carried and that got its one more seed as the leader
+        self._confirmed_carried: list[str] = []
 
     # --- preparation
     def prepare(self) -> None:

@@ -245,13 +245,15 @@ class TargetRuns(BenchState):
         )
 
     def _confirm_leader(self, base: VariantRecord) -> bool:
-        """Target mode, before the leftover budget goes to the candidates the plan cut: the fastest candidate that
-        every run of reached, whose gain clears ``--min-gain`` but whose interval still includes 1.0, and that one
-        more seed of both sides would decide if its figures held
-        (:func:`~lightning_speedups.bench.stats.one_more_seed_decides`), gets that seed, and the baseline too,
-        while the budget holds both; unless a candidate at least as fast may already be picked. Once per bench
-        (one extra look keeps the A/A rate under the nominal: ``benchmarks/target_aa.py --simulate``). Needs the
-        summaries made; returns whether it ran (then they are made again)."""
+        """Target mode, before the leftover budget goes to the candidates the plan cut: confirm the leader before
+        exploring. The fastest candidate that every run of reached, whose gain clears ``--min-gain`` but that may not
+        be picked yet for want of runs, gets one more seed, and the baseline too, while the budget holds both: one
+        run carries its interval (:func:`~lightning_speedups.bench.stats.one_run_carries`: what
+        :meth:`_one_more_seed` does at the end, done first), or its interval still includes 1.0 and one more seed
+        a side would decide it if its figures held (:func:`~lightning_speedups.bench.stats.one_more_seed_decides`).
+        Not when a candidate at least as fast may already be picked. Once per bench (the A/A rate of these extra
+        looks: ``benchmarks/target_aa.py --simulate``). Needs the summaries made; returns whether it ran (then
+        they are made again)."""
         min_gain = self.options.min_gain
         ready, leader, lead = 0.0, None, 0.0
         for record in self.records:
@@ -261,22 +263,28 @@ class TargetRuns(BenchState):
             if pick_verdict(s, min_gain)[0]:
                 ready = max(ready, s.speedup)
             elif (
-                s.one_more_decides
+                (s.carried_by or s.one_more_decides)
                 and s.sane
-                and not (s.runs_failed or s.target_missed or s.carried_by)
+                and not (s.runs_failed or s.target_missed)
                 and s.speedup >= 1.0 + min_gain
                 and s.speedup > lead
             ):
                 leader, lead = record, s.speedup
-        if leader is None or ready >= lead:
+        if leader is None or leader.summary is None or ready >= lead:
             return False
+        carried = leader.summary.carried_by
+        why = (
+            f"one run carried its interval (without {carried} it no longer lay above 1.0)"
+            if carried
+            else "its interval still included 1.0, and one more seed a side would decide it if its figures held"
+        )
         seed = len(leader.runs)
         need = self._estimate(leader.variant) + (self._estimate(base.variant) if len(base.runs) <= seed else 0.0)
         name = leader.variant.name
         if need > self._remaining():
             self.notes.append(
-                f"{name}: one more seed of it and the baseline (about {need:.0f} s) would decide its gain if it held,"
-                f" and the {self.options.flag('budget')} no longer holds them"
+                f"{name} led, but {why}: one more seed of it and the baseline (about {need:.0f} s) no longer fit in"
+                f" the {self.options.flag('budget')}"
             )
             return False
         if len(base.runs) <= seed:
@@ -284,21 +292,26 @@ class TargetRuns(BenchState):
             self._run_one(base, len(base.runs))
         self._add_total(1)
         self._run_one(leader, seed)
+        if carried:
+            self._confirmed_carried.append(name)
         self.notes.append(
-            f"{name} led with its interval still including 1.0, and one more seed of it and the baseline would decide"
-            f" it if its figures held: that seed ran before the leftover budget went to the candidates the plan cut"
+            f"{name} led, and {why}: one more seed of it and the baseline ran before the leftover budget went to the"
+            " candidates the plan cut"
         )
         return True
 
     def _one_more_seed(self, base: VariantRecord) -> bool:
         """Target mode: a candidate whose gain one run carries (its interval no longer lies above 1.0 without that
         run: :func:`~lightning_speedups.bench.stats.one_run_carries`) gets one more seed, and the baseline that seed
-        too, the fastest such candidate first, while the budget holds both runs. Once per bench; returns whether
-        any ran (then the summaries are made again: the new runs change the pooled spread too)."""
+        too, the fastest such candidate first, while the budget holds both runs; not the leader that
+        :meth:`_confirm_leader` gave its one more seed already. Once per bench; returns whether any ran (then the summaries are made again: the new runs change the pooled spread too)."""
         carried = [
             r
             for r in self.records
-            if r.summary is not None and r.summary.carried_by and r.variant.kind not in ("baseline", "aa")
+            if r.summary is not None
+            and r.summary.carried_by
+            and r.variant.kind not in ("baseline", "aa")
+            and r.variant.name not in self._confirmed_carried  # its one more seed ran as the leader
         ]
         carried.sort(key=lambda r: -(r.summary.speedup or 0.0) if r.summary is not None else 0.0)
         ran = []
