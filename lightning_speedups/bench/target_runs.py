@@ -304,7 +304,8 @@ class TargetRuns(BenchState):
         """Target mode: a candidate whose gain one run carries (its interval no longer lies above 1.0 without that
         run: :func:`~lightning_speedups.bench.stats.one_run_carries`) gets one more seed, and the baseline that seed
         too, the fastest such candidate first, while the budget holds both runs; not the leader that
-        :meth:`_confirm_leader` gave its one more seed already. Once per bench; returns whether any ran (then the summaries are made again: the new runs change the pooled spread too)."""
+        :meth:`_confirm_leader` gave its one more seed already. Once per bench; returns whether any ran (then the
+        summaries are made again: the new runs change the pooled spread too)."""
         carried = [
             r
             for r in self.records
