@@ -278,20 +278,14 @@ class TargetRuns(BenchState):
             if carried
             else "its interval still included 1.0, and one more seed a side would decide it if its figures held"
         )
-        seed = len(leader.runs)
-        need = self._estimate(leader.variant) + (self._estimate(base.variant) if len(base.runs) <= seed else 0.0)
         name = leader.variant.name
-        if need > self._remaining():
+        need = self._one_more_pair(base, leader)
+        if need is not None:
             self.notes.append(
                 f"{name} led, but {why}: one more seed of it and the baseline (about {need:.0f} s) no longer fit in"
                 f" the {self.options.flag('budget')}"
             )
             return False
-        if len(base.runs) <= seed:
-            self._add_total(1)
-            self._run_one(base, len(base.runs))
-        self._add_total(1)
-        self._run_one(leader, seed)
         if carried:
             self._confirmed_carried.append(name)
         self.notes.append(
@@ -299,6 +293,20 @@ class TargetRuns(BenchState):
             " candidates the plan cut"
         )
         return True
+
+    def _one_more_pair(self, base: VariantRecord, record: VariantRecord) -> Optional[float]:
+        """One more seed of ``record``, and of the baseline when it has no run of that seed yet, if the budget holds
+        both: ``None`` once they ran, else the seconds they would need (nothing ran)."""
+        seed = len(record.runs)
+        need = self._estimate(record.variant) + (self._estimate(base.variant) if len(base.runs) <= seed else 0.0)
+        if need > self._remaining():
+            return need
+        if len(base.runs) <= seed:
+            self._add_total(1)
+            self._run_one(base, len(base.runs))
+        self._add_total(1)
+        self._run_one(record, seed)
+        return None
 
     def _one_more_seed(self, base: VariantRecord) -> bool:
         """Target mode: a candidate whose gain one run carries (its interval no longer lies above 1.0 without that
@@ -317,18 +325,10 @@ class TargetRuns(BenchState):
         carried.sort(key=lambda r: -(r.summary.speedup or 0.0) if r.summary is not None else 0.0)
         ran = []
         for record in carried:
-            seed = len(record.runs)
-            need = self._estimate(record.variant) + (self._estimate(base.variant) if len(base.runs) <= seed else 0.0)
-            if need > self._remaining():
-                continue
             assert record.summary is not None
             why = record.summary.carried_by
-            if len(base.runs) <= seed:
-                self._add_total(1)
-                self._run_one(base, len(base.runs))
-            self._add_total(1)
-            self._run_one(record, seed)
-            ran.append(f"{record.variant.name} (without {why} its interval reached 1.0)")
+            if self._one_more_pair(base, record) is None:
+                ran.append(f"{record.variant.name} (without {why} its interval reached 1.0)")
         if ran:
             self.notes.append(
                 "one run carried the gain of " + "; ".join(ran) + ": one more seed of it and the baseline was run"
