@@ -351,7 +351,7 @@ def compare(
     base = baseline.samples_per_s.median
     if summary.samples_per_s.median is not None and base:
         summary.speedup = summary.samples_per_s.median / base
-        paired = paired_ratios(runs, baseline_runs, _rate)
+        paired = rate_ratios(runs, baseline_runs)
         if paired:
             summary.speedup_range = (min(paired), max(paired))
             _, lo, hi = ratio_interval(paired)
@@ -383,6 +383,50 @@ def paired_ratios(
         if mine and theirs:
             out.append(mine / theirs if higher_is_better else theirs / mine)
     return out
+
+
+def rate_ratios(runs: Sequence[Mapping[str, Any]], baseline_runs: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per repeat, the variant's samples/s over the baseline's of the same repeat (:func:`paired_ratios`)."""
+    return paired_ratios(runs, baseline_runs, _rate)
+
+
+def can_still_clear(ratios: Sequence[float], repeats: int) -> bool:
+    """Whether a variant whose paired ratios so far are ``ratios`` could still get an interval
+    (:func:`~lightning_speedups.functional.timing.ratio_interval`) lying above 1.0 once all ``repeats`` ran, whatever
+    the repeats still to come turn out to give. With no ratio yet the answer is yes. For a fixed mean of the ratios
+    to come, their spread is least when they are all equal, so the best case is one value repeated: a search over
+    one number. With two or three repeats a first ratio at or under 1.0 can never pay (with two, the interval's low
+    end never exceeds the first ratio: the t of one degree of freedom is 12.7), so its other repeats would be spent
+    for nothing.
+
+    Examples:
+        >>> can_still_clear([0.97], 2), can_still_clear([1.0], 2), can_still_clear([1.3], 2)
+        (False, False, True)
+        >>> can_still_clear([1.01, 1.02], 3), can_still_clear([0.9, 1.3], 3), can_still_clear([0.98], 3)
+        (True, False, False)
+        >>> can_still_clear([0.98], 10)  # nine more repeats at 1.5x would lift it
+        True
+        >>> can_still_clear([], 2)
+        True
+    """
+    logs = [math.log(r) for r in ratios if r is not None and r > 0 and math.isfinite(r)]
+    if not logs:
+        return True
+    if repeats < 2 or len(logs) > repeats:
+        return False
+    c = t95(repeats - 1) / math.sqrt(repeats)
+
+    def low(x: float) -> float:
+        values = [*logs, *[x] * (repeats - len(logs))]
+        return statistics.fmean(values) - c * statistics.stdev(values)
+
+    if len(logs) == repeats:
+        return low(0.0) > 0
+    # the low end falls without bound far out on both sides and peaks near the known logs: a fine grid around them
+    # that holds each known log (the peak with two repeats) and their mean
+    lo, hi = min(logs) - 1.0, max(logs) + 3.0
+    grid = [lo + (hi - lo) * i / 2000 for i in range(2001)] + logs + [statistics.fmean(logs)]
+    return any(low(x) > 0 for x in grid)
 
 
 def noise_floor(aa: Optional[VariantSummary]) -> float:

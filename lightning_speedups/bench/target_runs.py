@@ -14,7 +14,7 @@ from typing import Any, Optional
 from lightning_speedups.bench.args import flatten, preset_speedups, trainer_overrides
 from lightning_speedups.bench.host import BenchState
 from lightning_speedups.bench.results import VariantRecord
-from lightning_speedups.bench.stats import compare, pick_verdict, summarize
+from lightning_speedups.bench.stats import can_still_clear, compare, pick_verdict, rate_ratios, summarize
 from lightning_speedups.bench.variants import BASELINE, TARGET_VARIANTS, TIP_VARIANTS, Variant, tip_overrides
 from lightning_speedups.config import all_settings
 
@@ -163,7 +163,8 @@ class TargetRuns(BenchState):
         1.0 and clear of ``--min-gain``, their loss sane) are stacked into one set of overrides, and each candidate
         that changes the optimisation (a schedule, the schedule-free twin) gets a twin with the stack on top
         (``stack:T05+T24 + T01 lr-schedule onecycle @0.75x``), run first; the stack alone runs too. The throughput
-        tips are then not run to the target one by one: their gain is in the stack."""
+        tips are then not run to the target one by one: their gain is in the stack. A tip that can no longer pay
+        (:meth:`_cannot_pay`) gets no more repeats, and once none is left the baseline gets none either."""
         o = self.options
         speed = [
             v
@@ -181,10 +182,25 @@ class TargetRuns(BenchState):
         self.trainer_overrides = trainer_overrides(
             dataclasses.replace(o, target=None), self.device, os.path.join(self.root, "trainer")
         )
+        dropped: dict[str, str] = {}  # tip name -> why its repeats to come were not run
+        spared: dict[str, int] = {}  # tip name (and the baseline's) -> how many repeats were not run
         try:
             self._add_total(repeats * (1 + len(timed)))
+            running = list(timed)
             for repeat in range(repeats):
-                for record in (base, *timed):
+                if repeat > 0:
+                    for record in list(running):
+                        why = self._cannot_pay(record, base, repeats)
+                        if why:
+                            running.remove(record)
+                            dropped[record.variant.name] = why
+                            spared[record.variant.name] = repeats - repeat
+                            self._add_total(-(repeats - repeat))
+                    if not running:  # the baseline's runs to come would pair with nothing
+                        self._add_total(-(repeats - repeat))
+                        spared[base.variant.name] = repeats - repeat
+                        break
+                for record in (base, *running):
                     self._run_one(record, repeat)
         finally:
             self.target, self.trainer_overrides = target, settings
@@ -195,9 +211,18 @@ class TargetRuns(BenchState):
             record.summary = summarize(record.runs)
             compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
             ok, why = pick_verdict(record.summary, o.min_gain)
+            if record.variant.name in dropped:
+                ok, why = False, dropped[record.variant.name]
+                record.summary.picked_why = why
             said.append(f"{record.variant.name} {why}")
             if ok:
                 paying.append(record.variant.tips[0])
+        if dropped:
+            self.notes.append(
+                f"stack: {len(dropped)} throughput tip(s) had their samples/s repeats to come spared, since no figures"
+                f" they could give would lift their interval above 1.0 ({', '.join(dropped)}): about"
+                f" {self._stack_saved([base, *timed], spared):.0f} s of the budget kept for the candidates"
+            )
         self.variants = [v for v in self.variants if v not in speed]
         if not paying:
             self.notes.append(
@@ -242,6 +267,35 @@ class TargetRuns(BenchState):
                 if carrying
                 else ""
             )
+        )
+
+    def _cannot_pay(self, record: VariantRecord, base: VariantRecord, repeats: int) -> Optional[str]:
+        """Why a throughput tip of the stack phase can no longer pay, before its next repeat (``None``: it still
+        can): a run failed, its loss failed the sanity check, or no figures of its repeats to come could lift its
+        interval above 1.0 (:func:`~lightning_speedups.bench.stats.can_still_clear`: with two or three repeats, a
+        first paired ratio at or under 1.0)."""
+        summary, base_summary = summarize(record.runs), summarize(base.runs)
+        compare(summary, record.runs, base_summary, base.runs, self.options.loss_tolerance)
+        if summary.runs_failed or not summary.runs_ok:
+            return "a run failed, so it cannot pay: its repeats to come were not run"
+        if not summary.sane:
+            return f"failed the sanity check ({summary.sanity}): its repeats to come were not run"
+        ratios = rate_ratios(record.runs, base.runs)
+        if not can_still_clear(ratios, repeats):
+            shown = ", ".join(f"{r:.2f}x" for r in ratios)
+            return (
+                f"samples/s {shown} of the baseline's over {len(ratios)} of {repeats} repeats: no figures of the"
+                " repeats to come could lift its interval above 1.0, so they were not run"
+            )
+        return None
+
+    @staticmethod
+    def _stack_saved(records: list[VariantRecord], spared: dict[str, int]) -> float:
+        """The seconds the spared repeats would have taken, each as long as the variant's first run."""
+        return sum(
+            float(r.runs[0].get("wall_s") or 0.0) * spared[r.variant.name]
+            for r in records
+            if r.variant.name in spared and r.runs
         )
 
     def _confirm_leader(self, base: VariantRecord) -> bool:

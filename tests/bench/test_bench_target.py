@@ -796,6 +796,62 @@ def test_no_throughput_tip_paying_means_no_stacked_candidate():
     assert any("no throughput tip paid" in n for n in result.notes), result.notes
 
 
+def test_a_first_ratio_at_or_under_one_can_never_pay_after_a_second_repeat():
+    """The bound behind sparing the stack phase's last repeat, checked against the interval bench really uses: with
+    two repeats no second ratio lifts the low end above 1.0 when the first is at or under it (a dense sweep), and a
+    first ratio above 1.0 has one that does (the same ratio again). Three repeats, one or two to come: the sweeps
+    agree with the answer."""
+    from lightning_speedups.bench.stats import can_still_clear
+
+    sweep = [0.2 * 1.01**i for i in range(400)]  # 0.2x .. 10.7x
+    for first in (0.5, 0.9, 0.999, 1.0):
+        assert not can_still_clear([first], 2)
+        assert all(not (ratio_interval([first, r])[1] > 1.0) for r in sweep), first
+    for first in (1.001, 1.2, 3.0):
+        assert can_still_clear([first], 2) and ratio_interval([first, first])[1] > 1.0
+    for known in ([1.05, 1.06], [1.2, 1.5], [0.95, 1.4], [0.9, 0.98], [1.3, 1.0]):
+        some = any(ratio_interval([*known, r])[1] > 1.0 for r in sweep)
+        assert can_still_clear(known, 3) == some, known
+    coarse = sweep[::8]  # two repeats to come: every pair of them
+    for known in ([0.98], [1.0], [1.1], [1.4]):
+        some = any(ratio_interval([*known, a, b])[1] > 1.0 for a in coarse for b in coarse)
+        assert can_still_clear(known, 3) == some, known
+
+
+def test_the_stack_phase_spares_the_last_repeat_of_a_tip_that_can_no_longer_pay():
+    """A throughput tip whose first samples/s ratio is at or under 1.0 cannot clear 1.0 after a second repeat: its
+    second run is spared (whatever it would have shown), the paying tip and the baseline run theirs, and the notes
+    say what was kept."""
+    paying = {"T24 channels-last": [130.0, 128.0], "T22 fusion": [95.0, 400.0]}
+    figures = {"baseline": [100.0, 100.0], "samples/s": paying}
+    fake = FakeLauncher(figures, target=True, walls={"T22 fusion": 7.0})
+    bench = _bench(fake, tips=["T01", "T24", "T22"], repeats=2, target="val_acc=0.9", stack=True, seed=5)
+    result = bench.run()
+    stack_calls = [v for v, seed in fake.calls if seed == 5 and v in paying or v == "baseline (samples/s)"]
+    assert stack_calls.count("T22 fusion") == 1 and stack_calls.count("T24 channels-last") == 2
+    assert stack_calls.count("baseline (samples/s)") == 2
+    phase = {r["name"]: r for r in result.to_dict()["stack_phase"]}
+    assert "0.95x" in phase["T22 fusion"]["summary"]["picked_why"]
+    note = next(n for n in result.notes if n.startswith("stack: 1 throughput tip(s) had their samples/s"))
+    assert "T22 fusion" in note and "about 7 s" in note
+    assert any(r.variant.name.startswith("stack:T24 + ") for r in result.records)  # T24 still stacked
+
+
+def test_the_stack_phase_stops_after_one_round_when_no_tip_can_pay():
+    """No tip beat the baseline in the first round: the second round (the baseline's run too) is not run."""
+    figures = {"baseline": [100.0, 100.0], "samples/s": {"T24 channels-last": [99.0, 300.0]}}
+    fake = FakeLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T01", "T24", "T22"], repeats=2, target="val_acc=0.9", stack=True, seed=5)
+    result = bench.run()
+    assert [v for v, _ in fake.calls].count("baseline (samples/s)") == 1
+    assert [v for v, _ in fake.calls].count("T24 channels-last") == 1
+    assert not any(r.variant.kind == "stack" for r in result.records)
+    assert any("no throughput tip paid" in n and "0.99x" in n for n in result.notes), result.notes
+    assert any(
+        n.startswith("stack: 2 throughput tip(s) had their samples/s") and "about 3 s" in n for n in result.notes
+    )
+
+
 # --------------------------------------------------------------- confirming the leader before exploring
 
 
