@@ -25,6 +25,7 @@ class BenchState:
     root: str
     trainer_overrides: dict[str, Any]
     _waiting: list[VariantRecord]
+    _twins: list[str]
     stack_records: list[VariantRecord]
     _stopped: list[str]
     _spared: list[float]

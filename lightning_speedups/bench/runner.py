@@ -120,6 +120,7 @@ class Bench(TargetRuns, CombinationRuns):
         self._task: Any = None
         #: target mode: candidates the budget cut, in the plan's order (freed budget runs them later)
         self._waiting: list[VariantRecord] = []
+        self._twins: list[str] = []  # target mode: candidates not run, as twins of one that ran
         #: target mode's stack phase: the baseline and the throughput tips timed by samples/s (issue 37, item 1)
         self.stack_records: list[VariantRecord] = []
         #: target mode: candidates whose other repeats were not run after a miss
@@ -342,6 +343,11 @@ class Bench(TargetRuns, CombinationRuns):
             if self._confirm_leader(base):
                 self._summarize_phase_one(base)
             self._run_waiting(repeats)
+            if self._twins:
+                self.notes.append(
+                    "not run, since a candidate that ran trained as each would (the same settings and seeds; what it"
+                    " sets beyond them stood down here): " + ", ".join(self._twins)
+                )
         self._summarize_phase_one(base)
         if self.target is not None and self._one_more_seed(base):
             self._summarize_phase_one(base)
@@ -426,6 +432,9 @@ class Bench(TargetRuns, CombinationRuns):
                 if record is base and repeat == 0:
                     continue
                 if record.skipped:
+                    continue
+                if self._skip_twin(record):
+                    self._add_total(-(repeats - repeat))
                     continue
                 if self._cannot_win(record):
                     self._add_total(-1)

@@ -29,6 +29,10 @@ SCHEDULE_FREE_WARMUP = 0.05
 #: a candidate's run stops once its training time passes the slowest baseline run's time to the target
 #: by this share (or by the baselines' own spread, when wider): from there it can no longer be faster
 CAP_MARGIN = 0.10
+#: parts whose being on changes no optimizer step: bench's start-up probe of ``auto`` settings (undone from memory)
+#: and the data-wait monitor (a clock). A candidate whose other extra parts all stood down trained as its twin without
+#: them does
+OBSERVING_PARTS = frozenset({"auto_probe", "data_wait"})
 
 
 def schedules(variant: Variant) -> bool:
@@ -124,6 +128,47 @@ class TargetRuns(BenchState):
             self._spared.append(self._estimate(record.variant))
         return bool(missed)
 
+    def _trained_as(self, record: VariantRecord) -> Optional[VariantRecord]:
+        """Target mode: a candidate that already ran and trained as ``record`` would (``None``: none did). The
+        other one sets every setting ``record`` sets, to the same value and at the same span, and whatever it sets
+        beyond them stood down in every run (on this setup ``fast`` resolves to nothing on a small CPU model: its
+        probe keeps 32-true, the loaders as they were, ...): the parts active in its runs, but for the ones that only
+        observe (:data:`OBSERVING_PARTS`), are all parts of ``record``'s settings. Same settings and the same seeds
+        give the same steps, so ``record``'s runs would repeat its curves (they did, value for value, on the LeNet
+        task of issue 37), less the probe's start-up."""
+        if record.variant.kind not in ("preset", "tip", "stack"):
+            return None
+        mine = _settings(record.variant)
+        sections = {k.split(".", 1)[0] for k in mine}
+        for other in self.records:
+            ok = [r for r in other.runs if r.get("status") == "ok"]
+            if other is record or not ok or other.variant.plan_fraction != record.variant.plan_fraction:
+                continue
+            theirs = _settings(other.variant)
+            if any(k not in theirs or theirs[k] != v for k, v in mine.items()):
+                continue
+            if all(
+                isinstance(r.get("parts"), list)
+                and {p[0] for p in r["parts"] if len(p) > 2 and p[2] == "active"} - OBSERVING_PARTS <= sections
+                for r in ok
+            ):
+                return other
+        return None
+
+    def _skip_twin(self, record: VariantRecord) -> bool:
+        """Mark ``record`` not run when a candidate that already ran trained as it would (:meth:`_trained_as`)."""
+        if self.target is None or record.runs:
+            return False
+        twin = self._trained_as(record)
+        if twin is None:
+            return False
+        record.skipped = (
+            f"not run: it would train as {twin.variant.name} did (the same settings, the same seeds: what that one"
+            " sets beyond them stood down on this setup)"
+        )
+        self._twins.append(f"{record.variant.name} (as {twin.variant.name})")
+        return True
+
     def _run_waiting(self, repeats: int) -> None:
         """Target mode: the budget left once the planned candidates ran (a candidate that missed stops, one that
         reached ran shorter than the plan counted) runs the candidates the plan had cut, in its order, one seed at
@@ -132,6 +177,9 @@ class TargetRuns(BenchState):
         target and that seed fits (estimated from its own runs, shorter than the baseline's when it can win)."""
         ran, short = [], []
         for record in list(self._waiting):
+            if self._skip_twin(record):
+                self._waiting.remove(record)
+                continue
             if self._estimate(record.variant) > self._remaining():
                 break
             self._waiting.remove(record)

@@ -952,3 +952,72 @@ def test_a_leader_one_run_carries_gets_its_one_more_seed_before_the_cut_candidat
         f"{lead} led, and one run carried its interval (without the baseline's seed 1" in n for n in result.notes
     )
     assert result.pick.variant.name == lead
+
+
+# ------------------------------------------------------- a candidate that would train as one that ran
+
+
+class PartsLauncher(FakeLauncher):
+    """FakeLauncher whose runs report the parts the worker found active: ``fast``'s resolve to nothing (its probe
+    kept 32-true, ...) unless ``bf16`` is set, when the probe chose bf16 autocast."""
+
+    def __init__(self, *a, bf16=False, **kw):
+        super().__init__(*a, **kw)
+        self.bf16 = bf16
+
+    def run(self, spec, name, timeout=None):
+        out = super().run(spec, name, timeout)
+        v = spec["variant"]
+        parts = [["safeguard", "", "skipped", "nothing to try"]]
+        if "fast" in v:
+            parts += [
+                ["auto_probe", "", "active", "3 auto setting(s) timed"],
+                ["precision", "T05", "active" if self.bf16 else "skipped", "probed"],
+                ["loaders", "T02", "skipped", "as they were"],
+                ["data_wait", "T02", "active", "not input-bound"],
+            ]
+        if "@" in v or "schedule-free" in v:
+            parts.append(["lr_schedule", "T01", "active", "OneCycleLR"])
+        return {**out, "parts": parts}
+
+
+def _twin_bench(bf16=False, budget=None, walls=None):
+    figures = {"baseline": [100.0, 104.0], "preset:fast+converge @0.75x": [None, None]}
+    figures.update({f"preset:fast+converge @{f}x": [None, None] for f in ("0.5", "1")})
+    fake = PartsLauncher(figures, target=True, bf16=bf16, walls=walls)
+    bench = _bench(fake, tips=["T01"], presets=["fast+converge", "converge"], repeats=2, target="val_acc=0.9",
+                   budget=budget)  # fmt: skip
+    return fake, bench.run()
+
+
+def test_a_candidate_that_would_train_as_one_that_ran_is_not_run():
+    """`fast` resolved to nothing on this setup (the LeNet task of issue 37: `converge @0.75x` then repeated
+    `fast+converge @0.75x`'s curve value for value): `converge @f` is not run after `fast+converge @f`, the report
+    says which run it would repeat, and the schedules that differ (cyclic) still run."""
+    fake, result = _twin_bench()
+    ran = {v for v, _ in fake.calls}
+    for f in ("0.75", "0.5", "1"):
+        assert f"preset:converge @{f}x" not in ran
+        assert f"preset:fast+converge @{f}x" in ran
+        why = result.record(f"preset:converge @{f}x").skipped
+        assert why.startswith(f"not run: it would train as preset:fast+converge @{f}x did")
+    assert "T01 lr-schedule cyclic @0.75x" in ran
+    assert any(n.startswith("not run, since a candidate that ran trained as each would") for n in result.notes)
+
+
+def test_a_candidate_whose_extra_part_was_on_is_no_twin():
+    """The probe chose bf16 here: `fast+converge @f` trained otherwise than `converge @f` would, so both run."""
+    fake, result = _twin_bench(bf16=True)
+    ran = {v for v, _ in fake.calls}
+    assert {f"preset:converge @{f}x" for f in ("0.75", "0.5", "1")} <= ran
+    assert not any(n.startswith("not run, since a candidate that ran") for n in result.notes)
+
+
+def test_a_twin_the_plan_cut_gives_its_place_in_the_leftover_budget_to_the_next_candidate():
+    """Under a --budget that cut `converge @f`, the leftover budget skips the twins and starts the next cut
+    candidate that trains differently."""
+    fake, result = _twin_bench(budget=22.0, walls={"baseline": 3.0})  # the plan holds fast+converge's three spans
+    assert result.record("preset:converge @0.75x").skipped.startswith("not run: it would train as")
+    ran = [v for v, _ in fake.calls]
+    assert not any(v.startswith("preset:converge") for v in ran)
+    assert any(v.startswith("T01 lr-schedule cyclic") for v in ran), ran
