@@ -135,10 +135,14 @@ class TargetRuns(BenchState):
         probe keeps 32-true, the loaders as they were, ...): the parts active in its runs, but for the ones that only
         observe (:data:`OBSERVING_PARTS`), are all parts of ``record``'s settings. Same settings and the same seeds
         give the same steps, so ``record``'s runs would repeat its curves (they did, value for value, on the LeNet
-        task of issue 37), less the probe's start-up."""
+        task of issue 37), less the probe's start-up. Never for a ``record`` with ``auto`` settings of its own but the
+        schedule's (its range test follows the loss, the same on the same seed): a start-up probe times those, and a
+        measurement may resolve them otherwise."""
         if record.variant.kind not in ("preset", "tip", "stack"):
             return None
         mine = _settings(record.variant)
+        if any(v == "auto" for k, v in mine.items() if not k.startswith("lr_schedule.")):
+            return None  # timed by its own start-up probe, which may decide otherwise (the range test is not timed)
         sections = {k.split(".", 1)[0] for k in mine}
         for other in self.records:
             ok = [r for r in other.runs if r.get("status") == "ok"]

@@ -1021,3 +1021,22 @@ def test_a_twin_the_plan_cut_gives_its_place_in_the_leftover_budget_to_the_next_
     ran = [v for v, _ in fake.calls]
     assert not any(v.startswith("preset:converge") for v in ran)
     assert any(v.startswith("T01 lr-schedule cyclic") for v in ran), ran
+
+
+def test_a_candidate_with_auto_settings_of_its_own_is_no_twin():
+    """A candidate whose settings are a subset of one that ran, but hold `auto` (`optimizer: auto` with the same
+    schedule): its own start-up probe measures again and may decide otherwise, so it is not skipped as a twin. The
+    same candidate without the `auto` setting is."""
+    import dataclasses
+
+    from lightning_speedups.bench.results import VariantRecord
+
+    figures = {"baseline": [100.0, 104.0], "preset:fast+converge @0.75x": [None, None]}
+    fake = PartsLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T01"], presets=["fast+converge", "converge"], repeats=2, target="val_acc=0.9")
+    result = bench.run()
+    ran = result.record("preset:fast+converge @0.75x")
+    plain = result.record("preset:converge @0.75x").variant
+    assert bench._trained_as(VariantRecord(dataclasses.replace(plain, name="plain"))) is ran
+    probed = dataclasses.replace(plain, name="probed", overrides={**plain.overrides, "optimizer": "auto"})
+    assert bench._trained_as(VariantRecord(probed)) is None
