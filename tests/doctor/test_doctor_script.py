@@ -119,7 +119,8 @@ def test_the_doctor_watches_a_plain_script_and_ends_its_fit_early(folder, script
     doc = json.loads((folder / "report.json").read_text())
     assert doc["watched"]["steps"] == 6 and doc["watched"]["trainer"] == 1
     assert {f["tip"] for f in doc["findings"]} >= {"T01", "T02", "T24"}
-    assert doc["verdict"]["name"] == "input-bound" and doc["verdict"]["shares"]["data"] >= 0.3  # the planted cause
+    # the planted cause (the loader's share is about 94% on a quiet machine); the shares are shown if it ever is not
+    assert doc["verdict"]["name"] == "input-bound" and doc["verdict"]["shares"]["data"] >= 0.3, doc["verdict"]
     assert "Verdict INPUT-BOUND" in done.stdout
     check_html((folder / "report.html").read_text(encoding="utf-8"), doc)
     assert done.returncode == doc["exit_code"] == (1 if doc["counts"].get("high") else 0)
