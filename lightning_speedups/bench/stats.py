@@ -414,19 +414,18 @@ def can_still_clear(ratios: Sequence[float], repeats: int) -> bool:
         return True
     if repeats < 2 or len(logs) > repeats:
         return False
-    c = t95(repeats - 1) / math.sqrt(repeats)
 
-    def low(x: float) -> float:
-        values = [*logs, *[x] * (repeats - len(logs))]
-        return statistics.fmean(values) - c * statistics.stdev(values)
+    def clears(x: float) -> bool:  # the interval bench uses, with every repeat to come at the log ratio x
+        low = ratio_interval([math.exp(v) for v in (*logs, *[x] * (repeats - len(logs)))])[1]
+        return low is not None and low > 1.0
 
     if len(logs) == repeats:
-        return low(0.0) > 0
+        return clears(0.0)
     # the low end falls without bound far out on both sides and peaks near the known logs: a fine grid around them
     # that holds each known log (the peak with two repeats) and their mean
     lo, hi = min(logs) - 1.0, max(logs) + 3.0
     grid = [lo + (hi - lo) * i / 2000 for i in range(2001)] + logs + [statistics.fmean(logs)]
-    return any(low(x) > 0 for x in grid)
+    return any(clears(x) for x in grid)
 
 
 def noise_floor(aa: Optional[VariantSummary]) -> float:

@@ -987,14 +987,14 @@ def _twin_bench(bf16=False, budget=None, walls=None):
     fake = PartsLauncher(figures, target=True, bf16=bf16, walls=walls)
     bench = _bench(fake, tips=["T01"], presets=["fast+converge", "converge"], repeats=2, target="val_acc=0.9",
                    budget=budget)  # fmt: skip
-    return fake, bench.run()
+    return fake, bench, bench.run()
 
 
 def test_a_candidate_that_would_train_as_one_that_ran_is_not_run():
     """`fast` resolved to nothing on this setup (the LeNet task of issue 37: `converge @0.75x` then repeated
     `fast+converge @0.75x`'s curve value for value): `converge @f` is not run after `fast+converge @f`, the report
     says which run it would repeat, and the schedules that differ (cyclic) still run."""
-    fake, result = _twin_bench()
+    fake, _, result = _twin_bench()
     ran = {v for v, _ in fake.calls}
     for f in ("0.75", "0.5", "1"):
         assert f"preset:converge @{f}x" not in ran
@@ -1007,7 +1007,7 @@ def test_a_candidate_that_would_train_as_one_that_ran_is_not_run():
 
 def test_a_candidate_whose_extra_part_was_on_is_no_twin():
     """The probe chose bf16 here: `fast+converge @f` trained otherwise than `converge @f` would, so both run."""
-    fake, result = _twin_bench(bf16=True)
+    fake, _, result = _twin_bench(bf16=True)
     ran = {v for v, _ in fake.calls}
     assert {f"preset:converge @{f}x" for f in ("0.75", "0.5", "1")} <= ran
     assert not any(n.startswith("not run, since a candidate that ran") for n in result.notes)
@@ -1016,7 +1016,7 @@ def test_a_candidate_whose_extra_part_was_on_is_no_twin():
 def test_a_twin_the_plan_cut_gives_its_place_in_the_leftover_budget_to_the_next_candidate():
     """Under a --budget that cut `converge @f`, the leftover budget skips the twins and starts the next cut
     candidate that trains differently."""
-    fake, result = _twin_bench(budget=22.0, walls={"baseline": 3.0})  # the plan holds fast+converge's three spans
+    fake, _, result = _twin_bench(budget=22.0, walls={"baseline": 3.0})  # the plan holds fast+converge's three spans
     assert result.record("preset:converge @0.75x").skipped.startswith("not run: it would train as")
     ran = [v for v, _ in fake.calls]
     assert not any(v.startswith("preset:converge") for v in ran)
@@ -1031,10 +1031,7 @@ def test_a_candidate_with_auto_settings_of_its_own_is_no_twin():
 
     from lightning_speedups.bench.results import VariantRecord
 
-    figures = {"baseline": [100.0, 104.0], "preset:fast+converge @0.75x": [None, None]}
-    fake = PartsLauncher(figures, target=True)
-    bench = _bench(fake, tips=["T01"], presets=["fast+converge", "converge"], repeats=2, target="val_acc=0.9")
-    result = bench.run()
+    _, bench, result = _twin_bench()
     ran = result.record("preset:fast+converge @0.75x")
     plain = result.record("preset:converge @0.75x").variant
     assert bench._trained_as(VariantRecord(dataclasses.replace(plain, name="plain"))) is ran
