@@ -18,8 +18,11 @@ from typing_extensions import override
 from lightning_speedups.callbacks.base import SpeedupCallback
 from lightning_speedups.callbacks.lr_range_test import RANGE_MAX_LR, RANGE_MIN_LR, RANGE_TEST_MIN_STEPS, run_range_test
 from lightning_speedups.errors import SettingError
-from lightning_speedups.functional.lr_range import RangePick, pick_peak_lr, resmooth
+from lightning_speedups.functional.divergence import DivergenceWatch
+from lightning_speedups.functional.lr_range import PEAK_DIVISOR, RangePick, pick_peak_lr, resmooth
+from lightning_speedups.functional.snapshot import to_host
 from lightning_speedups.trainer.attributes import set_at_init
+from lightning_speedups.trainer.namespace import is_lightning
 from lightning_speedups.trainer.plan import (
     LIGHTNING_DEFAULT_EPOCHS,
     TIME_PLAN_STEPS,
@@ -44,6 +47,20 @@ class _OneCycleThenHold(torch.optim.lr_scheduler.OneCycleLR):
         if self.last_epoch >= self.total_steps - 1:
             return
         super().step(epoch)
+
+
+#: each back-off divides the peak learning rate by this (``back_offs``)
+BACK_OFF_FACTOR = 2.0
+#: a one-cycle is watched for divergence through its warm-up and while its lr is at least this share of the peak
+WATCH_SHARE = 0.25
+
+
+def _step_loss(outputs: Any) -> Optional[float]:
+    """The training loss of one step from ``on_train_batch_end``'s ``outputs`` (``None``: the step returned none)."""
+    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        return None
+    return float(loss.detach().float())
 
 
 def _has_momentum(optimizer: torch.optim.Optimizer) -> bool:
@@ -121,12 +138,24 @@ class LRSchedule(SpeedupCallback):
             with the step time of the first :data:`TIME_PLAN_STEPS` steps, at the schedule's starting lr).
             Needed when the trainer has no plan of its own; ``bench --target`` sets it from the steps
             the baseline took to the target.
+        peak_divisor: ``max_lr="auto"``: the peak is the range test's lowest-loss lr divided by this (10, the
+            default: a decade below it, the classic "min/10"; 2-3 sits near the edge of stability, as Smith's own
+            rule does, and diverges on some seeds: pair it with ``back_offs``).
+        back_offs: how many times the schedule may back off when the run diverges (0, the default: it is not
+            watched). The training loss is watched through the warm-up and while the lr is at least a quarter of
+            the peak (:class:`~lightning_speedups.functional.divergence.DivergenceWatch`: non-finite, or smoothed
+            above four times its best and above where the cycle began); the weights, buffers and optimizer state
+            are copied to the host at the cycle's start and at each epoch's start while watched; on a divergence
+            they are put back, the peak is halved and a new cycle spans the steps the plan has left. What backed
+            off is said and kept in the checkpoint (a resumed run continues exactly, from checkpoints saved at an
+            epoch's end). On one device or DDP; with a sharded strategy (FSDP, DeepSpeed) it is not watched.
 
     Example::
 
         trainer = Trainer(max_epochs=10, callbacks=[LRSchedule("onecycle")])
         trainer = Trainer(max_epochs=10, callbacks=[LRSchedule("onecycle", max_lr="auto")])  # range-tested peak
         trainer = Trainer(callbacks=[LRSchedule("onecycle", plan="3 epochs")])  # no max_epochs: the span is given
+        trainer = Trainer(max_epochs=10, callbacks=[LRSchedule(max_lr="auto", peak_divisor=2, back_offs=3)])  # bolder
     """
 
     tip = "T01"
@@ -146,6 +175,8 @@ class LRSchedule(SpeedupCallback):
         range_test_steps: int = 100,
         horizon: float = 1.0,
         plan: Union[int, str, None] = None,
+        peak_divisor: float = PEAK_DIVISOR,
+        back_offs: int = 0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__()
@@ -179,6 +210,16 @@ class LRSchedule(SpeedupCallback):
             raise SettingError(f"`anneal_strategy` must be 'cos' or 'linear'; got {anneal_strategy!r}.")
         if mode not in ("triangular", "triangular2", "exp_range"):
             raise SettingError(f"`mode` must be 'triangular', 'triangular2' or 'exp_range'; got {mode!r}.")
+        if isinstance(peak_divisor, bool) or not isinstance(peak_divisor, (int, float)) or not peak_divisor >= 1:
+            raise SettingError(
+                f"`peak_divisor` must be a number >= 1 (the range test's lowest-loss lr is divided by it); got"
+                f" {peak_divisor!r}."
+            )
+        if isinstance(back_offs, bool) or not isinstance(back_offs, int) or back_offs < 0:
+            raise SettingError(
+                f"`back_offs` must be an integer >= 0 (how many times the schedule may back off from a divergence);"
+                f" got {back_offs!r}."
+            )
         self.name = name
         self.max_lr = max_lr
         self.pct_start = pct_start
@@ -191,7 +232,15 @@ class LRSchedule(SpeedupCallback):
         self.range_test_steps = range_test_steps
         self.horizon = horizon
         self.plan = plan
+        self.peak_divisor = float(peak_divisor)
+        self.back_offs = back_offs
         self._clock = clock
+        #: the back-offs taken, in order: ``{"step", "why", "back_to", "peaks"}``
+        self.backed_off: list[dict[str, Any]] = []
+        self._watch = DivergenceWatch()
+        self._watching = False
+        self._snapshot: Optional[dict[str, Any]] = None
+        self._cycle_start = 0
         self._timing: Optional[dict[str, Any]] = None
         self.range_pick: Optional[RangePick] = None
         self.scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
@@ -303,7 +352,7 @@ class LRSchedule(SpeedupCallback):
             return None
         lrs, raw = run_range_test(trainer, pl_module, self.range_test_steps, RANGE_MIN_LR, RANGE_MAX_LR)
         try:
-            pick = pick_peak_lr(lrs, resmooth(raw))
+            pick = pick_peak_lr(lrs, resmooth(raw), divisor=self.peak_divisor)
         except ValueError as err:
             rank_zero_warn(f"lr_schedule: {err} Keeping the optimizer's learning rate as the peak.")
             return None
@@ -416,12 +465,17 @@ class LRSchedule(SpeedupCallback):
         scheduled = ("lr", "momentum", "betas")
         current = [{k: group[k] for k in scheduled if k in group} for group in optimizer.param_groups]
         self.scheduler = self._build(optimizer)
+        self._cycle_start = trainer.global_step
         if state:
             self.scheduler.load_state_dict(state["scheduler"])
             for group, values in zip(optimizer.param_groups, current):
                 group.update(values)  # a resume continues from where the schedule was
             self._pending_state = None
             how = "the resumed plan"
+            self._cycle_start = int(state.get("cycle_start", 0))
+            self.backed_off = [dict(b) for b in state.get("backed_off", [])]
+            if "watch" in state:
+                self._watch.load_state_dict(state["watch"])
         trainer.strategy.lr_scheduler_configs.append(
             LRSchedulerConfig(self.scheduler, name=f"speedups-{self.name}", interval="step", frequency=1)
         )
@@ -439,13 +493,113 @@ class LRSchedule(SpeedupCallback):
         start = f" from step {trainer.global_step}" if trainer.global_step and not state else ""
         self.report(
             True,
-            f"{self._kind()} over {span_text(self._total_steps, per_epoch)}{start}, {how}; peak lr {peak_text}{picked}",
+            f"{self._kind()} over {span_text(self._total_steps, per_epoch)}{start}, {how}; peak lr {peak_text}{picked}"
+            + self._watch_text(trainer, state),
         )
+
+    def _watch_text(self, trainer: pl.Trainer, state: Optional[dict[str, Any]]) -> str:
+        """Arms the divergence watch (``back_offs``) for the cycle just built, and says so in the status line."""
+        self._watching = False
+        self._snapshot = None
+        if self.back_offs == 0:
+            return ""
+        strategy = trainer.strategy
+        if not is_lightning(strategy, "SingleDeviceStrategy", "DDPStrategy") or is_lightning(
+            strategy, "DeepSpeedStrategy"
+        ):
+            return f"; not watched for divergence (back_offs): {type(strategy).__name__} shards the state it would copy"
+        self._watching = bool(state.get("watching", True)) if state else True
+        if not self._watching:
+            return ""
+        left = self._back_offs_left()
+        if left == 0:  # still watched, to say so when it diverges
+            return f"; backed off {len(self.backed_off)} time(s), no back-off left"
+        self._take_snapshot(trainer)
+        return f"; watched for divergence ({left} back-off(s) left, each halving the peak)"
+
+    def _back_offs_left(self) -> int:
+        return max(self.back_offs - len(self.backed_off), 0)
+
+    def _take_snapshot(self, trainer: pl.Trainer) -> None:
+        """The weights, buffers and optimizer state a back-off returns to, on the host (no device memory)."""
+        self._snapshot = {
+            "model": to_host(trainer.lightning_module.state_dict()),
+            "optimizer": to_host(trainer.optimizers[0].state_dict()),
+            "step": trainer.global_step,
+        }
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if (
+            self._watching
+            and self.scheduler is not None
+            and self._back_offs_left()
+            and (self._snapshot is None or self._snapshot["step"] != trainer.global_step)
+        ):
+            self._take_snapshot(trainer)
+
+    def _in_watch(self) -> bool:
+        """Whether the cycle is still where a peak that is too high shows: its warm-up, or an lr of at least
+        :data:`WATCH_SHARE` of the peak (a cyclic schedule comes back to its peak: always)."""
+        sched = self.scheduler
+        assert sched is not None and self._peaks is not None and self._total_steps is not None
+        if self.name != "onecycle":
+            return True
+        if sched.last_epoch <= self.pct_start * self._total_steps:
+            return True
+        return float(sched.get_last_lr()[0]) >= WATCH_SHARE * self._peaks[0]
+
+    def _guard(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any) -> None:
+        """The divergence watch at the end of a training step (``back_offs``)."""
+        if not self._watching or self.scheduler is None:
+            return
+        if not self._in_watch():
+            self._watching, self._snapshot = False, None
+            return
+        loss = _step_loss(outputs)
+        why = None if loss is None else self._watch.update(loss)
+        if trainer.world_size > 1:  # every rank backs off together, or none does
+            if trainer.strategy.reduce_boolean_decision(why is not None, all=False) and why is None:
+                why = "another process's loss diverged"
+        if why is None:
+            return
+        self._back_off(trainer, pl_module, why)
+
+    def _back_off(self, trainer: pl.Trainer, pl_module: pl.LightningModule, why: str) -> None:
+        """Put back the snapshot, halve the peak and start a new cycle over the steps the plan has left."""
+        step = trainer.global_step
+        if not self._back_offs_left() or self._snapshot is None:
+            self._watching, self._snapshot = False, None
+            rank_zero_warn(
+                f"lr_schedule: the run diverged at step {step} ({why}) and the schedule has backed off"
+                f" {len(self.backed_off)} time(s), all that back_offs allows: training goes on as it is; lower"
+                " speedups.lr_schedule.max_lr (or raise peak_divisor)."
+            )
+            return
+        assert self._peaks is not None and self._total_steps is not None and self.scheduler is not None
+        snapshot = self._snapshot
+        optimizer = trainer.optimizers[0]
+        pl_module.load_state_dict(snapshot["model"])
+        optimizer.load_state_dict(snapshot["optimizer"])
+        configs = trainer.strategy.lr_scheduler_configs
+        trainer.strategy.lr_scheduler_configs = [c for c in configs if c.scheduler is not self.scheduler]
+        old = self._peaks
+        self._peaks = [p / BACK_OFF_FACTOR for p in old]
+        self._total_steps = max(self._cycle_start + self._total_steps - step, 1)
+        self.backed_off.append({"step": step, "why": why, "back_to": snapshot["step"], "peaks": list(self._peaks)})
+        self._watch.reset()
+        message = (
+            f"backed off at step {step}: {why}; the weights and optimizer state are back to step {snapshot['step']},"
+            f" the peak lr {', '.join(f'{p:.3g}' for p in old)} -> {', '.join(f'{p:.3g}' for p in self._peaks)}"
+        )
+        self.tell(message)
+        self._start(trainer, optimizer, steps_per_epoch(trainer), how=f"the steps the plan had left ({message})")
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        self._guard(trainer, pl_module, outputs)
         timing = self._timing
         if timing is None:
             return
@@ -523,7 +677,19 @@ class LRSchedule(SpeedupCallback):
     def state_dict(self) -> dict[str, Any]:
         if self.scheduler is None:  # also while a time plan is being timed: a resume times again
             return {}
-        return {"scheduler": self.scheduler.state_dict(), "peaks": self._peaks, "total_steps": self._total_steps}
+        state: dict[str, Any] = {
+            "scheduler": self.scheduler.state_dict(),
+            "peaks": self._peaks,
+            "total_steps": self._total_steps,
+        }
+        if self.back_offs:
+            state.update(
+                cycle_start=self._cycle_start,
+                backed_off=[dict(b) for b in self.backed_off],
+                watching=self._watching,
+                watch=self._watch.state_dict(),
+            )
+        return state
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -63,6 +63,12 @@ class ScheduleSettings:
     #: steps (``2000``, ``"2000 steps"``), ``"3 epochs"`` or a time (``"10min"``, ``"00:10:00"``); horizon
     #: does not apply to it. ``bench --target`` writes it from the steps the baseline took to the target
     plan: Union[int, str, None] = FROM_PART
+    #: ``max_lr: auto``: the peak is the range test's lowest-loss lr divided by this (10: a decade below it; 2-3 is
+    #: bolder and diverges on some seeds: pair it with back_offs)
+    peak_divisor: float = bounded(FROM_PART, ge=1)
+    #: how many times the schedule may back off from a divergence (weights and optimizer put back, peak halved,
+    #: a new cycle over the steps left); 0: not watched
+    back_offs: int = bounded(FROM_PART, ge=0)
 
 
 @dataclass
