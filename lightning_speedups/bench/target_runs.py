@@ -9,6 +9,7 @@ import dataclasses
 import math
 import os
 import statistics
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from lightning_speedups.bench.args import flatten, preset_speedups, trainer_overrides
@@ -58,24 +59,42 @@ def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = 
     """Time-to-target mode: each variant with a schedule becomes one variant per span in ``fractions`` of
     the baseline's steps to the target (set by :meth:`Bench._plan_from_baseline` once measured). The
     config's own length is no plan for it: the run stops at the target, and a schedule over the rest of
-    ``max_epochs`` (or Lightning's default 1000 epochs) is still warming up there."""
+    ``max_epochs`` (or Lightning's default 1000 epochs) is still warming up there.
+
+    The one-cycle candidates (the presets' and the tips' own, such as T01's bolder peak) are ordered by span first,
+    at the place of the first of them: every one-cycle at 0.75x, then every one at 0.5x, then at 1x, since a span
+    that is too short or too long fails each of them alike, and a budget that cannot hold them all then keeps the
+    likeliest span of each rather than every span of the first. A tip's schedule that a preset already runs with
+    the same settings (T01's one-cycle: converge) is not run twice."""
     out: list[Variant] = []
-    preset_schedules = {_schedule_name(v) for v in variants if v.kind == "preset" and schedules(v)}
+    presets = [v for v in variants if v.kind == "preset" and schedules(v)]
+    expand = [
+        v
+        for v in variants
+        if schedules(v)
+        and v.plan_fraction is None
+        and not (v.kind == "tip" and any(_carries(p, v.overrides) for p in presets))
+    ]
+    onecycle = [v for v in expand if _schedule_name(v) == "onecycle"]
+
+    def at(v: Variant, f: float) -> Variant:
+        return dataclasses.replace(
+            v,
+            name=f"{v.name} @{f:g}x",
+            plan_fraction=f,
+            description=f"{v.description}; the schedule spans {f:g}x the baseline's steps to the target",
+        )
+
     for v in variants:
-        if v.kind == "tip" and schedules(v) and _schedule_name(v) in preset_schedules:
-            continue  # a tip's schedule that a preset runs too (T01's one-cycle: converge): not twice
-        if not schedules(v) or v.plan_fraction is not None:
-            out.append(v)
+        if v not in expand:
+            if not schedules(v) or v.plan_fraction is not None:
+                out.append(v)
             continue
-        for f in fractions:
-            out.append(
-                dataclasses.replace(
-                    v,
-                    name=f"{v.name} @{f:g}x",
-                    plan_fraction=f,
-                    description=f"{v.description}; the schedule spans {f:g}x the baseline's steps to the target",
-                )
-            )
+        if v in onecycle:
+            if v is onecycle[0]:
+                out.extend(at(u, f) for f in fractions for u in onecycle)
+            continue
+        out.extend(at(v, f) for f in fractions)
     return out
 
 
@@ -106,7 +125,7 @@ def target_order(tips: list[Variant], presets: list[Variant]) -> list[Variant]:
     return order
 
 
-def _carries(variant: Variant, overrides: dict[str, Any]) -> bool:
+def _carries(variant: Variant, overrides: Mapping[str, Any]) -> bool:
     """Whether ``variant`` already sets every one of ``overrides`` to the same value (:func:`_settings`): a twin
     with them stacked would be it."""
     own = _settings(variant)

@@ -200,6 +200,19 @@ TIP = Tip(
     parts=(LRSchedule, ScheduleFree, schedule_free_twin, why_not_schedule_free),
     bench=(
         BenchVariant({"lr_schedule.name": "onecycle", "lr_schedule.max_lr": "auto"}, mode="target", name="onecycle"),
+        # a bolder peak, halfway to the range test's lowest loss (Smith's own rule sits near that edge), made safe by
+        # backing off when it diverges; its range test is converge's 50 steps
+        BenchVariant(
+            {
+                "lr_schedule.name": "onecycle",
+                "lr_schedule.max_lr": "auto",
+                "lr_schedule.range_test_steps": 50,
+                "lr_schedule.peak_divisor": 2,
+                "lr_schedule.back_offs": 3,
+            },
+            mode="target",
+            name="bold-peak",
+        ),
         BenchVariant({"lr_schedule.name": "cyclic", "lr_schedule.max_lr": "auto"}, mode="target", name="cyclic"),
         # plan-free: no span to measure; its warm-up is a share of the baseline's steps to the target (bench sets it)
         BenchVariant({"schedule_free.enabled": True}, mode="target", name="schedule-free"),

@@ -201,6 +201,9 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
         "T01 lr-schedule onecycle @1x": [50.0, 56.0, 44.0],  # 2x, consistent
         "T01 lr-schedule onecycle @0.5x": [("flat", 30.0), None, None],  # its cycle ended too early: flat after it
         "T01 lr-schedule onecycle @0.75x": [None, None, None],
+        "T01 lr-schedule bold-peak @0.75x": [None, None, None],  # the bolder peak misses at every span here
+        "T01 lr-schedule bold-peak @0.5x": [None, None, None],
+        "T01 lr-schedule bold-peak @1x": [None, None, None],
         "T01 lr-schedule cyclic @0.75x": [None, None, None],
         "T01 lr-schedule cyclic @0.5x": [20.0, None, 20.0],  # fastest, but missed once
         "T01 lr-schedule schedule-free": [70.0, 75.0, 66.0],  # plan-free: gains, less than the 1x one-cycle
@@ -210,9 +213,12 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
     bench = _bench(fake, tips=["T01", "T15"], repeats=3, target="val_acc=0.9", seed=7)
     assert [v.name for v in bench.variants] == [
         "baseline",
-        "T01 lr-schedule onecycle @0.75x",
+        "T01 lr-schedule onecycle @0.75x",  # the one-cycles span first: both at 0.75x, both at 0.5x, both at 1x
+        "T01 lr-schedule bold-peak @0.75x",
         "T01 lr-schedule onecycle @0.5x",
+        "T01 lr-schedule bold-peak @0.5x",
         "T01 lr-schedule onecycle @1x",
+        "T01 lr-schedule bold-peak @1x",
         "T01 lr-schedule cyclic @0.75x",
         "T01 lr-schedule cyclic @0.5x",
         "T01 lr-schedule cyclic @1x",
@@ -228,12 +234,15 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
     stopped = {
         "T01 lr-schedule onecycle @0.5x": [7],
         "T01 lr-schedule onecycle @0.75x": [7],
+        "T01 lr-schedule bold-peak @0.75x": [7],
+        "T01 lr-schedule bold-peak @0.5x": [7],
+        "T01 lr-schedule bold-peak @1x": [7],
         "T01 lr-schedule cyclic @0.75x": [7],
         "T01 lr-schedule cyclic @0.5x": [7, 8],
     }
     assert {v: sorted(s) for v, s in seeds.items() if v in stopped} == stopped
     assert all(sorted(s) == [7, 8, 9] for v, s in seeds.items() if v not in stopped)
-    assert any("7 more run(s) of" in n and "cannot be picked" in n for n in result.notes)
+    assert any("13 more run(s) of" in n and "cannot be picked" in n for n in result.notes)
     # the flattened run stopped at 30 s of training: what its cap (the baseline's time so far + the noise) would
     # have let it run on is the saving bench reports
     (flat,) = [r for r in result.record("T01 lr-schedule onecycle @0.5x").runs if r.get("flattened")]
@@ -466,16 +475,20 @@ def test_target_search_plans_convergence_first_from_the_records(capsys):
     fake = FakeLauncher({"baseline": [1.0]}, target=True)
     bench = _bench(fake, tips=None, presets=None, repeats=1, target="val_acc=0.9")
     names = [v.name for v in bench.variants]
-    assert names[:7] == [
+    # the one-cycles (both presets' and T01's bolder peak) span first: each at 0.75x, then each at 0.5x, then at 1x
+    assert names[:10] == [
         "baseline",
         "preset:fast+converge @0.75x",
-        "preset:fast+converge @0.5x",
-        "preset:fast+converge @1x",
         "preset:converge @0.75x",
+        "T01 lr-schedule bold-peak @0.75x",
+        "preset:fast+converge @0.5x",
         "preset:converge @0.5x",
+        "T01 lr-schedule bold-peak @0.5x",
+        "preset:fast+converge @1x",
         "preset:converge @1x",
+        "T01 lr-schedule bold-peak @1x",
     ]
-    kinds = ["target" if v.tips and v.tips[0] in TARGET_VARIANTS else v.kind for v in bench.variants[7:]]
+    kinds = ["target" if v.tips and v.tips[0] in TARGET_VARIANTS else v.kind for v in bench.variants[10:]]
     first_other = kinds.index("preset")
     assert set(kinds[:first_other]) == {"target"} and kinds[first_other] == "preset"  # then preset:fast
     assert set(kinds[first_other + 1 : -1]) == {"tip"} and names[-1] == "baseline (A/A)"
@@ -487,10 +500,7 @@ def test_target_search_plans_convergence_first_from_the_records(capsys):
     bench.console = console
     bench.run()
     plan = console.export_text()
-    assert (
-        "in this order: baseline, preset:fast+converge @0.75x, preset:fast+converge @0.5x, preset:fast+converge @1x"
-        in plan
-    )
+    assert "in this order: baseline, preset:fast+converge @0.75x, preset:converge @0.75x, T01 lr-schedule" in plan
 
 
 def test_a_target_budget_keeps_paired_repeats_for_the_first_candidates():
@@ -505,7 +515,7 @@ def test_a_target_budget_keeps_paired_repeats_for_the_first_candidates():
     assert [r.variant.name for r in ran][:3] == [
         "baseline",
         "preset:fast+converge @0.75x",
-        "preset:fast+converge @0.5x",
+        "preset:converge @0.75x",
     ]
     assert all(len(r.runs) == 2 for r in ran) and len(ran) == 16
     cut = [r for r in result.records if not r.runs]
@@ -557,7 +567,7 @@ def test_the_budget_a_miss_leaves_runs_the_candidates_the_plan_had_cut():
     # variants missed once, so their second repeats went to the tenth candidate, which the plan had cut
     assert len(result.record("preset:fast+converge @0.5x").runs) == 1
     assert len(result.record("preset:fast+converge @1x").runs) == 1
-    tenth = "T01 lr-schedule schedule-free"
+    tenth = "T01 lr-schedule cyclic @0.75x"
     assert ran[10] == tenth and len(result.record(tenth).runs) == 2
     assert result.record(tenth).skipped is None and len(ran) == 11
     assert any("the budget the planned candidates left" in n and tenth in n for n in result.notes)
@@ -571,29 +581,27 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
     figures = {
         "baseline": [9.0, 9.0],
         "preset:fast+converge @0.75x": [1.5, 1.5],
-        "preset:fast+converge @0.5x": [1.5, 1.5],
+        "preset:converge @0.75x": [1.5, 1.5],
     }
     walls = {
         "baseline": 10.0,
         "preset:fast+converge @0.75x": 2.0,
-        "preset:fast+converge @0.5x": 2.0,
-        "preset:fast+converge @1x": 10.0,
+        "preset:converge @0.75x": 2.0,
+        "T01 lr-schedule bold-peak @0.75x": 10.0,
     }
     fake = FakeLauncher(figures, target=True, walls=walls)
     bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=42.0)
     result = bench.run()
     assert bench.repeats_used == 2
     assert len(result.record("preset:fast+converge @0.75x").runs) == 2
-    second = result.record("preset:fast+converge @0.5x")
+    second = result.record("preset:converge @0.75x")
     assert second.skipped is None and len(second.runs) == 2
-    third = result.record("preset:fast+converge @1x")
+    third = result.record("T01 lr-schedule bold-peak @0.75x")
     assert len(third.runs) == 1  # 42 - 28 = 14 s: its first seed; then 4 s, short of its own 10 s
-    assert result.record("preset:converge @0.75x").runs == []
-    assert any(
-        "the budget the planned candidates left" in n and "preset:fast+converge @0.5x" in n for n in result.notes
-    )
-    assert any("before every seed of: preset:fast+converge @1x (1 of 2)" in n for n in result.notes)
-    assert result.pick.variant.name in ("preset:fast+converge @0.75x", "preset:fast+converge @0.5x")
+    assert result.record("preset:fast+converge @0.5x").runs == []
+    assert any("the budget the planned candidates left" in n and "preset:converge @0.75x" in n for n in result.notes)
+    assert any("before every seed of: T01 lr-schedule bold-peak @0.75x (1 of 2)" in n for n in result.notes)
+    assert result.pick.variant.name in ("preset:fast+converge @0.75x", "preset:converge @0.75x")
 
 
 class _Trainer:
@@ -780,8 +788,11 @@ def test_a_candidate_that_already_sets_the_stack_gets_no_twin_and_runs_first_as_
     result = bench.run()
     names = [r.variant.name for r in result.records]
     assert not any(n.startswith("stack:T06 + preset:fast+converge") for n in names), names
-    assert names[1:4] == ["preset:fast+converge @0.75x", "preset:fast+converge @0.5x", "preset:fast+converge @1x"]
-    assert names[4:7] == [f"stack:T06 + preset:converge @{f}x" for f in ("0.75", "0.5", "1")]
+    assert names[1:7] == [  # the one-cycles span first, each candidate in the plan's order
+        name
+        for f in ("0.75", "0.5", "1")
+        for name in (f"preset:fast+converge @{f}x", f"stack:T06 + preset:converge @{f}x")
+    ]
     assert names.count("preset:fast+converge @0.75x") == 1
     assert result.record("stack:T06 + preset:converge @0.75x").variant.overrides["optimizer"] == "auto"
     note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
