@@ -90,6 +90,14 @@ def test_a_nan_step_is_undone_to_the_epochs_start_and_the_peak_halved():
     assert "backed off at step 12" in cb.status[1] and "peak lr 0.05" in cb.status[1]
 
 
+def test_a_back_off_mid_accumulation_drops_the_diverged_gradients():
+    pl.seed_everything(0)
+    model = SpikyCNN(nan_at=(5,))  # 8 batches, 4 optimizer steps an epoch: the NaN batch is the first of a pair
+    cb = LRSchedule("onecycle", max_lr=0.1, back_offs=1)
+    _fit(model, cb, accumulate_grad_batches=2)
+    assert _finite(model) and [b["back_to"] for b in cb.backed_off] == [4]
+
+
 def test_without_back_offs_the_same_run_ends_in_nan():
     pl.seed_everything(0)
     model = SpikyCNN(nan_at=(11,))

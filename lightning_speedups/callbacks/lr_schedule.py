@@ -581,6 +581,7 @@ class LRSchedule(SpeedupCallback):
         optimizer = trainer.optimizers[0]
         pl_module.load_state_dict(snapshot["model"])
         optimizer.load_state_dict(snapshot["optimizer"])
+        optimizer.zero_grad(set_to_none=True)  # mid-accumulation: the diverged micro-batches' gradients go too
         configs = trainer.strategy.lr_scheduler_configs
         trainer.strategy.lr_scheduler_configs = [c for c in configs if c.scheduler is not self.scheduler]
         old = self._peaks
