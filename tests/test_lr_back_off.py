@@ -132,12 +132,18 @@ def test_when_the_back_offs_run_out_the_run_goes_on_and_says_so():
     assert any("all that back_offs allows" in w and "lower speedups.lr_schedule.max_lr" in w for w in said)
 
 
-def test_a_resumed_run_backs_off_exactly_as_the_run_it_continues(tmp_path):
+def _fit_saving_each_epoch(tmp_path, nan_at: tuple[int, ...], back_offs: int):
+    """A 4-epoch run that saves a checkpoint at each epoch's end (``epoch=1.ckpt``: step 16)."""
     pl.seed_everything(0)
-    full = SpikyCNN(nan_at=(20,))
-    cb = LRSchedule("onecycle", max_lr=0.1, back_offs=2)
+    model = SpikyCNN(nan_at=nan_at)
+    cb = LRSchedule("onecycle", max_lr=0.1, back_offs=back_offs)
     ckpt = ModelCheckpoint(dirpath=tmp_path, save_top_k=-1, every_n_epochs=1, filename="{epoch}")
-    _fit(full, cb, extra=[ckpt], enable_checkpointing=True)
+    _fit(model, cb, extra=[ckpt], enable_checkpointing=True)
+    return model, cb
+
+
+def test_a_resumed_run_backs_off_exactly_as_the_run_it_continues(tmp_path):
+    full, cb = _fit_saving_each_epoch(tmp_path, nan_at=(20,), back_offs=2)
     assert [b["step"] for b in cb.backed_off] == [21]
 
     pl.seed_everything(0)
@@ -150,11 +156,7 @@ def test_a_resumed_run_backs_off_exactly_as_the_run_it_continues(tmp_path):
 
 
 def test_a_resumed_run_keeps_the_back_offs_it_used(tmp_path):
-    pl.seed_everything(0)
-    model = SpikyCNN(nan_at=(4,))
-    cb = LRSchedule("onecycle", max_lr=0.1, back_offs=1)
-    ckpt = ModelCheckpoint(dirpath=tmp_path, save_top_k=-1, every_n_epochs=1, filename="{epoch}")
-    _fit(model, cb, extra=[ckpt], enable_checkpointing=True)
+    model, cb = _fit_saving_each_epoch(tmp_path, nan_at=(4,), back_offs=1)
     assert len(cb.backed_off) == 1 and _finite(model)
 
     resumed = SpikyCNN(nan_at=(20,))
