@@ -68,14 +68,10 @@ def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = 
     the same settings (T01's one-cycle: converge) is not run twice."""
     out: list[Variant] = []
     presets = [v for v in variants if v.kind == "preset" and schedules(v)]
-    expand = [
-        v
-        for v in variants
-        if schedules(v)
-        and v.plan_fraction is None
-        and not (v.kind == "tip" and any(_carries(p, v.overrides) for p in presets))
+    carried = [
+        v for v in variants if v.kind == "tip" and schedules(v) and any(_carries(p, v.overrides) for p in presets)
     ]
-    onecycle = [v for v in expand if _schedule_name(v) == "onecycle"]
+    onecycle = [v for v in variants if v not in carried and v.plan_fraction is None and _schedule_name(v) == "onecycle"]
 
     def at(v: Variant, f: float) -> Variant:
         return dataclasses.replace(
@@ -86,9 +82,10 @@ def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = 
         )
 
     for v in variants:
-        if v not in expand:
-            if not schedules(v) or v.plan_fraction is not None:
-                out.append(v)
+        if v in carried:
+            continue
+        if not schedules(v) or v.plan_fraction is not None:
+            out.append(v)
             continue
         if v in onecycle:
             if v is onecycle[0]:

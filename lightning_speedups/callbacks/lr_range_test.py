@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from typing_extensions import override
 
+from lightning_speedups.functional.divergence import DIVERGENCE_BETA, DIVERGENCE_THRESHOLD
 from lightning_speedups.trainer.trial_steps import fit_loop_trials
 
 #: the learning rates a range test (``max_lr="auto"``) sweeps, exponentially
@@ -24,7 +25,12 @@ class _RangeSweep(Callback):
     """The range test's only callback: the lr before each optimizer step, the loss after it; stops when
     the loss (smoothed as Lightning's finder smooths it) passes ``early_stop`` times the best."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, early_stop: float = 4.0, beta: float = 0.98) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        early_stop: float = DIVERGENCE_THRESHOLD,
+        beta: float = DIVERGENCE_BETA,
+    ) -> None:
         self.optimizer = optimizer
         self.early_stop, self.beta = early_stop, beta
         self.lrs: list[float] = []

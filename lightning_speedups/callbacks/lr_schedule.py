@@ -494,10 +494,10 @@ class LRSchedule(SpeedupCallback):
         self.report(
             True,
             f"{self._kind()} over {span_text(self._total_steps, per_epoch)}{start}, {how}; peak lr {peak_text}{picked}"
-            + self._watch_text(trainer, state),
+            + self._arm_watch(trainer, state),
         )
 
-    def _watch_text(self, trainer: pl.Trainer, state: Optional[dict[str, Any]]) -> str:
+    def _arm_watch(self, trainer: pl.Trainer, state: Optional[dict[str, Any]]) -> str:
         """Arms the divergence watch (``back_offs``) for the cycle just built, and says so in the status line."""
         self._watching = False
         self._snapshot = None
