@@ -14,15 +14,20 @@ time of the check that saw the target.
         --tips none --presets none --repeats 6 --json aa.json
     python benchmarks/target_aa.py aa.json --n 2
 
-**Simulated seeds** (``--simulate``): six real runs are too few for a rate, so the same two rules also decide
-``--trials`` draws of log times to the target from three seed-to-seed laws of about the spread measured on the
-autoencoder (sd of log time ~0.4), chosen before any rule was run on them: normal; Student's t with 3 degrees of
-freedom (heavy tails); and a two-point mixture where one seed in three takes 2.2x as long (what the autoencoder's
-seeds did). Each trial is ``--groups`` variants of ``n`` seeds (bench pools the spread over every variant it ran:
-the baseline, its A/A copy, the candidates), the first the baseline; the second is the candidate, the same setup
-(A/A: any pick is an error) or ``--gain`` times faster (how often a real gain is still picked).
+**Simulated seeds** (``--simulate``): six real runs are too few for a rate, so the same rules also decide
+``--trials`` draws of log times to the target from six seed-to-seed laws (:data:`LAWS`), chosen before any rule
+was run on them. Three have no effect shared between variants, each run about sd 0.4 on its own (the autoencoder's
+spread): normal; Student's t with 3 degrees of freedom (heavy tails); and a two-point mixture where one seed in
+three takes 2.2x as long (what the autoencoder's seeds did). Three share a seed effect of sd 0.4 between every
+variant (a seed slow for the baseline is slow for the candidates: issue 37's GRU task) and leave each run a
+residual of its own: normal sd 0.15, Student's t 3 dof scaled to 0.15, one run in three 1.5x slower. Each trial is
+``--groups`` variants of ``n`` seeds (bench fits the spread over every variant it ran: the baseline, the
+candidates), the first the baseline; the second is the candidate, the same setup (A/A: any pick is an error) or
+``--gain`` times faster (how often a real gain is still picked). The decision takes the seed as a block, as bench
+does since 2026-12-07 (:func:`~lightning_speedups.bench.stats.seed_blocks`); ``--rule pooled`` decides the same
+draws by the pooled spread alone (the rule before).
 
-    python benchmarks/target_aa.py --simulate --n 2 3 --trials 4000
+    python benchmarks/target_aa.py --simulate --n 2 3 --trials 2000                # and --rule pooled
 """
 
 from __future__ import annotations
@@ -35,16 +40,30 @@ import math
 import random
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from lightning_speedups.bench.stats import compare_target, pick_verdict, pooled_spread, summarize
+from lightning_speedups.bench.stats import compare_target, pick_verdict, pooled_spread, seed_blocks, summarize
 
-#: the seed-to-seed laws of log time to the target the simulation draws from (each about sd 0.4)
-LAWS: dict[str, Callable[[random.Random], float]] = {
-    "normal": lambda rng: rng.gauss(0.0, 0.4),
-    "student-t3": lambda rng: 0.4 / math.sqrt(3) * rng.gauss(0.0, 1.0) / math.sqrt(rng.gammavariate(1.5, 2.0) / 3),
-    "one-in-three-slow": lambda rng: (math.log(2.2) if rng.random() < 1 / 3 else 0.0) + rng.gauss(0.0, 0.05),
+
+def _t3(scale: float) -> Callable[[random.Random], float]:
+    return lambda rng: scale / math.sqrt(3) * rng.gauss(0.0, 1.0) / math.sqrt(rng.gammavariate(1.5, 2.0) / 3)
+
+
+#: the seed-to-seed laws of log time to the target the simulation draws from: ``(sd of a seed's effect shared by
+#: every variant, the law of each run's own share)``. The first three have no shared effect (each run about sd
+#: 0.4 on its own); the last three share a seed effect of sd 0.4 (a seed slow for the baseline is slow for every
+#: candidate, as on the GRU task of issue 37) and leave each run a residual of its own
+LAWS: dict[str, tuple[float, Callable[[random.Random], float]]] = {
+    "normal": (0.0, lambda rng: rng.gauss(0.0, 0.4)),
+    "student-t3": (0.0, _t3(0.4)),
+    "one-in-three-slow": (0.0, lambda rng: (math.log(2.2) if rng.random() < 1 / 3 else 0.0) + rng.gauss(0.0, 0.05)),
+    "seed 0.4 + normal 0.15": (0.4, lambda rng: rng.gauss(0.0, 0.15)),
+    "seed 0.4 + student-t3 0.15": (0.4, _t3(0.15)),
+    "seed 0.4 + one in three 1.5x": (
+        0.4,
+        lambda rng: (math.log(1.5) if rng.random() < 1 / 3 else 0.0) + rng.gauss(0.0, 0.05),
+    ),
 }
 
 
@@ -52,9 +71,15 @@ def _run(seconds: float, repeat: int) -> dict[str, Any]:
     return {"status": "ok", "reached": True, "time_to_target_s": seconds, "repeat": repeat}
 
 
+#: whether the decision takes the seed as a block (bench's rule since 2026-12-07); ``--rule pooled``: the rule before
+BLOCKS = True
+
+
 def _summary(base: Sequence[dict], cand: Sequence[dict], others: Sequence[Sequence[dict]]) -> Any:
     bs, cs = summarize(list(base)), summarize(list(cand))
-    compare_target(cs, list(cand), bs, list(base), pooled_spread([list(base), list(cand), *others]))
+    groups = [list(base), list(cand), *others]
+    blocks = seed_blocks(groups, groups[0]) if BLOCKS else None
+    compare_target(cs, list(cand), bs, list(base), pooled_spread(groups), blocks)
     return cs
 
 
@@ -103,13 +128,14 @@ def decide_confirming(
     return again, True
 
 
-def _unused_pair(runs: list[dict], unused: list[int], n: int) -> tuple[dict, dict] | None:
-    """One more run of each side from the runs a split left unused (``None`` when fewer than two are left); the
-    two are taken out of ``unused``."""
+def _unused_pair(runs: list[dict], unused: list[int], labels: Iterator[int]) -> tuple[dict, dict] | None:
+    """One more run of each side from the runs a split left unused (``None`` when fewer than two are left), as the
+    next seed of ``labels``; the two are taken out of ``unused``."""
     if len(unused) < 2:
         return None
     a, b = unused.pop(0), unused.pop(0)  # drawn once: a second call draws the next two
-    return dict(runs[a], repeat=n), dict(runs[b], repeat=n)
+    seed = next(labels)
+    return dict(runs[a], repeat=seed), dict(runs[b], repeat=seed)
 
 
 def real(path: str, ns: Sequence[int], min_gain: float) -> None:
@@ -134,10 +160,10 @@ def real(path: str, ns: Sequence[int], min_gain: float) -> None:
                 base = [dict(runs[i], repeat=k) for k, i in enumerate(left)]
                 cand = [dict(runs[i], repeat=k) for k, i in enumerate(right)]
 
-                more = functools.partial(_unused_pair, runs, list(unused), n)
+                more = functools.partial(_unused_pair, runs, list(unused), itertools.count(n))
                 o, w, c = decide_with_one_more(base, cand, [], more, min_gain)
                 f, _ = decide_confirming(
-                    base, cand, [], functools.partial(_unused_pair, runs, list(unused), n), min_gain
+                    base, cand, [], functools.partial(_unused_pair, runs, list(unused), itertools.count(n)), min_gain
                 )
                 old, new, carried, total = old + o, new + w, carried + c, total + 1
                 confirming += f
@@ -156,16 +182,29 @@ def real(path: str, ns: Sequence[int], min_gain: float) -> None:
 
 
 class Seeds:
-    """Draws of runs' times to the target from one seed-to-seed ``law``, ``shift`` (log) faster for a candidate."""
+    """Draws of runs' times to the target from one seed-to-seed ``law`` (:data:`LAWS`), ``gain`` times faster for a
+    candidate; :meth:`trial` draws the seeds' shared effects anew."""
 
-    def __init__(self, law: Callable[[random.Random], float], seed: int) -> None:
-        self.law = law
+    def __init__(self, law: tuple[float, Callable[[random.Random], float]], seed: int) -> None:
+        self.seed_sd, self.law = law
         self.rng = random.Random(seed)
+        self.effects: dict[int, float] = {}
+
+    def trial(self) -> None:
+        self.effects = {}
+
+    def _effect(self, seed: int) -> float:
+        if seed not in self.effects:
+            self.effects[seed] = self.rng.gauss(0.0, self.seed_sd) if self.seed_sd else 0.0
+        return self.effects[seed]
 
     def runs(self, k: int, gain: float = 1.0, first: int = 0) -> list[dict]:
-        return [_run(100.0 * math.exp(self.law(self.rng)) / gain, first + i) for i in range(k)]
+        return [
+            _run(100.0 * math.exp(self._effect(first + i) + self.law(self.rng)) / gain, first + i) for i in range(k)
+        ]
 
-    def one_more(self, n: int, gain: float) -> tuple[dict, dict]:
+    def one_more(self, labels: Iterator[int], gain: float) -> tuple[dict, dict]:
+        n = next(labels)  # the next seed: its effect is the one any other draw of it in this trial shares
         return self.runs(1, 1.0, n)[0], self.runs(1, gain, n)[0]
 
 
@@ -181,11 +220,14 @@ def simulate(ns: Sequence[int], trials: int, groups: int, gains: Sequence[float]
                 seeds = Seeds(draw, seed)
                 old = new = carried = confirming = confirmed = 0
                 for _ in range(trials):
+                    seeds.trial()
                     base, cand = seeds.runs(n), seeds.runs(n, gain)
                     others = [seeds.runs(n) for _ in range(groups - 2)]
-                    more = functools.partial(seeds.one_more, n, gain)
-                    # each rule decides the same first runs; the extra seeds each draws are its own
+                    # each rule decides the same first runs; the extra seeds each draws are its own (runs of their
+                    # own on the same next seeds: their shared effects are the trial's)
+                    more = functools.partial(seeds.one_more, itertools.count(n), gain)
                     o, w, c = decide_with_one_more(base, cand, others, more, min_gain)
+                    more = functools.partial(seeds.one_more, itertools.count(n), gain)
                     f, k = decide_confirming(base, cand, others, more, min_gain)
                     old, new, carried = old + o, new + w, carried + c
                     confirming, confirmed = confirming + f, confirmed + k
@@ -207,7 +249,12 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=4, help="variants the spread is pooled over (simulation)")
     ap.add_argument("--gain", type=float, nargs="+", default=[1.0, 1.5, 2.0], help="the candidate's true gain")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--rule", choices=("blocks", "pooled"), default="blocks", help="pooled: the decision before seeds were blocks"
+    )
     a = ap.parse_args()
+    global BLOCKS
+    BLOCKS = a.rule == "blocks"
     if a.simulate:
         simulate(a.n, a.trials, a.groups, a.gain, a.min_gain, a.seed)
     elif a.json:

@@ -61,6 +61,7 @@ from lightning_speedups.bench.stats import (
     noise_floor,
     pick_verdict,
     pooled_spread,
+    seed_blocks,
     summarize,
 )
 from lightning_speedups.bench.target import FLAT_CHECKS
@@ -453,12 +454,16 @@ class Bench(TargetRuns, CombinationRuns):
         for record in self.records:
             record.summary = summarize(record.runs) if record.runs else None
         base.summary = summarize(base.runs)
-        pooled = pooled_spread([r.runs for r in self.records if r.runs]) if self.target is not None else None
+        pooled = blocks = None
+        if self.target is not None:
+            pooled = pooled_spread([r.runs for r in self.records if r.runs])
+            # the A/A twin runs the baseline's very steps on each seed: no residual of its own to count
+            blocks = seed_blocks([r.runs for r in self.records if r.runs and r.variant.kind != "aa"], base.runs)
         for record in self.records:
             if record.summary is None:
                 continue
             if self.target is not None:
-                compare_target(record.summary, record.runs, base.summary, base.runs, pooled)
+                compare_target(record.summary, record.runs, base.summary, base.runs, pooled, blocks)
             else:
                 compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
 

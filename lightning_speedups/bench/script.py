@@ -43,6 +43,7 @@ from lightning_speedups.bench.stats import (
     noise_floor,
     pick_verdict,
     pooled_spread,
+    seed_blocks,
     summarize,
 )
 from lightning_speedups.bench.variants import PRESETS_NOT_TIMED
@@ -379,12 +380,14 @@ class CommandBench:
         base = plain.summary
         assert base is not None
         target = self.options.target is not None
-        pooled = pooled_spread([c.runs for c in self.candidates]) if target else None
         aa = self.candidates[1]
+        pooled = pooled_spread([c.runs for c in self.candidates]) if target else None
+        # plain's A/A twin runs plain's very steps on a seeded script: no residual of its own to count
+        blocks = seed_blocks([c.runs for c in self.candidates if c is not aa], plain.runs) if target else None
         for c in self.candidates[1:]:
             assert c.summary is not None
             if target:
-                compare_target(c.summary, c.runs, base, plain.runs, pooled)
+                compare_target(c.summary, c.runs, base, plain.runs, pooled, blocks)
             else:
                 if c is not aa:  # a loss plain differs from plain by is noise: the check widens to twice that
                     self.loss_tolerance = max(self.options.loss_tolerance, 2 * _loss_noise(aa, plain))

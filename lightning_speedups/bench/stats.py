@@ -231,18 +231,113 @@ def pooled_spread(groups: Sequence[Sequence[Mapping[str, Any]]]) -> PooledSpread
     return PooledSpread(math.sqrt(ss / dof) if dof > 0 else None, dof, runs, variants)
 
 
+@dataclass(frozen=True)
+class SeedBlocks:
+    """The residual spread of log time to the target once each seed's share is taken out: every variant runs on
+    the same seeds (0, 1, ...), and a seed that is slow for the baseline is slow for the candidates too (the same
+    initial weights, the same data order; on the GRU task of issue 37 the baseline's seeds took 75 and 100 s, a
+    candidate's 42 and 56 s). Log time = variant + seed + residual (a randomized-block fit, by least squares over
+    the variants whose runs all reached the target, on the seeds the baseline ran); the residual's standard
+    deviation, its degrees of freedom (runs - variants - seeds + 1), and from how many runs, variants and seeds.
+    :func:`pooled_spread` counts the seed's share as noise."""
+
+    sd: Optional[float]
+    dof: int
+    runs: int
+    variants: int
+    seeds: int
+
+    def text(self) -> str:
+        return (
+            f"seeds as blocks: residual over {self.runs} runs of {self.variants} variants on {self.seeds} seeds"
+            f" (t, {self.dof} dof)"
+        )
+
+
+#: the residual degrees of freedom from which the decision takes the seed as a block; with fewer (two variants on
+#: two seeds give one) Student's t is too wide to decide and the pooled spread decides instead
+MIN_BLOCK_DOF = 2
+
+
+def seed_blocks(
+    groups: Sequence[Sequence[Mapping[str, Any]]], baseline_runs: Sequence[Mapping[str, Any]]
+) -> SeedBlocks:
+    """The :class:`SeedBlocks` of ``groups`` (each one variant's runs, the seed its ``repeat``) around the
+    baseline's (``baseline_runs``, one of them or apart). A group with a failed or missed run is left out (as
+    :func:`pooled_spread` does), and so are a group's runs on seeds the baseline did not run (every variant left
+    then shares a seed with the baseline: the fit is connected). A variant with one run fits exactly (no dof). A
+    variant that took as many steps to the target as one already in the fit, on every seed, is left out: it trained
+    as that one did (a throughput part alone, or parts that all stood down), so what it adds is timing noise, not
+    the seed-by-variant interaction the candidates' schedules have, and it would shrink the residual. Pass no copy
+    of the baseline either (its A/A twin runs its very steps on each seed).
+
+    Examples:
+        >>> run = lambda t, k: {"status": "ok", "reached": True, "time_to_target_s": t, "repeat": k}
+        >>> base = [run(75, 0), run(100, 1)]
+        >>> b = seed_blocks([base, [run(42, 0), run(56, 1)], [run(35, 0), run(56, 1)], [run(60, 0)]], base)
+        >>> round(b.sd, 4), b.dof, b.runs, b.variants, b.seeds
+        (0.0744, 2, 7, 4, 2)
+    """
+    rows: list[dict[Any, float]] = []
+    kept_steps: list[dict[Any, Any]] = []
+    base = dict(_log_times(baseline_runs))
+    for group in [baseline_runs, *[g for g in groups if g is not baseline_runs]]:
+        if not group or any(r.get("status") != "ok" or not r.get("reached") for r in group):
+            continue
+        cells = dict(_log_times(group))
+        if len(cells) != len(group):
+            continue
+        cells = {k: x for k, x in cells.items() if k in base}
+        steps = {r.get("repeat"): r.get("steps_to_target") for r in group if r.get("repeat") in cells}
+        if not cells or _twin_steps(steps, kept_steps):
+            continue
+        rows.append(cells)
+        kept_steps.append(steps)
+    if not rows or not base or rows[0] != base:
+        return SeedBlocks(None, 0, 0, 0, 0)
+    seeds = list(base)
+    seed_eff = dict.fromkeys(seeds, 0.0)
+    for _ in range(1000):  # backfitting: the least-squares fit of an additive model on an incomplete table
+        var_eff = [statistics.fmean(x - seed_eff[k] for k, x in row.items()) for row in rows]
+        new = {k: statistics.fmean(row[k] - var_eff[i] for i, row in enumerate(rows) if k in row) for k in seeds}
+        moved = max(abs(new[k] - seed_eff[k]) for k in seeds)
+        seed_eff = new
+        if moved < 1e-13:
+            break
+    var_eff = [statistics.fmean(x - seed_eff[k] for k, x in row.items()) for row in rows]
+    runs = sum(len(row) for row in rows)
+    dof = runs - len(rows) - len(seeds) + 1
+    ss = sum((x - var_eff[i] - seed_eff[k]) ** 2 for i, row in enumerate(rows) for k, x in row.items())
+    return SeedBlocks(math.sqrt(ss / dof) if dof > 0 else None, dof, runs, len(rows), len(seeds))
+
+
+def _twin_steps(steps: Mapping[Any, Any], kept: Sequence[Mapping[Any, Any]]) -> bool:
+    """Whether a variant's steps to the target (seed -> steps) are those of one in ``kept`` on every seed they share."""
+    if not steps or any(not isinstance(n, int) for n in steps.values()):
+        return False
+    return any(
+        shared and all(other[k] == steps[k] for k in shared)
+        for other in kept
+        for shared in [[k for k in steps if k in other]]
+    )
+
+
 def compare_target(
     summary: VariantSummary,
     runs: Sequence[Mapping[str, Any]],
     baseline: VariantSummary,
     baseline_runs: Sequence[Mapping[str, Any]],
     pooled: Optional[PooledSpread] = None,
+    blocks: Optional[SeedBlocks] = None,
 ) -> None:
-    """Time-to-target mode: the speed-up is the ratio of the geometric means of the baseline's and the
-    variant's times to the target; a miss leaves no ratio. The 95% interval is Student's t on the
-    difference of mean log times with the ``pooled`` spread (:func:`pooled_spread`), so two repeats per
-    variant still decide when the runs agree; without it (or with one run in all), the repeats paired by
-    seed, as before."""
+    """Time-to-target mode: the speed-up is the ratio of the baseline's and the variant's geometric mean times to
+    the target; a miss leaves no ratio. The 95% interval is Student's t on the difference of mean log times:
+
+    - with the seed as a block (``blocks``, :func:`seed_blocks`, at least :data:`MIN_BLOCK_DOF` dof): on the seeds
+      both ran, the mean of the log ratios paired by seed, with the residual spread (:func:`blocked_decision`);
+    - else with the ``pooled`` spread (:func:`pooled_spread`), so two repeats per variant still decide when the
+      runs agree;
+    - without either (or with one run in all), the repeats paired by seed."""
     if summary.target_missed or not summary.target_reached or not baseline.target_reached:
         return
     mine_by_seed, theirs_by_seed = _log_times(runs), _log_times(baseline_runs)
@@ -254,6 +349,12 @@ def compare_target(
     paired = paired_ratios(runs, baseline_runs, _time_to_target, higher_is_better=False)
     if paired:
         summary.speedup_range = (min(paired), max(paired))
+    if blocks is not None and blocks.sd is not None and blocks.dof >= MIN_BLOCK_DOF:
+        base = dict(theirs_by_seed)
+        ratios = {k: base[k] - x for k, x in mine_by_seed if k in base}  # the log ratios on the seeds both ran
+        if ratios:
+            blocked_decision(summary, ratios, blocks)
+            return
     if pooled is not None and pooled.sd is not None and pooled.dof >= 1:
         half = t95(pooled.dof) * pooled.sd * math.sqrt(1 / len(mine) + 1 / len(theirs))
         summary.speedup_ci = (math.exp(diff - half), math.exp(diff + half))
@@ -267,6 +368,44 @@ def compare_target(
         _, lo, hi = ratio_interval(paired)
         summary.speedup_ci = (lo, hi)
         summary.decided_by = "repeats paired by seed"
+
+
+def blocked_decision(summary: VariantSummary, ratios: Mapping[Any, float], blocks: SeedBlocks) -> None:
+    """The decision with the seed as a block, on ``ratios`` (seed -> log of the baseline's time over the
+    variant's, on the seeds both ran): the speed-up is their mean's exponential, the interval ``t(dof) * sd *
+    sqrt(2 / seeds)`` around it (each log ratio has twice the residual variance). The two rules of issue 37 for
+    heavy-tailed seeds, with the seed (both sides' runs of it) as the unit: a gain that one seed carries (without
+    it, the interval no longer lies above 1.0) sets ``carried_by``; an undecided one whose every seed is a gain
+    and that one more seed of both would lift above 1.0 if its figures held sets ``one_more_decides``.
+
+    Examples:
+        >>> import math
+        >>> s = VariantSummary.empty()
+        >>> blocked_decision(s, {0: math.log(1.79), 1: math.log(1.79)}, SeedBlocks(0.066, 2, 7, 4, 2))
+        >>> round(s.speedup, 2), [round(x, 2) for x in s.speedup_ci], s.carried_by
+        (1.79, [1.35, 2.38], None)
+        >>> blocked_decision(s, {0: math.log(1.9), 1: math.log(1.02)}, SeedBlocks(0.066, 2, 7, 4, 2))
+        >>> s.speedup_ci[0] > 1.0, s.carried_by
+        (True, 'seed 0')
+    """
+    assert blocks.sd is not None
+    logs = list(ratios.values())
+    diff = statistics.fmean(logs)
+    t = t95(blocks.dof)
+    half = t * blocks.sd * math.sqrt(2 / len(logs))
+    summary.speedup = math.exp(diff)
+    summary.speedup_ci = (math.exp(diff - half), math.exp(diff + half))
+    summary.decided_by = blocks.text()
+    summary.carried_by, summary.one_more_decides = None, False
+    if diff - half > 0:
+        if len(logs) > 1:
+            for seed, x in ratios.items():
+                rest = (sum(logs) - x) / (len(logs) - 1)
+                if rest - t * blocks.sd * math.sqrt(2 / (len(logs) - 1)) <= 0:
+                    summary.carried_by = f"seed {seed}"
+                    break
+    elif min(logs) > 0:  # every seed a gain: an undecided lead seed by seed too
+        summary.one_more_decides = diff - t95(blocks.dof + 1) * blocks.sd * math.sqrt(2 / (len(logs) + 1)) > 0
 
 
 def _log_times(runs: Sequence[Mapping[str, Any]]) -> list[tuple[Any, float]]:
