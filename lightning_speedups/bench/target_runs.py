@@ -16,7 +16,7 @@ from lightning_speedups.bench.args import flatten, preset_speedups, trainer_over
 from lightning_speedups.bench.host import BenchState
 from lightning_speedups.bench.results import VariantRecord
 from lightning_speedups.bench.stats import can_still_clear, compare, pick_verdict, rate_ratios, summarize
-from lightning_speedups.bench.variants import BASELINE, TARGET_VARIANTS, TIP_VARIANTS, Variant, tip_overrides
+from lightning_speedups.bench.variants import BASELINE, TARGET_VARIANTS, TIP_VARIANTS, Variant
 from lightning_speedups.config import all_settings
 
 #: time-to-target mode: the spans a learning-rate schedule is tried at, as shares of the optimizer steps the
@@ -120,6 +120,12 @@ def target_order(tips: list[Variant], presets: list[Variant]) -> list[Variant]:
     order += [v for v in presets if not converges(v)]
     order += [v for v in tips if not target_tip(v)]
     return order
+
+
+def _batch_lever(variant: Variant) -> bool:
+    """T04's larger batch with the linear learning-rate rule (``x4-linear``): the batch lever of the stack."""
+    o = variant.overrides
+    return variant.kind == "tip" and "largest_batch.batch_size" in o and o.get("largest_batch.lr_rule") == "linear"
 
 
 def _carries(variant: Variant, overrides: Mapping[str, Any]) -> bool:
@@ -239,6 +245,9 @@ class TargetRuns(BenchState):
             for v in self.variants
             if v.kind == "tip" and len(v.tips) == 1 and v.tips[0] in TIP_VARIANTS and v.tips[0] not in TARGET_VARIANTS
         ]
+        # the larger batch with the linear rule (T04 x4-linear) is a throughput lever too: timed by samples/s at its
+        # batch, and stacked when it pays; what it does to the optimisation the candidates' runs to the target judge
+        speed += [v for v in self.variants if _batch_lever(v)][:1]
         if not speed:
             return
         repeats = max(2, o.repeats)
@@ -275,9 +284,10 @@ class TargetRuns(BenchState):
         base.summary = summarize(base.runs)
         self.stack_records = [base, *timed]
         paying, said = [], []
+        paid: list[Variant] = []
         for record in timed:
             record.summary = summarize(record.runs)
-            compare(record.summary, record.runs, base.summary, base.runs, o.loss_tolerance)
+            compare(record.summary, record.runs, base.summary, base.runs, self._stack_tolerance(record.variant))
             ok, why = pick_verdict(record.summary, o.min_gain)
             if record.variant.name in dropped:
                 ok, why = False, dropped[record.variant.name]
@@ -285,20 +295,25 @@ class TargetRuns(BenchState):
             said.append(f"{record.variant.name} {why}")
             if ok:
                 paying.append(record.variant.tips[0])
+                paid.append(record.variant)
         if dropped:
             self.notes.append(
                 f"stack: {len(dropped)} throughput tip(s) had their samples/s repeats to come spared, since no figures"
                 f" they could give would lift their interval above 1.0 ({', '.join(dropped)}): about"
                 f" {self._stack_saved([base, *timed], spared):.0f} s of the budget kept for the candidates"
             )
-        self.variants = [v for v in self.variants if v not in speed]
+        # a larger batch that did not pay by samples/s may still win by what it does to the optimisation: its
+        # variants stay candidates to the target
+        self.variants = [v for v in self.variants if v not in speed or (_batch_lever(v) and v not in paid)]
         if not paying:
             self.notes.append(
                 "stack: no throughput tip paid by samples/s here (" + "; ".join(said) + "): no stacked candidate"
             )
             return
         stack = tuple(sorted(paying))
-        overrides = tip_overrides(stack)
+        overrides: dict[str, Any] = {}
+        for v in sorted(paid, key=lambda v: v.tips[0]):
+            overrides.update(v.overrides)  # each as timed: T04's with its batch, not the search of its own default
         label = "stack:" + "+".join(stack)
         front: list[Variant] = []  # per candidate that changes the optimisation, in the plan's order: its twin
         carrying: list[Variant] = []  # or itself, where it already sets the stack (fast's `optimizer: auto` is T06's)
@@ -343,7 +358,7 @@ class TargetRuns(BenchState):
         interval above 1.0 (:func:`~lightning_speedups.bench.stats.can_still_clear`: with two or three repeats, a
         first paired ratio at or under 1.0)."""
         summary, base_summary = summarize(record.runs), summarize(base.runs)
-        compare(summary, record.runs, base_summary, base.runs, self.options.loss_tolerance)
+        compare(summary, record.runs, base_summary, base.runs, self._stack_tolerance(record.variant))
         if summary.runs_failed or not summary.runs_ok:
             return "a run failed, so it cannot pay: its repeats to come were not run"
         if not summary.sane:
@@ -356,6 +371,11 @@ class TargetRuns(BenchState):
                 " repeats to come could lift its interval above 1.0, so they were not run"
             )
         return None
+
+    def _stack_tolerance(self, variant: Variant) -> float:
+        """The sanity check's loss tolerance for a throughput lever: a larger batch's loss after as many steps (four
+        times the samples) is not the baseline's, so only a non-finite one fails it."""
+        return math.inf if _batch_lever(variant) else self.options.loss_tolerance
 
     @staticmethod
     def _stack_saved(records: list[VariantRecord], spared: dict[str, int]) -> float:
@@ -475,13 +495,22 @@ class TargetRuns(BenchState):
             self._add_total(-len(planned) * self.options.repeats)
             return
         spans = {}
+        scaled: dict[float, dict[float, int]] = {}  # batch scale -> span -> steps at that batch
         for record in planned:
             f = record.variant.plan_fraction
             assert f is not None
             spans[f] = max(1, round(f * int(steps)))
-            overrides = {**record.variant.overrides, "lr_schedule.plan": spans[f]}
+            scale = self._batch_scale(record.variant)
+            plan = max(1, round(spans[f] / scale))  # the same share of the baseline's samples at a larger batch
+            if scale != 1.0:
+                scaled.setdefault(scale, {})[f] = plan
+            overrides = {**record.variant.overrides, "lr_schedule.plan": plan}
             record.variant = dataclasses.replace(record.variant, overrides=overrides)
         each = ", ".join(f"{n:,} ({f:g}x)" for f, n in sorted(spans.items()))
+        for scale, at in sorted(scaled.items()):
+            each += f"; at {scale:g}x the batch, as many samples: " + ", ".join(
+                f"{n:,} ({f:g}x)" for f, n in sorted(at.items())
+            )
         assert self.target is not None  # called in time-to-target mode only
         self.notes.append(
             f"plan: the baseline reached {self.target.text()} in {int(steps):,} optimizer steps (seed"
@@ -498,14 +527,26 @@ class TargetRuns(BenchState):
         for record in self.records:
             o = record.variant.overrides
             if o.get("schedule_free.enabled") and "schedule_free.warmup_steps" not in o:
-                warmup = max(1, round(SCHEDULE_FREE_WARMUP * int(steps)))
+                scale = self._batch_scale(record.variant)
+                warmup = max(1, round(SCHEDULE_FREE_WARMUP * int(steps) / scale))
                 overrides = {**o, "schedule_free.warmup_steps": warmup}
                 record.variant = dataclasses.replace(record.variant, overrides=overrides)
                 assert self.target is not None  # called in time-to-target mode only
                 self.notes.append(
                     f"{record.variant.name}: its warm-up is {warmup:,} optimizer steps ({SCHEDULE_FREE_WARMUP:.0%} of"
-                    f" the {int(steps):,} the baseline took to {self.target.text()}; schedule_free.warmup_steps)"
+                    f" the {int(steps):,} the baseline took to {self.target.text()}"
+                    + (f", at {scale:g}x the batch" if scale != 1.0 else "")
+                    + "; schedule_free.warmup_steps)"
                 )
+
+    def _batch_scale(self, variant: Variant) -> float:
+        """How many times the configured batch ``variant`` trains at (``largest_batch.batch_size`` over it; 1.0
+        when it sets none, or the configured batch is unknown)."""
+        size = variant.overrides.get("largest_batch.batch_size")
+        configured = getattr(self, "batch_size", None)
+        if isinstance(size, int) and isinstance(configured, int) and configured > 0:
+            return size / configured
+        return 1.0
 
     def _cap(self, variant: Variant) -> tuple[float, Optional[str]]:
         """A target run's training-time cap, and why when it is not ``--target-max-time``: a candidate stops

@@ -1081,3 +1081,51 @@ def test_a_gain_a_slow_seed_hides_from_the_pooled_spread_is_picked_with_the_seed
     conv = result.record("preset:converge @0.75x").summary
     assert "pooled over" in conv.decided_by and conv.speedup_ci[0] < 1.0
     assert result.pick.variant.kind == "baseline"
+
+
+def _batch_lever_bench(t04_rate, loss=1.2):
+    """Target mode with T04 (the batch times 4, lr by each rule) among the throughput levers: its samples/s runs
+    report ``t04_rate`` and a lower loss after as many steps (it saw four times the samples)."""
+    figures = {"baseline": [100.0, 100.0], "samples/s": {"T04 max-batch x4-linear": t04_rate}}
+    fake = FakeLauncher(figures, target=True)
+    real_run = fake.run
+
+    def run(spec, name, timeout=None):
+        out = real_run(spec, name, timeout)
+        if spec["target"] is None and spec["variant"] == "T04 max-batch x4-linear":
+            out["loss"] = loss
+        return out
+
+    fake.run = run  # type: ignore[method-assign]
+    bench = _bench(fake, tips=["T01", "T04", "T24"], repeats=2, target="val_acc=0.9", stack=True)
+    return fake, bench.batch_size, bench.run()
+
+
+def test_a_larger_batch_that_pays_by_samples_per_s_is_stacked_onto_the_schedules_at_the_same_share_of_samples():
+    """The GRU of issue 37 on this CPU: 6,100 samples/s at batch 128, 6,800 at 512 (13,000 with bf16), and batch 512
+    with a range-tested one-cycle reached the target in 39 s of fit against about 80. T04's x4-linear is timed by
+    samples/s with the throughput tips (its loss after as many steps is not the baseline's: four times the
+    samples); when it pays, the schedules' twins train at its batch, their span the same share of the baseline's
+    samples (a quarter of the steps), and x4-linear alone is the stack alone, not a candidate of its own."""
+    fake, batch, result = _batch_lever_bench([130.0, 128.0])
+    assert batch
+    names = [r.variant.name for r in result.records]
+    twin = result.record("stack:T04 + T01 lr-schedule onecycle @0.75x").variant
+    assert names[1] == twin.name and "stack:T04" in names
+    assert twin.overrides["largest_batch.batch_size"] == 4 * batch and twin.overrides["largest_batch.enabled"]
+    assert twin.overrides["lr_schedule.plan"] == 188  # 0.75 x the baseline's 1,000 steps, at 4x the batch
+    sf = result.record("stack:T04 + T01 lr-schedule schedule-free").variant.overrides
+    assert sf["schedule_free.warmup_steps"] == round(0.05 * 1000 / 4)
+    assert "T04 max-batch x4-linear" not in names and "T04 max-batch x4-sqrt" in names
+    plan = next(n for n in result.notes if n.startswith("plan:"))
+    assert "; at 4x the batch, as many samples: 125 (0.5x), 188 (0.75x), 250 (1x)" in plan, plan
+
+
+def test_a_larger_batch_that_does_not_pay_stays_a_candidate_to_the_target_and_a_diverged_one_is_not_stacked():
+    for rate, loss in (([100.0, 100.0], 1.2), ([130.0, 128.0], float("nan"))):
+        fake, _, result = _batch_lever_bench(rate, loss)
+        names = [r.variant.name for r in result.records]
+        assert not any(r.variant.kind == "stack" for r in result.records), names
+        assert "T04 max-batch x4-linear" in names and "T04 max-batch x4-sqrt" in names
+        plan = next(n for n in result.notes if n.startswith("plan:"))
+        assert "the batch" not in plan
