@@ -266,8 +266,8 @@ def seed_blocks(
     baseline's (``baseline_runs``, one of them or apart). A group with a failed or missed run is left out (as
     :func:`pooled_spread` does), and so are a group's runs on seeds the baseline did not run (every variant left
     then shares a seed with the baseline: the fit is connected). A variant with one run fits exactly (no dof). A
-    variant that took as many steps to the target as one already in the fit, on every seed, is left out: it trained
-    as that one did (a throughput part alone, or parts that all stood down), so what it adds is timing noise, not
+    variant whose curve was that of one already in the fit, on every seed (the same steps to the target, the same
+    metric at every check), is left out: it trained as that one did (a throughput part alone, or parts that all stood down), so what it adds is timing noise, not
     the seed-by-variant interaction the candidates' schedules have, and it would shrink the residual. Pass no copy
     of the baseline either (its A/A twin runs its very steps on each seed).
 
@@ -288,7 +288,7 @@ def seed_blocks(
         if len(cells) != len(group):
             continue
         cells = {k: x for k, x in cells.items() if k in base}
-        steps = {r.get("repeat"): r.get("steps_to_target") for r in group if r.get("repeat") in cells}
+        steps = {r.get("repeat"): _trajectory(r) for r in group if r.get("repeat") in cells}
         if not cells or _twin_steps(steps, kept_steps):
             continue
         rows.append(cells)
@@ -311,9 +311,23 @@ def seed_blocks(
     return SeedBlocks(math.sqrt(ss / dof) if dof > 0 else None, dof, runs, len(rows), len(seeds))
 
 
+def _trajectory(run: Mapping[str, Any]) -> Optional[tuple[Any, ...]]:
+    """What a run's curve was: its steps to the target and the metric at each check (its best value without
+    checks); ``None`` when unknown. Two runs that trained alike on one seed have the same, value for value (a check
+    every epoch alone would make different curves that crossed at the same check look alike)."""
+    steps = run.get("steps_to_target")
+    if not isinstance(steps, int):
+        return None
+    values = tuple(c.get("value") for c in run.get("checks") or () if isinstance(c, Mapping))
+    if all(v is None for v in values):
+        values = (run.get("best_value"),)
+    return None if all(v is None for v in values) else (steps, *values)
+
+
 def _twin_steps(steps: Mapping[Any, Any], kept: Sequence[Mapping[Any, Any]]) -> bool:
-    """Whether a variant's steps to the target (seed -> steps) are those of one in ``kept`` on every seed they share."""
-    if not steps or any(not isinstance(n, int) for n in steps.values()):
+    """Whether a variant's curves (seed -> :func:`_trajectory`) are those of one in ``kept`` on every seed they
+    share."""
+    if not steps or any(n is None for n in steps.values()):
         return False
     return any(
         shared and all(other[k] == steps[k] for k in shared)

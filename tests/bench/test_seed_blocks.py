@@ -20,8 +20,9 @@ from lightning_speedups.bench.stats import (
 )
 
 
-def runs(*times, steps=None, first=0):
-    """Runs that reached the target in ``times`` seconds, on seeds ``first``, ``first + 1``, ..."""
+def runs(*times, steps=None, values=None, first=0):
+    """Runs that reached the target in ``times`` seconds, on seeds ``first``, ``first + 1``, ...; ``steps`` to it and
+    the metric's ``values`` at two checks, per seed."""
     return [
         {
             "status": "ok",
@@ -29,6 +30,7 @@ def runs(*times, steps=None, first=0):
             "time_to_target_s": t,
             "repeat": first + i,
             "steps_to_target": None if steps is None else steps[i],
+            "checks": [] if values is None else [{"step": 1, "value": v} for v in values[i]],
         }
         for i, t in enumerate(times)
     ]
@@ -90,22 +92,26 @@ def test_a_seed_the_baseline_did_not_run_and_a_variant_with_a_failed_run_are_lef
 
 
 def test_a_variant_that_trained_as_one_already_fit_is_left_out_of_the_residual():
-    """A throughput part alone (channels_last, workers) takes the baseline's very steps on each seed: what it adds
-    to the fit is timing noise, which would shrink the residual the schedules' interaction gives. A variant whose
-    steps differ on any seed counts."""
-    base = runs(100, 130, steps=[1000, 1300])
-    sched = runs(50, 80, steps=[480, 760])
-    other = runs(60, 70, steps=[590, 700])
-    twin = runs(80, 104, steps=[1000, 1300])  # 1.25x on both seeds: the baseline's steps, faster
+    """A throughput part alone (channels_last, workers) trains the baseline's very curve on each seed: what it adds
+    to the fit is timing noise, which would shrink the residual the schedules' interaction gives. Curves that only
+    reached the target at the same check (validation once an epoch: the GRU's three one-cycles at batch 512 all at
+    step 468) are not alike: the metric at each check tells them apart."""
+    curve = [(0.80, 0.87), (0.82, 0.86)]
+    base = runs(100, 130, steps=[1000, 1300], values=curve)
+    sched = runs(50, 80, steps=[480, 760], values=[(0.83, 0.89), (0.84, 0.885)])
+    other = runs(60, 70, steps=[590, 700], values=[(0.81, 0.886), (0.85, 0.887)])
+    twin = runs(80, 104, steps=[1000, 1300], values=curve)  # 1.25x on both seeds: the baseline's curve, faster
     without = seed_blocks([base, sched, other], base)
     with_twin = seed_blocks([base, sched, other, twin], base)
     assert with_twin == without and without.variants == 3
-    not_twin = runs(80, 104, steps=[1000, 1290])
-    counted = seed_blocks([base, sched, other, not_twin], base)
+    same_check = runs(80, 104, steps=[1000, 1300], values=[(0.80, 0.87), (0.83, 0.87)])  # seed 1: another curve
+    counted = seed_blocks([base, sched, other, same_check], base)
     assert counted.variants == 4 and counted.sd < without.sd  # what a twin would have done to the residual
     # the twin's own gain is still decided, against the residual of the others
     s = decide(twin, base, [base, sched, other, twin])
     assert s.speedup == pytest.approx(1.25) and s.decided_by.startswith("seeds as blocks")
+    # without the metric at any check, steps alone do not make a twin
+    assert seed_blocks([base, sched, other, runs(80, 104, steps=[1000, 1300])], base).variants == 4
 
 
 def test_too_few_residual_dof_falls_back_to_the_pooled_spread():
