@@ -30,6 +30,7 @@ class BenchState:
     _stopped: list[str]
     _spared: list[float]
     _confirmed_carried: list[str]
+    _confirming: list[str]
 
     def _estimate(self, variant: Variant) -> float:
         raise NotImplementedError

@@ -129,6 +129,8 @@ class Bench(TargetRuns, CombinationRuns):
         self._spared: list[float] = []  # the estimated seconds of each run not run after a miss
         #: target mode: the candidate whose gain one run carried and that got its one more seed as the leader
         self._confirmed_carried: list[str] = []
+        #: target mode: the picks given their third seed before the leftover budget explored (:meth:`_confirm_pick`)
+        self._confirming: list[str] = []
 
     # --- preparation
     def prepare(self) -> None:
@@ -342,6 +344,8 @@ class Bench(TargetRuns, CombinationRuns):
         if self.target is not None:
             self._summarize_phase_one(base)
             if self._confirm_leader(base):
+                self._summarize_phase_one(base)
+            while self._confirm_pick(base):
                 self._summarize_phase_one(base)
             self._run_waiting(repeats)
             if self._twins:

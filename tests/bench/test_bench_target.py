@@ -579,8 +579,8 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
     2 s runs, leaving 18 s: less than two baseline-sized runs, enough for the next candidate's first seed, which
     reached in 2 s, so its second fit too; the one after fits once, and bench says it has one seed of two."""
     figures = {
-        "baseline": [9.0, 9.0],
-        "preset:fast+converge @0.75x": [1.5, 1.5],
+        "baseline": [9.0, 9.0, 9.0],
+        "preset:fast+converge @0.75x": [1.5, 1.5, 1.5],
         "preset:converge @0.75x": [1.5, 1.5],
     }
     walls = {
@@ -590,14 +590,15 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
         "T01 lr-schedule bold-peak @0.75x": 10.0,
     }
     fake = FakeLauncher(figures, target=True, walls=walls)
-    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=42.0)
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=54.0)
     result = bench.run()
     assert bench.repeats_used == 2
-    assert len(result.record("preset:fast+converge @0.75x").runs) == 2
+    # the would-be pick's third seed, and the baseline's, ran first (12 s of the 26 s left)
+    assert len(result.record("preset:fast+converge @0.75x").runs) == 3 and len(result.record("baseline").runs) == 3
     second = result.record("preset:converge @0.75x")
     assert second.skipped is None and len(second.runs) == 2
     third = result.record("T01 lr-schedule bold-peak @0.75x")
-    assert len(third.runs) == 1  # 42 - 28 = 14 s: its first seed; then 4 s, short of its own 10 s
+    assert len(third.runs) == 1  # 54 - 28 - 12 = 14 s: its first seed; then 4 s, short of its own 10 s
     assert result.record("preset:fast+converge @0.5x").runs == []
     assert any("the budget the planned candidates left" in n and "preset:converge @0.75x" in n for n in result.notes)
     assert any("before every seed of: T01 lr-schedule bold-peak @0.75x (1 of 2)" in n for n in result.notes)
@@ -754,9 +755,9 @@ def test_the_throughput_tips_that_pay_are_stacked_onto_the_schedules_and_run_fir
     first, and the throughput tips are not run to the target one by one."""
     paying = {"T24 channels-last": [130.0, 128.0], "T16 conv-bias": [110.0, 111.0]}  # T22, T02 ...: 100, no gain
     figures = {
-        "baseline": [100.0, 100.0],
+        "baseline": [100.0, 100.0, 100.0],
         "samples/s": paying,
-        "stack:T16+T24 + T01 lr-schedule onecycle @0.75x": [40.0, 42.0],
+        "stack:T16+T24 + T01 lr-schedule onecycle @0.75x": [40.0, 42.0, 41.0],
     }
     fake = FakeLauncher(figures, target=True)
     bench = _bench(fake, tips=["T01", "T24", "T16", "T22"], repeats=2, target="val_acc=0.9", stack=True, seed=5)
@@ -1129,3 +1130,47 @@ def test_a_larger_batch_that_does_not_pay_stays_a_candidate_to_the_target_and_a_
         assert "T04 max-batch x4-linear" in names and "T04 max-batch x4-sqrt" in names
         plan = next(n for n in result.notes if n.startswith("plan:"))
         assert "the batch" not in plan
+
+
+def test_a_pick_on_two_seeds_is_confirmed_on_a_third_before_the_leftover_explores():
+    """The pick would be decided on two seeds; the leftover budget first runs its third seed (and the baseline's),
+    then explores the candidates the plan cut. It reached again: it stays the pick, on three seeds."""
+    fake, bench, result = _leader_bench([40.0, 41.0, 42.0])
+    lead = "preset:fast+converge @0.75x"
+    assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]
+    assert [s for v, s in fake.calls if v == "baseline"] == [0, 1, 2]
+    others = [i for i, (v, _) in enumerate(fake.calls) if v not in ("baseline", lead)]
+    assert others and all(i > fake.calls.index((lead, 2)) for i in others)  # the cut candidates ran after it
+    assert any(
+        f"{lead} would have been picked on 2 seeds" in n and "reached the target again" in n for n in result.notes
+    )
+    assert result.pick.variant.name == lead and result.record(lead).summary.runs_ok == 3
+
+
+def test_a_pick_that_misses_its_third_seed_is_not_picked_and_the_next_is_confirmed_in_turn():
+    """GRU-shaped (bench and fit of 2026-12-07): the one-cycle over 0.75x at batch 512 reached on seeds 0 and 1 and
+    flattened short of the target on seed 2. It cannot be picked; the next pick gets its own third seed."""
+    figures = {
+        "baseline": [80.0, 91.0, 88.0],
+        "preset:fast+converge @0.75x": [40.0, 41.0, None],  # the fastest on two seeds; misses the third
+        "preset:converge @0.75x": [44.0, 46.0, 45.0],
+    }
+    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "preset:converge @0.75x": 5.0}
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=75.0)
+    result = bench.run()
+    fc, conv = "preset:fast+converge @0.75x", "preset:converge @0.75x"
+    assert [s for v, s in fake.calls if v == fc] == [0, 1, 2]
+    assert [s for v, s in fake.calls if v == conv] == [0, 1, 2]
+    assert [s for v, s in fake.calls if v == "baseline"] == [0, 1, 2]  # seed 2 of the baseline ran once
+    assert any(f"{fc} would have been picked on 2 seeds" in n and "missed the target on it" in n for n in result.notes)
+    assert result.record(fc).summary.target_missed == 1
+    assert result.pick.variant.name == conv
+
+
+def test_a_pick_the_budget_cannot_confirm_is_still_picked_and_the_notes_say_so():
+    fake, bench, result = _leader_bench([40.0, 41.0, 42.0], budget=42.0)  # 12 s left: not the 15 s pair
+    lead = "preset:fast+converge @0.75x"
+    assert [s for v, s in fake.calls if v == lead] == [0, 1]
+    assert any(f"{lead} would be picked on 2 seeds" in n and "so it was not confirmed" in n for n in result.notes)
+    assert result.pick.variant.name == lead
