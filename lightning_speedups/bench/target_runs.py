@@ -122,6 +122,11 @@ def target_order(tips: list[Variant], presets: list[Variant]) -> list[Variant]:
     return order
 
 
+#: the stack phase's timed window, in seconds of the baseline's run (:meth:`TargetRuns._stack_window`), and the
+#: most steps it grows to
+STACK_WINDOW_S = 1.5
+STACK_MAX_STEPS = 400
+
 #: the seeds a pick has run before the leftover budget explores (:meth:`TargetRuns._confirm_pick`)
 CONFIRM_SEEDS = 3
 
@@ -265,8 +270,10 @@ class TargetRuns(BenchState):
         )
         dropped: dict[str, str] = {}  # tip name -> why its repeats to come were not run
         spared: dict[str, int] = {}  # tip name (and the baseline's) -> how many repeats were not run
+        window = None
         try:
             self._add_total(repeats * (1 + len(timed)))
+            window = self._stack_window(base)
             running = list(timed)
             for repeat in range(repeats):
                 if repeat > 0:
@@ -282,9 +289,10 @@ class TargetRuns(BenchState):
                         spared[base.variant.name] = repeats - repeat
                         break
                 for record in (base, *running):
-                    self._run_one(record, repeat)
+                    if record is not base or len(base.runs) <= repeat:  # the window's probe may be repeat 0
+                        self._run_one(record, repeat)
         finally:
-            self.target, self.trainer_overrides = target, settings
+            self.target, self.trainer_overrides, self.options = target, settings, o
         base.summary = summarize(base.runs)
         self.stack_records = [base, *timed]
         paying, said = [], []
@@ -344,7 +352,8 @@ class TargetRuns(BenchState):
         self.variants = [self.variants[0], *front, alone, *rest]
         twins = len(front) - len(carrying)
         self.notes.append(
-            f"stack: timed by samples/s first ({repeats} paired repeats of {o.warmup} + {o.steps} batches): "
+            f"stack: timed by samples/s first ({repeats} paired repeats of {o.warmup} +"
+            f" {window[0] if window else o.steps} batches{window[1] if window else ''}): "
             + "; ".join(said)
             + f". Stacked {', '.join(stack)} onto {twins} candidate(s) that change the optimisation, run"
             " first; the throughput tips were not run to the target one by one"
@@ -375,6 +384,29 @@ class TargetRuns(BenchState):
                 " repeats to come could lift its interval above 1.0, so they were not run"
             )
         return None
+
+    def _stack_window(self, base: VariantRecord) -> Optional[tuple[int, str]]:
+        """The stack phase's timed window: ``--steps`` batches of a small model take a fraction of a second (0.2 s
+        on the LeNet of issue 37), where one time slice lent to another process moves samples/s by 10-30% (a 1.16x
+        and a 1.47x repeat of T04 on the GRU). One calibration run of the baseline measures the window; below
+        :data:`STACK_WINDOW_S` the steps grow to fill it (at most :data:`STACK_MAX_STEPS`), and every run of the
+        phase, the baseline's too, is timed over them (the calibration run is then not kept; else it is the
+        baseline's first repeat). Sets ``self.options``
+        for the phase (the caller puts it back); returns ``(steps, why)`` or ``None`` when ``--steps`` is long
+        enough."""
+        o = self.options
+        probe = self._run_one(base, 0)  # the baseline's first repeat, kept when its window is long enough
+        timed = float(probe.get("timed_s") or 0.0)
+        if probe.get("status") != "ok" or timed <= 0.0 or timed >= STACK_WINDOW_S:
+            return None
+        steps = min(STACK_MAX_STEPS, max(o.steps, math.ceil(o.steps * STACK_WINDOW_S / timed)))
+        if steps == o.steps:
+            return None
+        base.runs.clear()  # a calibration: the phase's repeats are all timed over the same window
+        self._add_total(1)
+        self.options = dataclasses.replace(o, steps=steps)
+        why = f", {steps} rather than --steps {o.steps}: the baseline's {o.steps} took {timed:.2f} s"
+        return steps, why
 
     def _stack_tolerance(self, variant: Variant) -> float:
         """The sanity check's loss tolerance for a throughput lever: a larger batch's loss after as many steps (four

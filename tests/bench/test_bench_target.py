@@ -1174,3 +1174,34 @@ def test_a_pick_the_budget_cannot_confirm_is_still_picked_and_the_notes_say_so()
     assert [s for v, s in fake.calls if v == lead] == [0, 1]
     assert any(f"{lead} would be picked on 2 seeds" in n and "so it was not confirmed" in n for n in result.notes)
     assert result.pick.variant.name == lead
+
+
+def test_the_stack_phase_times_every_run_over_a_window_long_enough_to_outlast_a_time_slice():
+    """20 batches of a small model took 0.2 s (LeNet, issue 37): a time slice lent elsewhere moved samples/s by
+    10-30% there. The baseline's first run calibrates: its window was 0.25 s, so every run of the phase (the
+    baseline's repeats too; the calibration is not kept) is timed over 20 * 1.5 / 0.25 = 120 batches."""
+    from lightning_speedups.bench.target_runs import STACK_WINDOW_S
+
+    figures = {"baseline": [100.0, 100.0, 100.0], "samples/s": {"T24 channels-last": [130.0, 128.0, 129.0]}}
+    fake = FakeLauncher(figures, target=True)
+    real_run = fake.run
+    steps_seen = []
+
+    def run(spec, name, timeout=None):
+        out = real_run(spec, name, timeout)
+        if spec["target"] is None:
+            steps_seen.append((spec["variant"], spec["steps"]))
+            out["timed_s"] = 0.25 * spec["steps"] / 20
+        return out
+
+    fake.run = run  # type: ignore[method-assign]
+    bench = _bench(fake, tips=["T01", "T24"], repeats=2, target="val_acc=0.9", stack=True, steps=20)
+    result = bench.run()
+    want = round(20 * STACK_WINDOW_S / 0.25)
+    assert steps_seen[0] == ("baseline (samples/s)", 20)
+    assert all(n == want for _, n in steps_seen[1:]) and len(steps_seen) == 1 + 2 * 2
+    phase = {r["name"]: r for r in result.to_dict()["stack_phase"]}
+    assert len(phase["baseline (samples/s)"]["runs"]) == 2  # the calibration is not one of its repeats
+    note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
+    assert f"2 paired repeats of 1 + {want} batches, {want} rather than --steps 20" in note, note
+    assert bench.options.steps == 20  # the phase's window is its own: the runs to the target keep --steps
