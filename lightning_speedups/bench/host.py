@@ -31,6 +31,7 @@ class BenchState:
     _spared: list[float]
     _confirmed_carried: list[str]
     _confirming: list[str]
+    _batch_dropped: list[str]
 
     def _estimate(self, variant: Variant) -> float:
         raise NotImplementedError

@@ -131,6 +131,8 @@ class Bench(TargetRuns, CombinationRuns):
         self._confirmed_carried: list[str] = []
         #: target mode: the picks given their third seed before the leftover budget explored (:meth:`_confirm_pick`)
         self._confirming: list[str] = []
+        #: target mode: candidates at the stack's larger batch not run once that batch missed (:meth:`_batch_failed`)
+        self._batch_dropped: list[str] = []
 
     # --- preparation
     def prepare(self) -> None:
@@ -348,6 +350,12 @@ class Bench(TargetRuns, CombinationRuns):
             while self._confirm_pick(base):
                 self._summarize_phase_one(base)
             self._run_waiting(repeats)
+            if self._batch_dropped:
+                self.notes.append(
+                    "not run, since the stack's larger batch missed the target on its likeliest candidate and no"
+                    " candidate at that batch reached it (it pays by samples/s, but may cost more epochs than it"
+                    " saves): " + ", ".join(self._batch_dropped)
+                )
             if self._twins:
                 self.notes.append(
                     "not run, since a candidate that ran trained as each would (the same settings and seeds; what it"

@@ -191,9 +191,15 @@ class TargetRuns(BenchState):
         return None
 
     def _skip_twin(self, record: VariantRecord) -> bool:
-        """Mark ``record`` not run when a candidate that already ran trained as it would (:meth:`_trained_as`)."""
+        """Mark ``record`` not run when a candidate that already ran trained as it would (:meth:`_trained_as`), or
+        when it trains at the stack's larger batch and that batch already failed (:meth:`_batch_failed`)."""
         if self.target is None or record.runs:
             return False
+        failed = self._batch_failed(record)
+        if failed is not None:
+            record.skipped = failed
+            self._batch_dropped.append(record.variant.name)
+            return True
         twin = self._trained_as(record)
         if twin is None:
             return False
@@ -203,6 +209,31 @@ class TargetRuns(BenchState):
         )
         self._twins.append(f"{record.variant.name} (as {twin.variant.name})")
         return True
+
+    def _batch_failed(self, record: VariantRecord) -> Optional[str]:
+        """Why a candidate at the stack's larger batch is not run (``None``: it is): the first candidate at that
+        batch, the likeliest (the plan's order), missed the target and none at that batch has reached it. A larger
+        batch that pays by samples/s may still cost more epochs than it saves (the LeNet of issue 37 under SGD: every
+        candidate at batch 512 missed, and the five of them took the budget its 2x pick had needed), so the plan
+        tries it once before it commits to it; on the GRU it reached at the first try and stayed."""
+        if record.variant.kind != "stack" or "largest_batch.batch_size" not in record.variant.overrides:
+            return None
+        tried = [
+            r
+            for r in self.records
+            if r is not record
+            and r.runs
+            and r.variant.kind == "stack"
+            and "largest_batch.batch_size" in r.variant.overrides
+        ]
+        if not tried or any(run.get("reached") for r in tried for run in r.runs):
+            return None
+        first = tried[0]
+        return (
+            f"not run: the stack's larger batch (largest_batch.batch_size"
+            f" {record.variant.overrides['largest_batch.batch_size']}) missed the target on {first.variant.name},"
+            " its likeliest candidate, and no candidate at that batch has reached it"
+        )
 
     def _run_waiting(self, repeats: int) -> None:
         """Target mode: the budget left once the planned candidates ran (a candidate that missed stops, one that

@@ -1205,3 +1205,31 @@ def test_the_stack_phase_times_every_run_over_a_window_long_enough_to_outlast_a_
     note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
     assert f"2 paired repeats of 1 + {want} batches, {want} rather than --steps 20" in note, note
     assert bench.options.steps == 20  # the phase's window is its own: the runs to the target keep --steps
+
+
+def test_a_larger_batch_that_misses_on_its_likeliest_candidate_is_not_tried_on_the_others():
+    """LeNet-shaped (bench of 2026-12-07): batch 512 paid by samples/s, but under SGD every candidate at that batch
+    missed the target, and the five of them took the budget. The first (the plan's likeliest) missed and none at
+    that batch reached: the others at that batch are not run, and the candidates at the configured batch are."""
+    figures = {
+        "baseline": [100.0, 100.0, 100.0],
+        "samples/s": {"T04 max-batch x4-linear": [130.0, 128.0, 129.0]},
+        "stack:T04 + T01 lr-schedule onecycle @0.75x": [None, None, None],
+        "T01 lr-schedule bold-peak @0.75x": [50.0, 52.0, 51.0],
+    }
+    fake = FakeLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T01", "T04"], repeats=2, target="val_acc=0.9", stack=True)
+    result = bench.run()
+    ran = {v for v, _ in fake.calls}
+    assert "stack:T04 + T01 lr-schedule onecycle @0.75x" in ran
+    batch = [r for r in result.records if r.variant.kind == "stack"]
+    assert len(batch) > 3 and not any(r.runs for r in batch[1:])
+    assert all("the stack's larger batch" in r.skipped for r in batch[1:])
+    assert any("missed the target on its likeliest candidate" in n for n in result.notes)
+    assert result.record("T01 lr-schedule bold-peak @0.75x").runs
+    assert result.pick.variant.name == "T01 lr-schedule bold-peak @0.75x"
+    # where the first candidate at the larger batch reached, the others at it run as before
+    figures["stack:T04 + T01 lr-schedule onecycle @0.75x"] = [60.0, 61.0, 62.0]
+    fake = FakeLauncher(figures, target=True)
+    result = _bench(fake, tips=["T01", "T04"], repeats=2, target="val_acc=0.9", stack=True).run()
+    assert result.record("stack:T04 + T01 lr-schedule bold-peak @0.75x").runs
