@@ -904,16 +904,21 @@ def _leader_bench(candidate, budget=57.0):
     return fake, bench, bench.run()
 
 
+def _third_seed_ran_before_the_cut_candidates(fake, lead):
+    """``lead`` and the baseline ran seeds 0-2, and every other candidate ran after ``lead``'s third seed."""
+    assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]
+    assert [s for v, s in fake.calls if v == "baseline"] == [0, 1, 2]
+    others = [i for i, (v, _) in enumerate(fake.calls) if v not in ("baseline", lead)]
+    assert others and all(i > fake.calls.index((lead, 2)) for i in others)  # the cut candidates ran after it
+
+
 def test_an_undecided_leader_gets_one_more_seed_before_the_candidates_the_plan_cut():
     """GRU-shaped (bench of 2026-12-06): 1.8x on both seeds, every candidate run faster than every baseline run,
     yet t with 2 dof leaves 1.0 in the interval. One more seed of it and of the baseline decides it, and runs
     before the leftover budget starts a cut candidate."""
     fake, bench, result = _leader_bench([40.0, 56.0, 48.0])
     lead = "preset:fast+converge @0.75x"
-    assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]
-    assert [s for v, s in fake.calls if v == "baseline"] == [0, 1, 2]
-    others = [i for i, (v, _) in enumerate(fake.calls) if v not in ("baseline", lead)]
-    assert others and all(i > fake.calls.index((lead, 2)) for i in others)  # the cut candidate ran after it
+    _third_seed_ran_before_the_cut_candidates(fake, lead)
     assert any(f"{lead} led, and its interval still included 1.0" in n for n in result.notes), result.notes
     assert result.pick.variant.name == lead and result.record(lead).summary.speedup_ci[0] > 1.0
 
@@ -1137,10 +1142,7 @@ def test_a_pick_on_two_seeds_is_confirmed_on_a_third_before_the_leftover_explore
     then explores the candidates the plan cut. It reached again: it stays the pick, on three seeds."""
     fake, bench, result = _leader_bench([40.0, 41.0, 42.0])
     lead = "preset:fast+converge @0.75x"
-    assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]
-    assert [s for v, s in fake.calls if v == "baseline"] == [0, 1, 2]
-    others = [i for i, (v, _) in enumerate(fake.calls) if v not in ("baseline", lead)]
-    assert others and all(i > fake.calls.index((lead, 2)) for i in others)  # the cut candidates ran after it
+    _third_seed_ran_before_the_cut_candidates(fake, lead)
     assert any(
         f"{lead} would have been picked on 2 seeds" in n and "reached the target again" in n for n in result.notes
     )
