@@ -1137,6 +1137,82 @@ def test_a_larger_batch_that_does_not_pay_stays_a_candidate_to_the_target_and_a_
         assert "the batch" not in plan
 
 
+def _multiplying_bench(rates, **kw):
+    figures = {"baseline": [100.0, 100.0, 100.0], "samples/s": rates}
+    fake = FakeLauncher(figures, target=True)
+    bench = _bench(fake, tips=["T01", "T04", "T05"], repeats=2, target="val_acc=0.9", stack=True, **kw)
+    return fake, bench.run()
+
+
+def test_a_faster_precision_that_pays_only_at_the_larger_batch_is_timed_on_top_of_it_and_stacked():
+    """The GRU of issue 37 with avx512_bf16: bf16 at the configured batch 128 gave the baseline's samples/s
+    (0.87-1.11x), at batch 512 1.93x the samples/s of batch 512 in fp32. Timed alone, T05 does not pay and T04 does;
+    T05 is timed again on top of T04, paired against T04 alone, pays there, and both are stacked onto the
+    schedules' twins."""
+    rates = {
+        "T04 max-batch x4-linear": [130.0, 128.0],
+        "T05 amp": [100.0, 99.0],  # at or under 1.0 first: spared after one repeat in the first pass
+        "stack:T04 (samples/s)": [131.0, 127.0],
+        "stack:T04+T05 (samples/s)": [250.0, 246.0],
+    }
+    fake, result = _multiplying_bench(rates)
+    ran = [v for v, _ in fake.calls]
+    assert ran.count("T05 amp") == 1
+    assert ran.count("stack:T04 (samples/s)") == 2 and ran.count("stack:T04+T05 (samples/s)") == 2
+    twin = result.record("stack:T04+T05 + T01 lr-schedule onecycle @0.75x").variant
+    assert twin.overrides["precision"] == "half" and twin.overrides["largest_batch.enabled"]
+    assert "T05 amp" not in [r.variant.name for r in result.records]
+    note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
+    assert "T05 amp on top of stack:T04 gain 1.9" in note and "Stacked T04, T05 onto" in note, note
+    phase = {r["name"]: r for r in result.to_dict()["stack_phase"]}
+    assert phase["stack:T04+T05 (samples/s)"]["summary"]["speedup"] == pytest.approx(1.92, abs=0.02)
+    assert len(phase["stack:T04 (samples/s)"]["runs"]) == 2
+
+
+def test_a_larger_batch_that_pays_only_with_the_faster_precision_is_timed_on_top_of_it():
+    """The other way round (GRU, bf16, run 10 of 2026-12-07): T05 paid alone, T04 did not (1.83x, then 0.95x):
+    T04 is timed on top of T05 (its loss at four times the samples is not held to T05's) and joins the stack."""
+    rates = {
+        "T04 max-batch x4-linear": [183.0, 95.0],
+        "T05 amp": [120.0, 121.0],
+        "stack:T05 (samples/s)": [120.0, 122.0],
+        "stack:T04+T05 (samples/s)": [240.0, 250.0],
+    }
+    _, result = _multiplying_bench(rates)
+    names = [r.variant.name for r in result.records]
+    assert names[1] == "stack:T04+T05 + T01 lr-schedule onecycle @0.75x", names
+    assert "T04 max-batch x4-linear" not in names  # in the stack: not a candidate of its own
+
+
+def test_a_multiplying_lever_is_not_stacked_when_it_does_not_pay_on_top_nor_timed_again_when_it_failed():
+    rates = {
+        "T04 max-batch x4-linear": [130.0, 128.0],
+        "T05 amp": [100.0, 99.0],
+        "stack:T04 (samples/s)": [130.0, 129.0],
+        "stack:T04+T05 (samples/s)": [128.0, 131.0],  # 0.98x first: its second repeat is spared
+    }
+    fake, result = _multiplying_bench(rates)
+    assert [v for v, _ in fake.calls].count("stack:T04+T05 (samples/s)") == 1
+    assert any(r.variant.name.startswith("stack:T04 + ") for r in result.records)
+    assert not any("T05" in r.variant.name for r in result.records if r.variant.kind == "stack")
+    # a lever whose runs failed (bf16 with no kernel for an op here) is not timed again at the larger batch
+    fake = FakeLauncher(
+        {"baseline": [100.0] * 3, "samples/s": {"T04 max-batch x4-linear": [130.0, 128.0]}}, target=True
+    )
+    real_run = fake.run
+
+    def run(spec, name, timeout=None):
+        out = real_run(spec, name, timeout)
+        if spec["variant"] == "T05 amp":
+            out.update(status="failed", reason="RuntimeError: no bf16 kernel")
+        return out
+
+    fake.run = run  # type: ignore[method-assign]
+    result = _bench(fake, tips=["T01", "T04", "T05"], repeats=2, target="val_acc=0.9", stack=True).run()
+    assert not any("(samples/s)" in v and v.startswith("stack:") for v, _ in fake.calls)
+    assert any(r.variant.name.startswith("stack:T04 + ") for r in result.records)
+
+
 def test_a_pick_on_two_seeds_is_confirmed_on_a_third_before_the_leftover_explores():
     """The pick would be decided on two seeds; the leftover budget first runs its third seed (and the baseline's),
     then explores the candidates the plan cut. It reached again: it stays the pick, on three seeds."""
