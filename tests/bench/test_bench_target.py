@@ -1137,6 +1137,12 @@ def test_a_larger_batch_that_does_not_pay_stays_a_candidate_to_the_target_and_a_
         assert "the batch" not in plan
 
 
+@pytest.fixture
+def _cpu_bf16(monkeypatch):
+    """The pack's view of this CPU: bf16 kernels (AMX or AMD avx512_bf16), whatever CI's CPU has."""
+    monkeypatch.setenv("LIGHTNING_SPEEDUPS_CPU_BF16", "1")
+
+
 def _multiplying_bench(rates, **kw):
     figures = {"baseline": [100.0, 100.0, 100.0], "samples/s": rates}
     fake = FakeLauncher(figures, target=True)
@@ -1144,7 +1150,7 @@ def _multiplying_bench(rates, **kw):
     return fake, bench.run()
 
 
-def test_a_faster_precision_that_pays_only_at_the_larger_batch_is_timed_on_top_of_it_and_stacked():
+def test_a_faster_precision_that_pays_only_at_the_larger_batch_is_timed_on_top_of_it_and_stacked(_cpu_bf16):
     """The GRU of issue 37 with avx512_bf16: bf16 at the configured batch 128 gave the baseline's samples/s
     (0.87-1.11x), at batch 512 1.93x the samples/s of batch 512 in fp32. Timed alone, T05 does not pay and T04 does;
     T05 is timed again on top of T04, paired against T04 alone, pays there, and both are stacked onto the
@@ -1169,7 +1175,7 @@ def test_a_faster_precision_that_pays_only_at_the_larger_batch_is_timed_on_top_o
     assert len(phase["stack:T04 (samples/s)"]["runs"]) == 2
 
 
-def test_a_larger_batch_that_pays_only_with_the_faster_precision_is_timed_on_top_of_it():
+def test_a_larger_batch_that_pays_only_with_the_faster_precision_is_timed_on_top_of_it(_cpu_bf16):
     """The other way round (GRU, bf16, run 10 of 2026-12-07): T05 paid alone, T04 did not (1.83x, then 0.95x):
     T04 is timed on top of T05 (its loss at four times the samples is not held to T05's) and joins the stack."""
     rates = {
@@ -1184,7 +1190,7 @@ def test_a_larger_batch_that_pays_only_with_the_faster_precision_is_timed_on_top
     assert "T04 max-batch x4-linear" not in names  # in the stack: not a candidate of its own
 
 
-def test_a_multiplying_lever_is_not_stacked_when_it_does_not_pay_on_top_nor_timed_again_when_it_failed():
+def test_a_multiplying_lever_is_not_stacked_when_it_does_not_pay_on_top_nor_timed_again_when_it_failed(_cpu_bf16):
     rates = {
         "T04 max-batch x4-linear": [130.0, 128.0],
         "T05 amp": [100.0, 99.0],
@@ -1211,6 +1217,20 @@ def test_a_multiplying_lever_is_not_stacked_when_it_does_not_pay_on_top_nor_time
     result = _bench(fake, tips=["T01", "T04", "T05"], repeats=2, target="val_acc=0.9", stack=True).run()
     assert not any("(samples/s)" in v and v.startswith("stack:") for v, _ in fake.calls)
     assert any(r.variant.name.startswith("stack:T04 + ") for r in result.records)
+
+
+def test_on_a_cpu_without_bf16_kernels_the_stack_phase_does_not_time_bf16(monkeypatch):
+    """The pack's view says no bf16 kernels (an AVX2 CPU, or the view forced so on a CPU that has them): bf16 would
+    be emulated, slower at any batch, as `precision: auto` knows; timed on a forced view it would stack a gain the
+    hardware it stands for cannot give. T05 is neither timed by samples/s nor run to the target; T04 still is."""
+    monkeypatch.setenv("LIGHTNING_SPEEDUPS_CPU_BF16", "0")
+    rates = {"T04 max-batch x4-linear": [130.0, 128.0], "T05 amp": [300.0, 300.0]}
+    fake, result = _multiplying_bench(rates)
+    ran = {v for v, _ in fake.calls}
+    assert "T05 amp" not in ran and "T04 max-batch x4-linear" in ran
+    assert not any("T05" in r.variant.name for r in result.records)
+    assert any(r.variant.name.startswith("stack:T04 + ") for r in result.records)
+    assert any(n.startswith("stack: T05 not timed: this CPU has no bf16 kernels") for n in result.notes)
 
 
 def test_a_pick_on_two_seeds_is_confirmed_on_a_third_before_the_leftover_explores():
@@ -1283,6 +1303,34 @@ def test_the_stack_phase_times_every_run_over_a_window_long_enough_to_outlast_a_
     note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
     assert f"2 paired repeats of 1 + {want} batches, {want} rather than --steps 20" in note, note
     assert bench.options.steps == 20  # the phase's window is its own: the runs to the target keep --steps
+
+
+def test_the_stack_phase_rates_each_run_by_the_fastest_tenth_of_its_window():
+    """The GRU of issue 37: the baseline's samples/s moved by 27% between two repeats, its median step 19.8 ms then
+    26.5 ms, its fastest 18.6 and 19.8 ms: another process held the core for most of a window. The baseline's second
+    window is slow but for its last two steps; over the window's mean T24 would be 1.25x then 3.5x (no interval above
+    1.0 on two repeats), over the fastest tenth 1.25x twice: it pays. The JSON keeps the window's mean."""
+    slow = {0: [0.1] * 20, 1: [0.3] * 18 + [0.1] * 2}
+    fake = FakeLauncher({"baseline": [100.0] * 3}, target=True)
+    real_run = fake.run
+
+    def run(spec, name, timeout=None):
+        out = real_run(spec, name, timeout)
+        if spec["target"] is None:
+            repeat = int(name.rsplit("-r", 1)[1])
+            steps = [0.08] * 20 if spec["variant"] == "T24 channels-last" else slow[repeat]
+            out.update(step_times=steps, samples=[64] * 20, timed_s=3.0, samples_per_s=64 * 20 / sum(steps))
+        return out
+
+    fake.run = run  # type: ignore[method-assign]
+    result = _bench(fake, tips=["T01", "T24"], repeats=2, target="val_acc=0.9", stack=True).run()
+    assert any(r.variant.name.startswith("stack:T24 + ") for r in result.records)
+    phase = {r["name"]: r for r in result.to_dict()["stack_phase"]}
+    base_runs = phase["baseline (samples/s)"]["runs"]
+    assert [round(r["samples_per_s"]) for r in base_runs] == [640, 640]
+    assert round(base_runs[1]["samples_per_s_window"]) == round(64 * 20 / (18 * 0.3 + 2 * 0.1))
+    note = next(n for n in result.notes if n.startswith("stack: timed by samples/s"))
+    assert "samples/s over the fastest 10% of each" in note
 
 
 def test_a_larger_batch_that_misses_on_its_likeliest_candidate_is_not_tried_on_the_others():
