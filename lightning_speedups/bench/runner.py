@@ -502,6 +502,9 @@ class Bench(TargetRuns, CombinationRuns):
             ok, why = pick_verdict(s, self.options.min_gain, noise)
             if ok and rec.variant.kind == "combo" and tuple(sorted(rec.variant.tips)) in dropped:
                 ok, why = False, "the search dropped it (no gain over its subset)"
+            sibling = self._sibling_missed(rec) if ok else None
+            if sibling is not None:
+                ok, why = False, sibling
             s.picked_why = why
             if not ok or s.speedup is None:  # a verdict of ok has a speed-up (gain_verdict)
                 continue

@@ -475,18 +475,19 @@ def test_target_search_plans_convergence_first_from_the_records(capsys):
     fake = FakeLauncher({"baseline": [1.0]}, target=True)
     bench = _bench(fake, tips=None, presets=None, repeats=1, target="val_acc=0.9")
     names = [v.name for v in bench.variants]
-    # the one-cycles (both presets' and T01's bolder peak) span first: each at 0.75x, then each at 0.5x, then at 1x
+    # the one-cycles (both presets' and T01's bolder peak) span first: each at 0.75x, then each at 0.5x, then at 1x;
+    # within a span each schedule's first before converge, which shares fast+converge's schedule (its curve)
     assert names[:10] == [
         "baseline",
         "preset:fast+converge @0.75x",
-        "preset:converge @0.75x",
         "T01 lr-schedule bold-peak @0.75x",
+        "preset:converge @0.75x",
         "preset:fast+converge @0.5x",
-        "preset:converge @0.5x",
         "T01 lr-schedule bold-peak @0.5x",
+        "preset:converge @0.5x",
         "preset:fast+converge @1x",
-        "preset:converge @1x",
         "T01 lr-schedule bold-peak @1x",
+        "preset:converge @1x",
     ]
     kinds = ["target" if v.tips and v.tips[0] in TARGET_VARIANTS else v.kind for v in bench.variants[10:]]
     first_other = kinds.index("preset")
@@ -500,7 +501,10 @@ def test_target_search_plans_convergence_first_from_the_records(capsys):
     bench.console = console
     bench.run()
     plan = console.export_text()
-    assert "in this order: baseline, preset:fast+converge @0.75x, preset:converge @0.75x, T01 lr-schedule" in plan
+    assert (
+        "in this order: baseline, preset:fast+converge @0.75x, T01 lr-schedule bold-peak @0.75x, preset:converge"
+        in plan
+    )
 
 
 def test_a_target_budget_keeps_paired_repeats_for_the_first_candidates():
@@ -515,7 +519,7 @@ def test_a_target_budget_keeps_paired_repeats_for_the_first_candidates():
     assert [r.variant.name for r in ran][:3] == [
         "baseline",
         "preset:fast+converge @0.75x",
-        "preset:converge @0.75x",
+        "T01 lr-schedule bold-peak @0.75x",
     ]
     assert all(len(r.runs) == 2 for r in ran) and len(ran) == 16
     cut = [r for r in result.records if not r.runs]
@@ -581,13 +585,13 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
     figures = {
         "baseline": [9.0, 9.0, 9.0],
         "preset:fast+converge @0.75x": [1.5, 1.5, 1.5],
-        "preset:converge @0.75x": [1.5, 1.5],
+        "T01 lr-schedule bold-peak @0.75x": [1.5, 1.5],
     }
     walls = {
         "baseline": 10.0,
         "preset:fast+converge @0.75x": 2.0,
-        "preset:converge @0.75x": 2.0,
-        "T01 lr-schedule bold-peak @0.75x": 10.0,
+        "T01 lr-schedule bold-peak @0.75x": 2.0,
+        "preset:converge @0.75x": 10.0,
     }
     fake = FakeLauncher(figures, target=True, walls=walls)
     bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=54.0)
@@ -595,14 +599,16 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
     assert bench.repeats_used == 2
     # the would-be pick's third seed, and the baseline's, ran first (12 s of the 26 s left)
     assert len(result.record("preset:fast+converge @0.75x").runs) == 3 and len(result.record("baseline").runs) == 3
-    second = result.record("preset:converge @0.75x")
+    second = result.record("T01 lr-schedule bold-peak @0.75x")
     assert second.skipped is None and len(second.runs) == 2
-    third = result.record("T01 lr-schedule bold-peak @0.75x")
+    third = result.record("preset:converge @0.75x")
     assert len(third.runs) == 1  # 54 - 28 - 12 = 14 s: its first seed; then 4 s, short of its own 10 s
     assert result.record("preset:fast+converge @0.5x").runs == []
-    assert any("the budget the planned candidates left" in n and "preset:converge @0.75x" in n for n in result.notes)
-    assert any("before every seed of: T01 lr-schedule bold-peak @0.75x (1 of 2)" in n for n in result.notes)
-    assert result.pick.variant.name in ("preset:fast+converge @0.75x", "preset:converge @0.75x")
+    assert any(
+        "the budget the planned candidates left" in n and "T01 lr-schedule bold-peak @0.75x" in n for n in result.notes
+    )
+    assert any("before every seed of: preset:converge @0.75x (1 of 2)" in n for n in result.notes)
+    assert result.pick.variant.name in ("preset:fast+converge @0.75x", "T01 lr-schedule bold-peak @0.75x")
 
 
 class _Trainer:
@@ -1058,16 +1064,16 @@ def test_a_candidate_with_auto_settings_of_its_own_is_no_twin():
 
 def test_a_gain_a_slow_seed_hides_from_the_pooled_spread_is_picked_with_the_seed_as_a_block(monkeypatch):
     """GRU-shaped (bench of 2026-12-07, bf16 path): seed 1 is slow for every variant (the baseline 75 and 100 s,
-    converge 35 and 56 s). Each variant's spread around its own mean counts that seed as noise (the pooled interval
+    the candidate 35 and 56 s). Each variant's spread around its own mean counts that seed as noise (the pooled interval
     was 0.88-4.38); taking the seed out first leaves the interaction, and the 1.96x candidate is picked."""
     from lightning_speedups.bench import stats
 
     figures = {
         "baseline": [75.0, 99.6, 90.0],
         "preset:fast+converge @0.75x": [41.9, 55.7, 50.0],
-        "preset:converge @0.75x": [34.8, 55.7, 45.0],
+        "T01 lr-schedule bold-peak @0.75x": [34.8, 55.7, 45.0],
     }
-    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "preset:converge @0.75x": 5.0}
+    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "T01 lr-schedule bold-peak @0.75x": 5.0}
 
     def run():
         fake = FakeLauncher(figures, target=True, walls=walls)
@@ -1076,15 +1082,15 @@ def test_a_gain_a_slow_seed_hides_from_the_pooled_spread_is_picked_with_the_seed
 
     fake, result = run()
     assert not any(s == 2 for _, s in fake.calls)  # two seeds of three variants: nothing else fit
-    conv = result.record("preset:converge @0.75x").summary
+    conv = result.record("T01 lr-schedule bold-peak @0.75x").summary
     assert conv.decided_by.startswith("seeds as blocks") and "(t, 2 dof)" in conv.decided_by
     assert conv.speedup == pytest.approx(math.sqrt(75.0 / 34.8 * 99.6 / 55.7), rel=1e-6)
     assert conv.speedup_ci[0] > 1.4 and conv.carried_by is None
-    assert result.pick.variant.name == "preset:converge @0.75x"
+    assert result.pick.variant.name == "T01 lr-schedule bold-peak @0.75x"
     # the same runs decided by the pooled spread (blocks never reach the dof they need): nothing is picked
     monkeypatch.setattr(stats, "MIN_BLOCK_DOF", 99)
     fake, result = run()
-    conv = result.record("preset:converge @0.75x").summary
+    conv = result.record("T01 lr-schedule bold-peak @0.75x").summary
     assert "pooled over" in conv.decided_by and conv.speedup_ci[0] < 1.0
     assert result.pick.variant.kind == "baseline"
 
@@ -1251,19 +1257,46 @@ def test_a_pick_that_misses_its_third_seed_is_not_picked_and_the_next_is_confirm
     figures = {
         "baseline": [80.0, 91.0, 88.0],
         "preset:fast+converge @0.75x": [40.0, 41.0, None],  # the fastest on two seeds; misses the third
-        "preset:converge @0.75x": [44.0, 46.0, 45.0],
+        "T01 lr-schedule bold-peak @0.75x": [44.0, 46.0, 45.0],
     }
-    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "preset:converge @0.75x": 5.0}
+    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "T01 lr-schedule bold-peak @0.75x": 5.0}
     fake = FakeLauncher(figures, target=True, walls=walls)
     bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=75.0)
     result = bench.run()
-    fc, conv = "preset:fast+converge @0.75x", "preset:converge @0.75x"
+    fc, conv = "preset:fast+converge @0.75x", "T01 lr-schedule bold-peak @0.75x"
     assert [s for v, s in fake.calls if v == fc] == [0, 1, 2]
     assert [s for v, s in fake.calls if v == conv] == [0, 1, 2]
     assert [s for v, s in fake.calls if v == "baseline"] == [0, 1, 2]  # seed 2 of the baseline ran once
     assert any(f"{fc} would have been picked on 2 seeds" in n and "missed the target on it" in n for n in result.notes)
     assert result.record(fc).summary.target_missed == 1
     assert result.pick.variant.name == conv
+
+
+def test_a_candidate_whose_schedule_twin_missed_a_seed_it_has_not_run_is_not_picked():
+    """GRU-shaped (bench of 2026-12-07, run 12): converge @0.75x at batch 512 missed seed 2 (it flattened at
+    0.880), and fast+converge @0.75x, the same schedule at the same batch, would have been picked on seeds 0 and 1
+    with no budget left for seed 2. The same curve on seed 2 is the likeliest outcome: it is not picked, and the
+    reason names the twin and the seed. A candidate with another schedule is no twin."""
+    figures = {
+        "baseline": [80.0, 91.0, 88.0],
+        "preset:fast+converge @0.75x": [40.0, 41.0, None],
+        "preset:converge @0.75x": [44.0, 46.0, 45.0],
+    }
+    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "preset:converge @0.75x": 5.0}
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=67.0).run()
+    conv = result.record("preset:converge @0.75x")
+    assert [s for v, s in fake.calls if v == "preset:converge @0.75x"] == [0, 1]
+    assert result.record("preset:fast+converge @0.75x").summary.target_missed == 1
+    assert conv.summary.speedup_ci[0] > 1.0  # its own runs would pick it
+    assert conv.summary.picked_why.startswith("not picked: preset:fast+converge @0.75x trains the same schedule")
+    assert "on seed 2, which this one has not run" in conv.summary.picked_why
+    assert result.pick.variant.kind == "baseline"
+    from lightning_speedups.bench.target_runs import _schedule_settings
+
+    twin = _schedule_settings(result.record("preset:fast+converge @0.75x").variant)
+    assert _schedule_settings(conv.variant) == twin
+    assert _schedule_settings(result.record("T01 lr-schedule bold-peak @0.75x").variant) != twin
 
 
 def test_a_pick_the_budget_cannot_confirm_is_still_picked_and_the_notes_say_so():
