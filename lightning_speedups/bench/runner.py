@@ -364,6 +364,10 @@ class Bench(TargetRuns, CombinationRuns):
         self._summarize_phase_one(base)
         if self.target is not None and self._one_more_seed(base):
             self._summarize_phase_one(base)
+        # a pick that only the leftover budget ran (after the confirmations above) is confirmed the same way, or
+        # the notes say it was not
+        while self.target is not None and self._confirm_pick(base):
+            self._summarize_phase_one(base)
 
     def _first_baseline_run(self, base: VariantRecord) -> dict[str, Any]:
         """The baseline's first run (the fork server warmed first): a time-out or a failure to train stops the

@@ -855,6 +855,24 @@ def test_the_stack_phase_spares_the_last_repeat_of_a_tip_that_can_no_longer_pay(
     assert any(r.variant.name.startswith("stack:T24 + ") for r in result.records)  # T24 still stacked
 
 
+def test_a_lever_above_one_in_every_repeat_but_undecided_gets_up_to_two_more_repeats():
+    """GRU-shaped (bench of 2026-12-07, third session): the larger batch read 1.13x then 1.40x; with t of 1 dof no
+    interval clears 1.0, and it was dropped. Every ratio above 1.0: it gets up to two more paired repeats (the
+    baseline's too), one at a time, and pays on the fourth; a lever below 1.0 gets none."""
+    rates = {"T24 channels-last": [113.0, 140.0, 128.0, 130.0], "T22 fusion": [95.0, 140.0, 140.0, 140.0]}
+    fake = FakeLauncher({"baseline": [100.0] * 4, "samples/s": rates}, target=True)
+    result = _bench(fake, tips=["T01", "T24", "T22"], repeats=2, target="val_acc=0.9", stack=True).run()
+    ran = [v for v, _ in fake.calls]
+    assert ran.count("T24 channels-last") == 4 and ran.count("baseline (samples/s)") == 4
+    assert ran.count("T22 fusion") == 1
+    assert any(r.variant.name.startswith("stack:T24 + ") for r in result.records)
+    # decided after three: no fourth
+    rates["T24 channels-last"] = [130.0, 128.0, 129.0, 300.0]
+    fake = FakeLauncher({"baseline": [100.0] * 4, "samples/s": rates}, target=True)
+    _bench(fake, tips=["T01", "T24"], repeats=2, target="val_acc=0.9", stack=True).run()
+    assert [v for v, _ in fake.calls].count("T24 channels-last") == 2
+
+
 def test_the_stack_phase_stops_after_one_round_when_no_tip_can_pay():
     """No tip beat the baseline in the first round: the second round (the baseline's run too) is not run."""
     figures = {"baseline": [100.0, 100.0], "samples/s": {"T24 channels-last": [99.0, 300.0]}}
@@ -1290,7 +1308,7 @@ def test_a_candidate_whose_schedule_twin_missed_a_seed_it_has_not_run_is_not_pic
     }
     walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "preset:converge @0.75x": 5.0}
     fake = FakeLauncher(figures, target=True, walls=walls)
-    result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=67.0).run()
+    result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=60.0).run()
     conv = result.record("preset:converge @0.75x")
     assert [s for v, s in fake.calls if v == "preset:converge @0.75x"] == [0, 1]
     assert result.record("preset:fast+converge @0.75x").summary.target_missed == 1
@@ -1303,6 +1321,21 @@ def test_a_candidate_whose_schedule_twin_missed_a_seed_it_has_not_run_is_not_pic
     twin = _schedule_settings(result.record("preset:fast+converge @0.75x").variant)
     assert _schedule_settings(conv.variant) == twin
     assert _schedule_settings(result.record("T01 lr-schedule bold-peak @0.75x").variant) != twin
+
+
+def test_a_pick_only_the_leftover_budget_ran_is_confirmed_too():
+    """LeNet-shaped (bench of 2026-12-07, third session): the planned candidate missed, and the pick came from the
+    leftover budget on two seeds, after the confirmation stage, with nothing said. It gets its third seed when the
+    budget holds it, and the notes say so."""
+    lead = "T01 lr-schedule bold-peak @0.75x"
+    figures = {"baseline": [80.0, 91.0, 88.0], "preset:fast+converge @0.75x": [None, None], lead: [30.0, 31.0, 32.0]}
+    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, lead: 3.0}
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=80.0).run()
+    assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]
+    assert fake.calls.index((lead, 1)) > fake.calls.index(("preset:fast+converge @0.75x", 0))
+    assert any(f"{lead} would have been picked on 2 seeds" in n for n in result.notes), result.notes
+    assert result.pick.variant.name == lead and result.record(lead).summary.runs_ok == 3
 
 
 def test_a_pick_the_budget_cannot_confirm_is_still_picked_and_the_notes_say_so():
