@@ -394,24 +394,7 @@ class TargetRuns(BenchState):
         try:
             self._add_total(repeats * (1 + len(timed)))
             window = self._stack_window(base)
-            running = list(timed)
-            for repeat in range(repeats):
-                if repeat > 0:
-                    for record in list(running):
-                        why = self._cannot_pay(record, base, repeats)
-                        if why:
-                            running.remove(record)
-                            dropped[record.variant.name] = why
-                            spared[record.variant.name] = repeats - repeat
-                            self._add_total(-(repeats - repeat))
-                    if not running:  # the baseline's runs to come would pair with nothing
-                        self._add_total(-(repeats - repeat))
-                        spared[base.variant.name] = repeats - repeat
-                        break
-                for record in (base, *running):
-                    if record is not base or len(base.runs) <= repeat:  # the window's probe may be repeat 0
-                        self._run_rate(record, repeat)
-            self._extend(running, base, repeats)
+            self._paired_rounds(base, timed, repeats, dropped, spared)
             on_top = self._stack_on_top(base, timed, dropped, spared, repeats)
         finally:
             self.target, self.trainer_overrides, self.options = target, settings, o
@@ -520,6 +503,37 @@ class TargetRuns(BenchState):
                 " repeats to come could lift its interval above 1.0, so they were not run"
             )
         return None
+
+    def _paired_rounds(
+        self,
+        base: VariantRecord,
+        records: list[VariantRecord],
+        repeats: int,
+        dropped: dict[str, str],
+        spared: dict[str, int],
+    ) -> None:
+        """``repeats`` rounds of samples/s runs, ``base`` then each of ``records`` still able to pay
+        (:meth:`_cannot_pay`; one that cannot is dropped, its repeats to come spared, and the base's too once none is
+        left), then the extra repeats of the undecided (:meth:`_extend`). A base run already there (the window's
+        calibration) counts as its first repeat."""
+        running = list(records)
+        for repeat in range(repeats):
+            if repeat > 0:
+                for record in list(running):
+                    why = self._cannot_pay(record, base, repeats)
+                    if why:
+                        running.remove(record)
+                        dropped[record.variant.name] = why
+                        spared[record.variant.name] = repeats - repeat
+                        self._add_total(-(repeats - repeat))
+                if not running:  # the base's runs to come would pair with nothing
+                    self._add_total(-(repeats - repeat))
+                    spared[base.variant.name] = repeats - repeat
+                    return
+            for record in (base, *running):
+                if record is not base or len(base.runs) <= repeat:
+                    self._run_rate(record, repeat)
+        self._extend(running, base, repeats)
 
     def _extend(self, running: list[VariantRecord], base: VariantRecord, repeats: int) -> None:
         """Up to :data:`STACK_EXTRA` more paired repeats, one at a time, for the levers still undecided after
@@ -661,23 +675,7 @@ class TargetRuns(BenchState):
             )
             out.append((tip, under, over))
         self._add_total(repeats * (1 + len(out)))
-        running = [over for _, _, over in out]
-        for repeat in range(repeats):
-            if repeat > 0:
-                for over in list(running):
-                    why = self._cannot_pay(over, under, repeats)
-                    if why:
-                        running.remove(over)
-                        dropped[over.variant.name] = why
-                        spared[over.variant.name] = repeats - repeat
-                        self._add_total(-(repeats - repeat))
-                if not running:
-                    self._add_total(-(repeats - repeat))
-                    spared[under.variant.name] = repeats - repeat
-                    break
-            for record in (under, *running):
-                self._run_rate(record, repeat)
-        self._extend(running, under, repeats)
+        self._paired_rounds(under, [over for _, _, over in out], repeats, dropped, spared)
         return out
 
     @staticmethod
