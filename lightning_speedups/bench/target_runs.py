@@ -96,6 +96,7 @@ def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = 
             description=f"{v.description}; the schedule spans {f:g}x the baseline's steps to the target",
         )
 
+    first = next((v for v in variants if v in onecycle), None)  # where the one-cycles go, before their reorder
     # within a span, each schedule's first candidate before a second with the same schedule (fast+converge, then
     # T01's bold peak, then converge): a second adds throughput parts only, and shares the first one's curve
     seen: list[dict[str, Any]] = []
@@ -113,7 +114,7 @@ def with_measured_plans(variants: list[Variant], fractions: tuple[float, ...] = 
             out.append(v)
             continue
         if v in onecycle:
-            if v is variants[min(variants.index(u) for u in onecycle)]:
+            if v is first:
                 out.extend(at(u, f) for f in fractions for u in onecycle)
             continue
         out.extend(at(v, f) for f in fractions)
@@ -183,6 +184,15 @@ def _batch_lever(variant: Variant) -> bool:
     """T04's larger batch with the linear learning-rate rule (``x4-linear``): the batch lever of the stack."""
     o = variant.overrides
     return variant.kind == "tip" and "largest_batch.batch_size" in o and o.get("largest_batch.lr_rule") == "linear"
+
+
+def _stacked(paid: list[Variant]) -> dict[str, Any]:
+    """The overrides of the throughput levers that paid, merged in tip order, each as timed (T04's with its batch,
+    not the search of its own default)."""
+    overrides: dict[str, Any] = {}
+    for v in sorted(paid, key=lambda v: v.tips[0]):
+        overrides.update(v.overrides)
+    return overrides
 
 
 def _carries(variant: Variant, overrides: Mapping[str, Any]) -> bool:
@@ -430,9 +440,7 @@ class TargetRuns(BenchState):
             )
             return
         stack = tuple(sorted(paying))
-        overrides: dict[str, Any] = {}
-        for v in sorted(paid, key=lambda v: v.tips[0]):
-            overrides.update(v.overrides)  # each as timed: T04's with its batch, not the search of its own default
+        overrides = _stacked(paid)
         label = "stack:" + "+".join(stack)
         front: list[Variant] = []  # per candidate that changes the optimisation, in the plan's order: its twin
         carrying: list[Variant] = []  # or itself, where it already sets the stack (fast's `optimizer: auto` is T06's)
@@ -646,9 +654,7 @@ class TargetRuns(BenchState):
         if not again:
             return []
         stack = tuple(sorted(v.tips[0] for v in paid))
-        overrides: dict[str, Any] = {}
-        for v in sorted(paid, key=lambda v: v.tips[0]):
-            overrides.update(v.overrides)
+        overrides = _stacked(paid)
         under = VariantRecord(
             Variant(
                 f"stack:{'+'.join(stack)} (samples/s)",
