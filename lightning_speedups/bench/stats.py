@@ -175,8 +175,59 @@ def fastest_stretch_rate(
     return None if best is None else best[1] / best[0]
 
 
+#: the windows of each side (a lever's, the baseline's) :func:`fastest_windows_gain` needs
+FASTEST_WINDOWS = 3
+
+
+def fastest_windows_gain(
+    rates: Sequence[float], base_rates: Sequence[float], min_gain: float
+) -> tuple[Optional[bool], str]:
+    """Whether a throughput lever pays by its fastest windows, and why (``None``: too few windows to say). Another
+    process only ever slows a window: the fastest of a few is the least disturbed (Chen and Revels, "Robust
+    benchmarking in noisy environments", 2016; Python's ``timeit`` reports the minimum for the same reason), where
+    one slow window in a paired ratio swings the interval past deciding (the GRU of issue 37: the larger batch
+    read 2.12x and 0.87x of the baseline in two repeats, one of each side 30% slow). The lever pays when its second
+    fastest window beats the baseline's fastest by ``min_gain`` and by the gap between the baseline's own two
+    fastest (its noise: with one of them slow the rule stands back): a gain two windows show, not one lucky one.
+    Each side needs :data:`FASTEST_WINDOWS`.
+
+    Examples:
+        >>> ok, why = fastest_windows_gain([8826, 5297, 8790], [4161, 6062, 6010], 0.02)
+        >>> ok, why.split(": ")[-1]
+        (True, '1.46x, its second 1.45x (above 1 + 2%)')
+        >>> fastest_windows_gain([6116, 5808, 6200], [4161, 6062, 6010], 0.02)[0]
+        False
+        >>> fastest_windows_gain([8826, 5297], [4161, 6062], 0.02)[0] is None
+        True
+    """
+    mine, theirs = sorted(rates, reverse=True), sorted(base_rates, reverse=True)
+    if len(mine) < FASTEST_WINDOWS or len(theirs) < FASTEST_WINDOWS or theirs[1] <= 0:
+        return None, f"{len(mine)} and {len(theirs)} window(s): its fastest windows need {FASTEST_WINDOWS} of each"
+    floor = max(min_gain, theirs[0] / theirs[1] - 1.0)
+    gain, second = mine[0] / theirs[0], mine[1] / theirs[0]
+    said = (
+        f"fastest windows {mine[0]:,.0f} and {mine[1]:,.0f} samples/s against the baseline's fastest"
+        f" {theirs[0]:,.0f}: {gain:.2f}x, its second {second:.2f}x"
+    )
+    why = "--min-gain" if floor == min_gain else "the baseline's own two fastest windows' gap"
+    if second >= 1.0 + floor:
+        return True, f"{said} (above 1 + {floor:.0%})"
+    return False, f"{said}: not above 1 + {floor:.0%} ({why})"
+
+
+def fastest_windows_open(rates: Sequence[float], base_rates: Sequence[float], min_gain: float) -> bool:
+    """Whether more windows could still make a lever pay by :func:`fastest_windows_gain`: its fastest window so far
+    beats the baseline's fastest by ``min_gain`` (one that never did was not slowed in every window)."""
+    return bool(rates) and bool(base_rates) and max(rates) >= (1.0 + min_gain) * max(base_rates)
+
+
 def _rate(run: Mapping[str, Any]) -> Optional[float]:
     return run.get("samples_per_s") or run.get("steps_per_s")
+
+
+def window_rates(runs: Sequence[Mapping[str, Any]]) -> list[float]:
+    """The samples/s (else steps/s) of each completed run, in order."""
+    return [float(x) for x in (_rate(r) for r in runs if r.get("status") == "ok") if x]
 
 
 def summarize(runs: Sequence[Mapping[str, Any]]) -> VariantSummary:

@@ -20,9 +20,12 @@ from lightning_speedups.bench.stats import (
     can_still_clear,
     compare,
     fastest_stretch_rate,
+    fastest_windows_gain,
+    fastest_windows_open,
     pick_verdict,
     rate_ratios,
     summarize,
+    window_rates,
 )
 from lightning_speedups.bench.variants import BASELINE, TARGET_VARIANTS, TIP_VARIANTS, Variant
 from lightning_speedups.config import all_settings
@@ -494,7 +497,8 @@ class TargetRuns(BenchState):
         """Why a throughput tip of the stack phase can no longer pay, before its next repeat (``None``: it still
         can): a run failed, its loss failed the sanity check, or no figures of its repeats to come could lift its
         interval above 1.0 (:func:`~lightning_speedups.bench.stats.can_still_clear`: with two or three repeats, a
-        first paired ratio at or under 1.0)."""
+        first paired ratio at or under 1.0) nor, from its second window on, its fastest windows make it pay
+        (:meth:`_fastest_open`)."""
         summary, base_summary = summarize(record.runs), summarize(base.runs)
         compare(summary, record.runs, base_summary, base.runs, self._stack_tolerance(record.variant, base.variant))
         if summary.runs_failed or not summary.runs_ok:
@@ -504,13 +508,25 @@ class TargetRuns(BenchState):
         ratios = rate_ratios(record.runs, base.runs)
         if ratios and all(r > 1.0 for r in ratios):
             repeats += STACK_EXTRA  # every ratio so far above 1.0: it may get more repeats (:meth:`_extend`)
-        if not can_still_clear(ratios, repeats):
-            shown = ", ".join(f"{r:.2f}x" for r in ratios)
-            return (
-                f"samples/s {shown} of the baseline's over {len(ratios)} of {repeats} repeats: no figures of the"
-                " repeats to come could lift its interval above 1.0, so they were not run"
-            )
-        return None
+        if can_still_clear(ratios, repeats) or self._fastest_open(record, base):
+            return None
+        shown = ", ".join(f"{r:.2f}x" for r in ratios)
+        fastest = (
+            ", nor did its fastest window beat the baseline's by --min-gain"
+            if len(window_rates(record.runs)) > 1
+            else ""
+        )
+        return (
+            f"samples/s {shown} of the baseline's over {len(ratios)} of {repeats} repeats: no figures of the"
+            f" repeats to come could lift its interval above 1.0{fastest}, so they were not run"
+        )
+
+    def _fastest_open(self, record: VariantRecord, base: VariantRecord) -> bool:
+        """Whether ``record``, with two windows or more, may still pay by its fastest windows
+        (:func:`~lightning_speedups.bench.stats.fastest_windows_open`). After one window a lever at or under the
+        baseline is dropped, as the paired interval drops it."""
+        mine = window_rates(record.runs)
+        return len(mine) > 1 and fastest_windows_open(mine, window_rates(base.runs), self.options.min_gain)
 
     def _paired_rounds(
         self,
@@ -545,16 +561,16 @@ class TargetRuns(BenchState):
 
     def _extend(self, running: list[VariantRecord], base: VariantRecord, repeats: int) -> None:
         """Up to :data:`STACK_EXTRA` more paired repeats, one at a time, for the levers still undecided after
-        ``repeats``: every ratio above 1.0, the interval not yet clear of it, and one that more repeats could still
-        clear (t with 2 dof is 4.3: on the GRU of issue 37 the larger batch read 1.13x and 1.40x, and no third repeat
-        could have lifted it). The decision to the target judges a stacked lever again, so a looser stop here costs
+        ``repeats``: every ratio above 1.0 (or a fastest window that beat the baseline's, :meth:`_fastest_open`), the
+        lever not yet paying, and one that more repeats could still clear (t with 2 dof is 4.3: on the GRU of issue
+        37 the larger batch read 1.13x and 1.40x, and no third repeat could have lifted it). The decision to the target judges a stacked lever again, so a looser stop here costs
         at most a candidate's twin."""
         for repeat in range(repeats, repeats + STACK_EXTRA):
             undecided = [
                 r
                 for r in running
                 if len(r.runs) == repeat
-                and all(x > 1.0 for x in rate_ratios(r.runs, base.runs))
+                and (all(x > 1.0 for x in rate_ratios(r.runs, base.runs)) or self._fastest_open(r, base))
                 and not self._stack_verdict(r, base, {})[0]
                 and self._cannot_pay(r, base, repeats) is None
             ]
@@ -611,11 +627,22 @@ class TargetRuns(BenchState):
         self, record: VariantRecord, against: VariantRecord, dropped: Mapping[str, str]
     ) -> tuple[bool, str]:
         """Whether a throughput lever of the stack phase pays against ``against`` (paired by repeat), and why; sets
-        both summaries. A lever whose repeats to come were spared (``dropped``) does not, for the reason given."""
+        both summaries: its paired interval clears 1.0, or else its fastest windows do
+        (:func:`~lightning_speedups.bench.stats.fastest_windows_gain`: one slow window of either side leaves the
+        interval undecided). A lever whose repeats to come were spared (``dropped``) does not, for the reason
+        given."""
         record.summary, against.summary = summarize(record.runs), summarize(against.runs)
         tolerance = self._stack_tolerance(record.variant, against.variant)
         compare(record.summary, record.runs, against.summary, against.runs, tolerance)
         ok, why = pick_verdict(record.summary, self.options.min_gain)
+        s = record.summary
+        if not ok and record.variant.name not in dropped and s.runs_ok and not s.runs_failed and s.sane:
+            fast, said = fastest_windows_gain(
+                window_rates(record.runs), window_rates(against.runs), self.options.min_gain
+            )
+            if fast:
+                ok, why = True, f"pays by its {said}; its paired interval did not decide ({why})"
+                s.decided_by, s.picked_why = "its fastest windows", why
         if record.variant.name in dropped:
             ok, why = False, dropped[record.variant.name]
             record.summary.picked_why = why

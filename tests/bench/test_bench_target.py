@@ -858,16 +858,24 @@ def test_the_stack_phase_spares_the_last_repeat_of_a_tip_that_can_no_longer_pay(
 def test_a_lever_above_one_in_every_repeat_but_undecided_gets_up_to_two_more_repeats():
     """GRU-shaped (bench of 2026-12-07, third session): the larger batch read 1.13x then 1.40x; with t of 1 dof no
     interval clears 1.0, and it was dropped. Every ratio above 1.0: it gets up to two more paired repeats (the
-    baseline's too), one at a time, and pays on the fourth; a lever below 1.0 gets none."""
-    rates = {"T24 channels-last": [113.0, 140.0, 128.0, 130.0], "T22 fusion": [95.0, 140.0, 140.0, 140.0]}
+    baseline's too), one at a time, and pays on the fourth; a lever below 1.0 gets none. The baseline's own windows
+    25% apart keep its fastest windows from deciding at the third."""
+    rates = {
+        "baseline (samples/s)": [100.0, 100.0, 125.0, 100.0],
+        "T24 channels-last": [113.0, 140.0, 135.0, 130.0],
+        "T22 fusion": [95.0, 140.0, 140.0, 140.0],
+    }
     fake = FakeLauncher({"baseline": [100.0] * 4, "samples/s": rates}, target=True)
     result = _bench(fake, tips=["T01", "T24", "T22"], repeats=2, target="val_acc=0.9", stack=True).run()
     ran = [v for v, _ in fake.calls]
     assert ran.count("T24 channels-last") == 4 and ran.count("baseline (samples/s)") == 4
     assert ran.count("T22 fusion") == 1
     assert any(r.variant.name.startswith("stack:T24 + ") for r in result.records)
-    # decided after three: no fourth
+    phase = {r["name"]: r for r in result.to_dict()["stack_phase"]}
+    assert phase["T24 channels-last"]["summary"]["decided_by"] == ""  # its paired interval decided, at the fourth
+    # decided after two: no third
     rates["T24 channels-last"] = [130.0, 128.0, 129.0, 300.0]
+    rates["baseline (samples/s)"] = [100.0] * 4
     fake = FakeLauncher({"baseline": [100.0] * 4, "samples/s": rates}, target=True)
     _bench(fake, tips=["T01", "T24"], repeats=2, target="val_acc=0.9", stack=True).run()
     assert [v for v, _ in fake.calls].count("T24 channels-last") == 2
@@ -1157,6 +1165,37 @@ def test_a_larger_batch_that_pays_by_samples_per_s_is_stacked_onto_the_schedules
     assert "; at 4x the batch, as many samples: 125 (0.5x), 188 (0.75x), 250 (1x)" in plan, plan
 
 
+def test_a_lever_one_slow_window_leaves_undecided_pays_by_its_fastest_windows():
+    """GRU run 9 of 2026-12-07 (no bf16): the baseline's first window 30% slow, the larger batch's second: T04 read
+    2.12x and 0.87x and no third repeat could lift its paired interval, so it was dropped, and the bench fell under
+    2x at batch 128. Its fastest window beat the baseline's: it gets its third repeat, and pays by its two fastest
+    windows. Fusion, no faster in any window but the slow baseline's, is dropped after two; with the baseline's own
+    fastest windows far apart the rule stands back."""
+    rates = {
+        "baseline (samples/s)": [41.6, 60.6, 60.1],
+        "T04 max-batch x4-linear": [88.3, 53.0, 87.9],
+        "T22 fusion": [56.6, 55.3, 58.0],
+    }
+    fake = FakeLauncher({"baseline": [100.0] * 3, "samples/s": rates}, target=True)
+    result = _bench(fake, tips=["T01", "T04", "T22"], repeats=3, target="val_acc=0.9", stack=True).run()
+    ran = [v for v, _ in fake.calls]
+    assert ran.count("T04 max-batch x4-linear") == 3 and ran.count("T22 fusion") == 2
+    phase = {r["name"]: r["summary"] for r in result.to_dict()["stack_phase"]}
+    assert phase["T04 max-batch x4-linear"]["decided_by"] == "its fastest windows"
+    assert "88 and 88 samples/s against the baseline's fastest 61" in phase["T04 max-batch x4-linear"]["picked_why"]
+    assert result.records[1].variant.name.startswith("stack:T04 + ")
+    assert "nor did its fastest window beat the baseline's" in phase["T22 fusion"]["picked_why"]
+    # the baseline's two fastest windows 30% apart: a 1.2x second window is within its noise, in the two extra
+    # repeats too
+    rates["baseline (samples/s)"] = [41.6, 60.6, 46.0, 45.0, 44.0]
+    rates["T04 max-batch x4-linear"] = [88.3, 53.0, 72.0, 60.0, 58.0]
+    fake = FakeLauncher({"baseline": [100.0] * 5, "samples/s": rates}, target=True)
+    result = _bench(fake, tips=["T01", "T04"], repeats=3, target="val_acc=0.9", stack=True).run()
+    phase = {r["name"]: r for r in result.to_dict()["stack_phase"]}
+    assert len(phase["T04 max-batch x4-linear"]["runs"]) == 5
+    assert not any(r.variant.kind == "stack" for r in result.records)
+
+
 def test_a_larger_batch_that_does_not_pay_stays_a_candidate_to_the_target_and_a_diverged_one_is_not_stacked():
     for rate, loss in (([100.0, 100.0], 1.2), ([130.0, 128.0], float("nan"))):
         fake, _, result = _batch_lever_bench(rate, loss)
@@ -1174,7 +1213,7 @@ def _cpu_bf16(monkeypatch):
 
 
 def _multiplying_bench(rates, **kw):
-    figures = {"baseline": [100.0, 100.0, 100.0], "samples/s": rates}
+    figures = {"baseline": [100.0] * 5, "samples/s": rates}
     fake = FakeLauncher(figures, target=True)
     bench = _bench(fake, tips=["T01", "T04", "T05"], repeats=2, target="val_acc=0.9", stack=True, **kw)
     return fake, bench.run()
@@ -1206,10 +1245,11 @@ def test_a_faster_precision_that_pays_only_at_the_larger_batch_is_timed_on_top_o
 
 
 def test_a_larger_batch_that_pays_only_with_the_faster_precision_is_timed_on_top_of_it(_cpu_bf16):
-    """The other way round (GRU, bf16, run 10 of 2026-12-07): T05 paid alone, T04 did not (1.83x, then 0.95x):
-    T04 is timed on top of T05 (its loss at four times the samples is not held to T05's) and joins the stack."""
+    """The other way round (GRU, bf16, run 10 of 2026-12-07): T05 paid alone, T04 did not (1.83x, then 0.95x; its
+    fastest window kept it to a third repeat and two more, all slow): T04 is timed on top of T05 (its loss at four
+    times the samples is not held to T05's) and joins the stack."""
     rates = {
-        "T04 max-batch x4-linear": [183.0, 95.0],
+        "T04 max-batch x4-linear": [183.0, 95.0, 96.0, 97.0, 94.0],
         "T05 amp": [120.0, 121.0],
         "stack:T05 (samples/s)": [120.0, 122.0],
         "stack:T04+T05 (samples/s)": [240.0, 250.0],
