@@ -795,15 +795,22 @@ class TargetRuns(BenchState):
             return False
         self._confirming.append(name)
         seed = len(record.runs)
-        both = " and the baseline" if len(base.runs) <= seed else ""
-        need = self._one_more_pair(base, record)
+        had_base = len(base.runs) > seed
+        need = self._one_more_pair(base, record, alone=True)
         if need is not None:
             self.notes.append(
                 f"{name} would be picked on {seed} seeds; one more seed of it"
-                + both
+                + ("" if had_base else " (or of it alone)")
                 + f" (about {need:.0f} s) no longer fit in the {self.options.flag('budget')}, so it was not confirmed"
             )
             return False
+        both = (
+            ""
+            if had_base
+            else " and the baseline"
+            if len(base.runs) > seed
+            else " (alone: the budget no longer held the baseline's seed too; a miss is what the new seed looks for)"
+        )
         new = record.runs[-1]
         said = (
             f"reached the target again ({new.get('crossing_s') or new.get('time_to_target_s') or 0:.1f} s)"
@@ -818,14 +825,21 @@ class TargetRuns(BenchState):
         )
         return True
 
-    def _one_more_pair(self, base: VariantRecord, record: VariantRecord) -> Optional[float]:
+    def _one_more_pair(self, base: VariantRecord, record: VariantRecord, alone: bool = False) -> Optional[float]:
         """One more seed of ``record``, and of the baseline when it has no run of that seed yet, if the budget holds
-        both: ``None`` once they ran, else the seconds they would need (nothing ran)."""
+        both: ``None`` once they ran, else the seconds they would need (nothing ran). With ``alone``, a budget that
+        holds ``record``'s run but not the baseline's runs ``record``'s alone (a confirmation that looks for a
+        miss)."""
         seed = len(record.runs)
-        need = self._estimate(record.variant) + (self._estimate(base.variant) if len(base.runs) <= seed else 0.0)
-        if need > self._remaining():
-            return need
-        if len(base.runs) <= seed:
+        with_base = len(base.runs) <= seed
+        mine = self._estimate(record.variant)
+        theirs = self._estimate(base.variant) if with_base else 0.0
+        left = self._remaining()
+        if mine + theirs > left:
+            if not (alone and with_base and mine <= left):
+                return mine + theirs
+            with_base = False
+        if with_base:
             self._add_total(1)
             self._run_one(base, len(base.runs))
         self._add_total(1)

@@ -453,3 +453,18 @@ def test_the_timed_window_starts_with_the_garbage_collected_and_the_warm_up_froz
     quiet_trainer(max_steps=20, callbacks=[probe, Spy()]).fit(Model())
     assert frozen[:2] == [0, 0] and all(n > 0 for n in frozen[2:5]), frozen
     assert gc.get_freeze_count() == 0 and probe.results()["completed"]
+
+
+def test_the_busy_note_takes_the_benchs_own_last_run_out_of_the_load_at_the_end(monkeypatch):
+    """A bench alone on 2 cores ended at a load average of 2.2, most of it its own last run's 2 threads, and called
+    the machine busy. Its own threads are taken out of the end's load; another process's load still counts."""
+    from lightning_speedups.bench.machine import busy_note
+
+    meta = {"cpus_usable": 2, "torch_threads": 2, "load_average": (0.3, 0.3, 0.3)}
+    monkeypatch.setattr("os.getloadavg", lambda: (2.2, 1.3, 1.3))
+    assert busy_note(dict(meta)) is None
+    monkeypatch.setattr("os.getloadavg", lambda: (4.5, 3.0, 2.0))  # two more threads of someone else's
+    note = busy_note(dict(meta))
+    assert note is not None and "a load average of 2.5 from other processes on 2 CPUs" in note
+    monkeypatch.setattr("os.getloadavg", lambda: (2.2, 1.3, 1.3))
+    assert busy_note({**meta, "load_average": (2.6, 2.0, 1.0)}) is not None  # busy before it started
