@@ -164,3 +164,23 @@ class FakeLauncher:
             "speedups": nested_speedups(overrides),
             "wall_s": self.wall,
         }
+
+
+def refused_in_process(folder: Any, monkeypatch: Any, capsys: Any, *args: str) -> tuple[int, str, str]:
+    """``python -m lightning_speedups ARGS`` run in this process (``cli.main``), from ``folder``, with no
+    ``LIGHTNING_SPEEDUPS*`` variable set: its exit code, stdout and stderr. For input the command refuses before any
+    work: a fresh interpreter costs about 7 s of imports a case on 2 cores (the real process's exit path is tested
+    where a command runs)."""
+    import os
+
+    from lightning_speedups.cli import main
+
+    monkeypatch.chdir(folder)
+    for name in [k for k in os.environ if k.startswith("LIGHTNING_SPEEDUPS")]:
+        monkeypatch.delenv(name)
+    try:
+        code = main(list(args))
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from helpers import refused_in_process
 
 from lightning_speedups.bench import BenchError
 from lightning_speedups.bench.script import (
@@ -310,10 +311,12 @@ def test_bench_to_a_target_on_a_script(folder: Path):
         (["--"], "nothing after `--`"),
     ],
 )
-def test_bad_input_is_refused_in_one_line_before_any_run(folder: Path, args: list[str], message: str):
-    done = run(folder, "bench", *args)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
-    assert "Traceback" not in done.stderr and "bench: plain" not in done.stderr
+def test_bad_input_is_refused_in_one_line_before_any_run(
+    folder: Path, args: list[str], message: str, monkeypatch, capsys
+):
+    code, _, err = refused_in_process(folder, monkeypatch, capsys, "bench", *args)
+    assert code == 2 and message in err, err
+    assert "Traceback" not in err and "bench: plain" not in err
 
 
 def test_a_script_that_fails_or_builds_no_trainer_is_said_as_such(folder: Path):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import refused_in_process
 
 SCRIPT = """
 import os
@@ -190,11 +191,11 @@ def test_the_command_is_the_users_its_errors_and_exit_code_kept(folder, mode, co
         (["--steps", "0", "--", sys.executable, "train.py"], "--steps must be at least 1"),
     ],
 )
-def test_a_bad_command_is_refused_in_one_line_before_any_work(folder, args, expect):
-    done = run(folder, "doctor", *args)
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert expect in done.stderr and "Traceback" not in done.stderr
-    assert "SCRIPT" not in done.stdout
+def test_a_bad_command_is_refused_in_one_line_before_any_work(folder, args, expect, monkeypatch, capsys):
+    code, out, err = refused_in_process(folder, monkeypatch, capsys, "doctor", *args)
+    assert code == 2, err[-2000:]
+    assert expect in err and "Traceback" not in err
+    assert "SCRIPT" not in out
 
 
 def test_lightning_speedups_doctor_in_a_run_the_user_launches(folder):
