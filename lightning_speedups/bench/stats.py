@@ -180,7 +180,7 @@ FASTEST_WINDOWS = 3
 
 
 def fastest_windows_gain(
-    rates: Sequence[float], base_rates: Sequence[float], min_gain: float
+    rates: Sequence[float], base_rates: Sequence[float], min_gain: float, against: str = "the baseline"
 ) -> tuple[Optional[bool], str]:
     """Whether a throughput lever pays by its fastest windows, and why (``None``: too few windows to say). Another
     process only ever slows a window: the fastest of a few is the least disturbed (Chen and Revels, "Robust
@@ -189,7 +189,7 @@ def fastest_windows_gain(
     read 2.12x and 0.87x of the baseline in two repeats, one of each side 30% slow). The lever pays when its second
     fastest window beats the baseline's fastest by ``min_gain`` and by the gap between the baseline's own two
     fastest (its noise: with one of them slow the rule stands back): a gain two windows show, not one lucky one.
-    Each side needs :data:`FASTEST_WINDOWS`.
+    Each side needs :data:`FASTEST_WINDOWS`; ``against`` names the other side in the reason.
 
     Examples:
         >>> ok, why = fastest_windows_gain([8826, 5297, 8790], [4161, 6062, 6010], 0.02)
@@ -199,6 +199,8 @@ def fastest_windows_gain(
         False
         >>> fastest_windows_gain([8826, 5297], [4161, 6062], 0.02)[0] is None
         True
+        >>> fastest_windows_gain([120, 118, 90], [100, 99, 98], 0.02, "stack:T04")[1].split(": ")[0]
+        "fastest windows 120 and 118 samples/s against stack:T04's fastest 100"
     """
     mine, theirs = sorted(rates, reverse=True), sorted(base_rates, reverse=True)
     if len(mine) < FASTEST_WINDOWS or len(theirs) < FASTEST_WINDOWS or theirs[1] <= 0:
@@ -206,10 +208,10 @@ def fastest_windows_gain(
     floor = max(min_gain, theirs[0] / theirs[1] - 1.0)
     gain, second = mine[0] / theirs[0], mine[1] / theirs[0]
     said = (
-        f"fastest windows {mine[0]:,.0f} and {mine[1]:,.0f} samples/s against the baseline's fastest"
+        f"fastest windows {mine[0]:,.0f} and {mine[1]:,.0f} samples/s against {against}'s fastest"
         f" {theirs[0]:,.0f}: {gain:.2f}x, its second {second:.2f}x"
     )
-    why = "--min-gain" if floor == min_gain else "the baseline's own two fastest windows' gap"
+    why = "--min-gain" if floor == min_gain else f"{against}'s own two fastest windows' gap"
     if second >= 1.0 + floor:
         return True, f"{said} (above 1 + {floor:.0%})"
     return False, f"{said}: not above 1 + {floor:.0%} ({why})"

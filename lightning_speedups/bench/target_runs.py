@@ -637,8 +637,13 @@ class TargetRuns(BenchState):
         ok, why = pick_verdict(record.summary, self.options.min_gain)
         s = record.summary
         if not ok and record.variant.name not in dropped and s.runs_ok and not s.runs_failed and s.sane:
+            other = (
+                "the baseline"
+                if against.variant.kind == "baseline"
+                else against.variant.name.removesuffix(" (samples/s)")
+            )
             fast, said = fastest_windows_gain(
-                window_rates(record.runs), window_rates(against.runs), self.options.min_gain
+                window_rates(record.runs), window_rates(against.runs), self.options.min_gain, other
             )
             if fast:
                 ok, why = True, f"pays by its {said}; its paired interval did not decide ({why})"
