@@ -198,6 +198,11 @@ def _stacked(paid: list[Variant]) -> dict[str, Any]:
     return overrides
 
 
+def _side(record: VariantRecord) -> str:
+    """What a stack lever was timed against, as its notes name it: the baseline, or the stack it went on top of."""
+    return "the baseline" if record.variant.kind == "baseline" else record.variant.name.removesuffix(" (samples/s)")
+
+
 def _carries(variant: Variant, overrides: Mapping[str, Any]) -> bool:
     """Whether ``variant`` already sets every one of ``overrides`` to the same value (:func:`_settings`): a twin
     with them stacked would be it."""
@@ -517,7 +522,7 @@ class TargetRuns(BenchState):
             else ""
         )
         return (
-            f"samples/s {shown} of the baseline's over {len(ratios)} of {repeats} repeats: no figures of the"
+            f"samples/s {shown} of {_side(base)}'s over {len(ratios)} of {repeats} repeats: no figures of the"
             f" repeats to come could lift its interval above 1.0{fastest}, so they were not run"
         )
 
@@ -637,13 +642,8 @@ class TargetRuns(BenchState):
         ok, why = pick_verdict(record.summary, self.options.min_gain)
         s = record.summary
         if not ok and record.variant.name not in dropped and s.runs_ok and not s.runs_failed and s.sane:
-            other = (
-                "the baseline"
-                if against.variant.kind == "baseline"
-                else against.variant.name.removesuffix(" (samples/s)")
-            )
             fast, said = fastest_windows_gain(
-                window_rates(record.runs), window_rates(against.runs), self.options.min_gain, other
+                window_rates(record.runs), window_rates(against.runs), self.options.min_gain, _side(against)
             )
             if fast:
                 ok, why = True, f"pays by its {said}; its paired interval did not decide ({why})"

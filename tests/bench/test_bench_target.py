@@ -1269,6 +1269,7 @@ def test_a_multiplying_lever_is_not_stacked_when_it_does_not_pay_on_top_nor_time
     }
     fake, result = _multiplying_bench(rates)
     assert [v for v, _ in fake.calls].count("stack:T04+T05 (samples/s)") == 1
+    assert any("T05 amp on top of stack:T04 samples/s 0.98x of stack:T04's over 1 of" in n for n in result.notes)
     assert any(r.variant.name.startswith("stack:T04 + ") for r in result.records)
     assert not any("T05" in r.variant.name for r in result.records if r.variant.kind == "stack")
     # a lever whose runs failed (bf16 with no kernel for an op here) is not timed again at the larger batch
