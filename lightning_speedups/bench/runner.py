@@ -496,6 +496,7 @@ class Bench(TargetRuns, CombinationRuns):
         best: Optional[VariantRecord] = None
         best_speedup = 0.0
         confirmed: Optional[VariantRecord] = None  # target mode: the fastest that reached on CONFIRM_SEEDS seeds
+        confirmed_speedup = 0.0
         dropped = set()
         search = getattr(self, "search_result", None)
         if search is not None:  # a combination the search dropped did not beat its subset by min_gain
@@ -516,10 +517,8 @@ class Bench(TargetRuns, CombinationRuns):
                 continue
             if best is None or s.speedup > best_speedup:
                 best, best_speedup = rec, s.speedup
-            if self._confirmed(rec) and (
-                confirmed is None or confirmed.summary is None or s.speedup > (confirmed.summary.speedup or 0.0)
-            ):
-                confirmed = rec
+            if self._confirmed(rec) and (confirmed is None or s.speedup > confirmed_speedup):
+                confirmed, confirmed_speedup = rec, s.speedup
         if best is not None and confirmed is not None and not self._confirmed(best):
             best = self._prefer_confirmed(best, confirmed)
         return best or (self.records[0] if self.records else None)

@@ -517,7 +517,7 @@ class TargetRuns(BenchState):
             return None
         shown = ", ".join(f"{r:.2f}x" for r in ratios)
         fastest = (
-            ", nor did its fastest window beat the baseline's by --min-gain"
+            f", nor did its fastest window beat {_side(base)}'s by --min-gain"
             if len(window_rates(record.runs)) > 1
             else ""
         )
@@ -568,8 +568,8 @@ class TargetRuns(BenchState):
         """Up to :data:`STACK_EXTRA` more paired repeats, one at a time, for the levers still undecided after
         ``repeats``: every ratio above 1.0 (or a fastest window that beat the baseline's, :meth:`_fastest_open`), the
         lever not yet paying, and one that more repeats could still clear (t with 2 dof is 4.3: on the GRU of issue
-        37 the larger batch read 1.13x and 1.40x, and no third repeat could have lifted it). The decision to the target judges a stacked lever again, so a looser stop here costs
-        at most a candidate's twin."""
+        37 the larger batch read 1.13x and 1.40x, and no third repeat could have lifted it). The decision to the
+        target judges a stacked lever again, so a looser stop here costs at most a candidate's twin."""
         for repeat in range(repeats, repeats + STACK_EXTRA):
             undecided = [
                 r
@@ -809,13 +809,12 @@ class TargetRuns(BenchState):
                 + f" (about {need:.0f} s) no longer fit in the {self.options.flag('budget')}, so it was not confirmed"
             )
             return False
-        both = (
-            ""
-            if had_base
-            else " and the baseline"
-            if len(base.runs) > seed
-            else " (alone: the budget no longer held the baseline's seed too; a miss is what the new seed looks for)"
-        )
+        if had_base:
+            both = ""
+        elif len(base.runs) > seed:
+            both = " and the baseline"
+        else:
+            both = " (alone: the budget no longer held the baseline's seed too; a miss is what the new seed looks for)"
         new = record.runs[-1]
         said = (
             f"reached the target again ({new.get('crossing_s') or new.get('time_to_target_s') or 0:.1f} s)"
