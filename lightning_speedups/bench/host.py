@@ -32,6 +32,7 @@ class BenchState:
     _confirmed_carried: list[str]
     _confirming: list[str]
     _batch_dropped: list[str]
+    _shorter_dropped: list[str]
 
     def _estimate(self, variant: Variant) -> float:
         raise NotImplementedError

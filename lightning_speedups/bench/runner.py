@@ -134,6 +134,8 @@ class Bench(TargetRuns, CombinationRuns):
         self._confirming: list[str] = []
         #: target mode: candidates at the stack's larger batch not run once that batch missed (:meth:`_batch_failed`)
         self._batch_dropped: list[str] = []
+        #: target mode: one-cycles not run once a longer span of theirs flattened short (:meth:`_longer_flattened`)
+        self._shorter_dropped: list[str] = []
 
     # --- preparation
     def prepare(self) -> None:
@@ -271,7 +273,7 @@ class Bench(TargetRuns, CombinationRuns):
         self._run_counter += 1
         env: dict[str, str] = {}
         cache = "inductor" if o.compile_cache == "shared" else f"inductor-{self._run_counter}"
-        cap, cap_reason = self._cap(variant)
+        cap = self._cap(variant)
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(self.root, "cache", cache)
         env["TRITON_CACHE_DIR"] = os.path.join(self.root, "cache", cache, "triton")
         return {
@@ -288,8 +290,10 @@ class Bench(TargetRuns, CombinationRuns):
             # target mode: one seed per repeat (the spread over seeds), the same for every variant of it
             "seed": o.seed + repeat if self.target is not None else o.seed,
             "target": dataclasses.asdict(self.target) if self.target is not None else None,
-            "target_max_time": cap,
-            "cap_reason": cap_reason,
+            "target_max_time": cap.seconds,
+            "cap_reason": cap.why,
+            "cap_leader": cap.leader,
+            "cap_baseline_s": cap.baseline_s,
             "memory_step": o.memory_step,
             "threads": o.threads,
             "sys_path": [p for p in sys.path if p],
@@ -356,6 +360,12 @@ class Bench(TargetRuns, CombinationRuns):
                     "not run, since the stack's larger batch missed the target on its likeliest candidate and no"
                     " candidate at that batch reached it (it pays by samples/s, but may cost more epochs than it"
                     " saves): " + ", ".join(self._batch_dropped)
+                )
+            if self._shorter_dropped:
+                self.notes.append(
+                    "not run, since the same one-cycle over a longer span flattened short of the target on a seed (a"
+                    " shorter cycle anneals after fewer steps, to a plateau no higher): "
+                    + ", ".join(self._shorter_dropped)
                 )
             if self._twins:
                 self.notes.append(
@@ -585,6 +595,13 @@ class Bench(TargetRuns, CombinationRuns):
                     f" could no longer win): up to {saved:.0f} s of training saved against running each on to"
                     f" --target-max-time {self.options.target_max_time:g} s"
                 )
+            lost, kept = self.saved_by_leaders()
+            if lost:
+                self.notes.append(
+                    f"{lost} candidate run(s) stopped once past a leading candidate's slowest time to the target"
+                    f" (every run of it had reached it; adaptive capping): they could no longer be faster than it on"
+                    f" their seed; {kept:.0f} s of training saved against running each on to the baseline's cap"
+                )
             flat, kept = self.saved_by_flattening()
             if flat:
                 self.notes.append(
@@ -595,8 +612,8 @@ class Bench(TargetRuns, CombinationRuns):
             if self._spared:
                 self.notes.append(
                     f"{len(self._spared)} more run(s) of {', '.join(self._stopped)} not run after a miss (a candidate"
-                    f" that missed once cannot be picked): about {sum(self._spared):.0f} s of the budget kept for the"
-                    " next candidates"
+                    f" that missed once, or was slower than a leading candidate, cannot be picked): about"
+                    f" {sum(self._spared):.0f} s of the budget kept for the next candidates"
                 )
         finally:
             if progress is not None:

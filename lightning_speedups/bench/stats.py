@@ -95,6 +95,9 @@ class VariantSummary:
     target_steps: Spread = field(default_factory=lambda: Spread(None, None, None))
     target_reached: int = 0
     target_missed: int = 0
+    #: of the misses, the runs stopped at a leading candidate's time (:func:`outpaced`), and that candidate
+    target_outpaced: int = 0
+    outpaced_by: Optional[str] = None
     picked_why: str = ""
     decided_by: str = ""
     #: the run without which the interval would no longer lie above 1.0 (time-to-target mode): one seed carries
@@ -133,6 +136,8 @@ class VariantSummary:
             target_steps=self.target_steps.to_dict(),
             target_reached=self.target_reached,
             target_missed=self.target_missed,
+            target_outpaced=self.target_outpaced,
+            outpaced_by=self.outpaced_by,
             picked_why=self.picked_why,
             decided_by=self.decided_by,
             carried_by=self.carried_by,
@@ -232,6 +237,19 @@ def window_rates(runs: Sequence[Mapping[str, Any]]) -> list[float]:
     return [float(x) for x in (_rate(r) for r in runs if r.get("status") == "ok") if x]
 
 
+def outpaced(run: Mapping[str, Any]) -> bool:
+    """Whether a target run was stopped at a leading candidate's time
+    (:meth:`~lightning_speedups.bench.target_runs.TargetRuns._leader`): it lost to that one on its seed, which says
+    nothing of whether it would have reached the target, so it is no miss of its schedule or batch. A run that
+    flattened first, or reached, was not."""
+    return (
+        bool(run.get("cap_leader"))
+        and bool(run.get("timed_out"))
+        and not run.get("reached")
+        and not run.get("flattened")
+    )
+
+
 def summarize(runs: Sequence[Mapping[str, Any]]) -> VariantSummary:
     """Summarise the raw results of one variant's runs (failed runs are counted, not averaged)."""
     ok = [r for r in runs if r.get("status") == "ok"]
@@ -254,6 +272,9 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> VariantSummary:
         s.target_steps = Spread.of([r.get("steps_to_target") for r in ok if r.get("reached")])
         s.target_reached = sum(1 for r in ok if r.get("reached"))
         s.target_missed = len(ok) - s.target_reached
+        lost = [r for r in ok if outpaced(r)]
+        s.target_outpaced = len(lost)
+        s.outpaced_by = str(lost[0]["cap_leader"]) if lost else None
     if failed and not ok:
         s.failure = str(failed[0].get("reason") or "failed")
         s.sane = False
@@ -685,6 +706,11 @@ def pick_verdict(summary: Optional[VariantSummary], min_gain: float, noise: floa
         return False, "no run completed"
     if summary.runs_failed:
         return False, f"{summary.runs_failed} run(s) failed"
+    if summary.target_missed and summary.target_outpaced == summary.target_missed:
+        return False, (
+            f"stopped past the time to the target of {summary.outpaced_by} in {summary.target_outpaced} of"
+            f" {summary.runs_ok} run(s): slower than that one on its seed"
+        )
     if summary.target_missed:
         return False, f"missed the target in {summary.target_missed} of {summary.runs_ok} run(s)"
     if not summary.sane:

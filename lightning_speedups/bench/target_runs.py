@@ -10,7 +10,7 @@ import math
 import os
 import statistics
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from lightning_speedups.bench.args import flatten, preset_speedups, trainer_overrides
 from lightning_speedups.bench.host import BenchState
@@ -22,6 +22,7 @@ from lightning_speedups.bench.stats import (
     fastest_stretch_rate,
     fastest_windows_gain,
     fastest_windows_open,
+    outpaced,
     pick_verdict,
     rate_ratios,
     summarize,
@@ -183,6 +184,18 @@ MULTIPLYING = ("T04", "T05")
 CONFIRM_SEEDS = 3
 
 
+class Cap(NamedTuple):
+    """A target run's training-time cap (:meth:`TargetRuns._cap`)."""
+
+    seconds: float
+    #: why, when it is not ``--target-max-time``
+    why: Optional[str] = None
+    #: the leading candidate whose time set it (``None``: the baseline's did, or the user's cap)
+    leader: Optional[str] = None
+    #: the cap the baseline alone would have set, when a leader set a shorter one
+    baseline_s: Optional[float] = None
+
+
 def _batch_lever(variant: Variant) -> bool:
     """T04's larger batch with the linear learning-rate rule (``x4-linear``): the batch lever of the stack."""
     o = variant.overrides
@@ -278,7 +291,7 @@ class TargetRuns(BenchState):
             missed = [
                 r.get("repeat")
                 for r in other.runs
-                if r.get("status") == "ok" and not r.get("reached") and r.get("repeat") not in ran
+                if r.get("status") == "ok" and not r.get("reached") and not outpaced(r) and r.get("repeat") not in ran
             ]
             if missed:
                 return (
@@ -288,14 +301,20 @@ class TargetRuns(BenchState):
         return None
 
     def _skip_twin(self, record: VariantRecord) -> bool:
-        """Mark ``record`` not run when a candidate that already ran trained as it would (:meth:`_trained_as`), or
-        when it trains at the stack's larger batch and that batch already failed (:meth:`_batch_failed`)."""
+        """Mark ``record`` not run when a candidate that already ran trained as it would (:meth:`_trained_as`), when
+        it trains at the stack's larger batch and that batch already failed (:meth:`_batch_failed`), or when the same
+        one-cycle over a longer span flattened short of the target (:meth:`_longer_flattened`)."""
         if self.target is None or record.runs:
             return False
         failed = self._batch_failed(record)
         if failed is not None:
             record.skipped = failed
             self._batch_dropped.append(record.variant.name)
+            return True
+        longer = self._longer_flattened(record)
+        if longer is not None:
+            record.skipped = longer
+            self._shorter_dropped.append(record.variant.name)
             return True
         twin = self._trained_as(record)
         if twin is None:
@@ -306,6 +325,34 @@ class TargetRuns(BenchState):
         )
         self._twins.append(f"{record.variant.name} (as {twin.variant.name})")
         return True
+
+    def _longer_flattened(self, record: VariantRecord) -> Optional[str]:
+        """Why a one-cycle candidate is not run (``None``: it is): the same schedule at the same batch
+        (:func:`_schedule_settings` but for its plan) over a longer span flattened short of the target on a seed. A
+        one-cycle anneals at the end of its plan, and the same peak annealed after fewer steps settles no higher (the
+        final loss falls with the steps of a schedule: Hoffmann et al. 2022, "Training Compute-Optimal Large Language
+        Models", where each cosine cycle is matched to its run's length). In every bench of issue 37 where a one-cycle
+        flattened at 0.75x or 1x, the same one at a shorter span missed on that seed too (10 of 10, each lower), and
+        each took about one baseline run of a 450 s budget. A longer span stopped by its time cap, still improving,
+        says nothing of a shorter one, which anneals sooner."""
+        v = record.variant
+        if v.plan_fraction is None or _schedule_name(v) != "onecycle":
+            return None
+        mine = {k: x for k, x in _schedule_settings(v).items() if k != "lr_schedule.plan"}
+        for other in self.records:
+            o = other.variant
+            if other is record or o.plan_fraction is None or o.plan_fraction <= v.plan_fraction:
+                continue
+            if {k: x for k, x in _schedule_settings(o).items() if k != "lr_schedule.plan"} != mine:
+                continue
+            flat = [r for r in other.runs if r.get("status") == "ok" and r.get("flattened")]
+            if flat:
+                return (
+                    f"not run: {o.name}, the same one-cycle over a longer span, flattened short of the target on seed"
+                    f" {self.options.seed + int(flat[0].get('repeat') or 0)} (a shorter cycle anneals after fewer"
+                    " steps, to a plateau no higher)"
+                )
+        return None
 
     def _batch_failed(self, record: VariantRecord) -> Optional[str]:
         """Why a candidate at the stack's larger batch is not run (``None``: it is): the first candidate at that
@@ -323,9 +370,13 @@ class TargetRuns(BenchState):
             and r.variant.kind == "stack"
             and "largest_batch.batch_size" in r.variant.overrides
         ]
-        if not tried or any(run.get("reached") for r in tried for run in r.runs):
+        if any(run.get("reached") for r in tried for run in r.runs):
             return None
-        first = tried[0]
+        # a run stopped at a leader's time lost to that one; it did not miss at this batch
+        missed = [r for r in tried if any(not outpaced(run) for run in r.runs)]
+        if not missed:
+            return None
+        first = missed[0]
         return (
             f"not run: the stack's larger batch (largest_batch.batch_size"
             f" {record.variant.overrides['largest_batch.batch_size']}) missed the target on {first.variant.name},"
@@ -816,11 +867,12 @@ class TargetRuns(BenchState):
         else:
             both = " (alone: the budget no longer held the baseline's seed too; a miss is what the new seed looks for)"
         new = record.runs[-1]
-        said = (
-            f"reached the target again ({new.get('crossing_s') or new.get('time_to_target_s') or 0:.1f} s)"
-            if new.get("reached")
-            else "missed the target on it: it cannot be picked"
-        )
+        if new.get("reached"):
+            said = f"reached the target again ({new.get('crossing_s') or new.get('time_to_target_s') or 0:.1f} s)"
+        elif outpaced(new):
+            said = f"was slower on it than {new.get('cap_leader')}: it cannot be picked"
+        else:
+            said = "missed the target on it: it cannot be picked"
         self.notes.append(
             f"{name} would have been picked on {seed} seeds: one more seed of it"
             + both
@@ -948,13 +1000,16 @@ class TargetRuns(BenchState):
             return size / configured
         return 1.0
 
-    def _cap(self, variant: Variant) -> tuple[float, Optional[str]]:
-        """A target run's training-time cap, and why when it is not ``--target-max-time``: a candidate stops
-        once it passes the slowest baseline run's time to the target (plus the noise), where it can no
-        longer win."""
+    def _cap(self, variant: Variant) -> Cap:
+        """A target run's training-time cap (:class:`Cap`: why when it is not ``--target-max-time``, and the leader
+        that set it). A candidate stops once it passes the slowest baseline run's time to the target
+        (plus the noise), where it can no longer win; and once it passes the slowest time of a leading candidate
+        (:meth:`_leader`) by the same margin, where it can no longer be faster than that one on this seed (its first
+        run only: a candidate that reached before runs its next seeds on): adaptive capping (Hutter, Hoos, Leyton-Brown and Stuetzle 2009, "ParamILS": a challenger's run is cut once it has
+        taken longer than the incumbent's), which the racing of runtime configurators (SMAC, irace) shares."""
         o = self.options
         if variant.kind in ("baseline", "aa") or self.target is None:
-            return o.target_max_time, None
+            return Cap(o.target_max_time)
         times = [
             float(r["time_to_target_s"])
             for b in self.baselines.values()
@@ -962,18 +1017,56 @@ class TargetRuns(BenchState):
             if r.get("reached") and r.get("time_to_target_s")
         ]
         if not times:
-            return o.target_max_time, None
+            return Cap(o.target_max_time)
         slowest = max(times)
         spread = (slowest - min(times)) / statistics.median(times) if len(times) > 1 else 0.0
         margin = max(CAP_MARGIN, spread)
         cap = slowest * (1.0 + margin)
+        # a leader stops a candidate's first run only: one that reached before keeps every seed, or its runs that
+        # reached would leave the pooled spread with the one stopped (a group with a miss is left out of it)
+        first = not any(r.variant.name == variant.name and r.runs for r in self.records)
+        leader = self._leader(variant) if first else None
+        if leader is not None and leader[0] * (1.0 + margin) < min(cap, o.target_max_time):
+            their, name = leader
+            return Cap(
+                their * (1.0 + margin),
+                f"stopped at {their * (1.0 + margin):.0f} s of training, past the slowest time to the target of"
+                f" {name} ({their:.0f} s, every run of which reached it) + {margin:.0%}: it could no longer be faster"
+                " than that one on this seed",
+                name,
+                min(cap, o.target_max_time),
+            )
         if cap >= o.target_max_time:
-            return o.target_max_time, None
+            return Cap(o.target_max_time)
         why = (
             f"stopped at {cap:.0f} s of training, past the slowest baseline run's time to the target ({slowest:.0f} s)"
             f" + {margin:.0%}: it could no longer be faster"
         )
-        return cap, why
+        return Cap(cap, why)
+
+    def _leader(self, variant: Variant) -> Optional[tuple[float, str]]:
+        """The leading candidate a run of ``variant`` is capped at, as ``(its slowest time to the target, its
+        name)``; ``None`` when there is none. A leader is confirmed as a pick is (:data:`CONFIRM_SEEDS` runs, every one
+        of which reached the target), sane, and no twin of it missed on a seed it has not run (:meth:`_sibling_missed`);
+        of those, the one whose slowest time is the shortest. A leader on two seeds is not enough: one that then misses
+        its third can no longer be picked, and the candidates it stopped could have been (on the GRU of issue 37, run
+        10's 0.75x one-cycle at batch 512 reached on seeds 0 and 1 and flattened on seed 2). Never ``variant`` itself:
+        its next seed is capped by the baseline, or by another leader."""
+        best: Optional[tuple[float, str]] = None
+        for record in self.records:
+            if record.variant.kind in ("baseline", "aa", "idle") or record.variant.name == variant.name:
+                continue
+            runs = record.runs
+            if len(runs) < CONFIRM_SEEDS or not all(
+                r.get("status") == "ok" and r.get("reached") and r.get("time_to_target_s") for r in runs
+            ):
+                continue
+            if not summarize(runs).sane or self._sibling_missed(record) is not None:
+                continue
+            slowest = max(float(r["time_to_target_s"]) for r in runs)
+            if best is None or slowest < best[0]:
+                best = (slowest, record.variant.name)
+        return best
 
     def saved_by_flattening(self) -> tuple[int, float]:
         """``(runs stopped, seconds of training)``: what stopping a candidate once its annealed curve flattened
@@ -990,8 +1083,19 @@ class TargetRuns(BenchState):
         """``(runs stopped early, seconds of training)``: what stopping candidates at the baseline's time saved,
         against training each on to ``--target-max-time`` (an upper bound: some would have reached the target
         before it)."""
-        cut = [r for rec in self.records for r in rec.runs if r.get("cap_reason") and r.get("timed_out")]
+        cut = [
+            r
+            for rec in self.records
+            for r in rec.runs
+            if r.get("cap_reason") and r.get("timed_out") and not outpaced(r)
+        ]
         return len(cut), sum(max(self.options.target_max_time - float(r["cap_s"]), 0.0) for r in cut)
+
+    def saved_by_leaders(self) -> tuple[int, float]:
+        """``(runs stopped early, seconds of training)``: what stopping candidates at a leading candidate's time
+        (:meth:`_leader`) saved, against training each on to the cap the baseline alone would have set."""
+        cut = [r for rec in self.records for r in rec.runs if outpaced(r)]
+        return len(cut), sum(max(float(r.get("cap_baseline_s") or r["cap_s"]) - float(r["cap_s"]), 0.0) for r in cut)
 
     def _cut_for_repeats(self, first_wall: float) -> Optional[int]:
         """Target mode with a budget too small for every candidate at every repeat: the repeats (at least

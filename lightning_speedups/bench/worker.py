@@ -181,6 +181,8 @@ def _verdict(result: dict[str, Any], spec: Mapping[str, Any], probe: Any, target
     if target is not None:
         result["cap_s"] = probe.max_time
         result["cap_reason"] = spec.get("cap_reason")
+        result["cap_leader"] = spec.get("cap_leader")
+        result["cap_baseline_s"] = spec.get("cap_baseline_s")
         return _target_verdict(result, target, trainer, spec.get("cap_reason"))
     if not probe.done:
         result["reason"] = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import math
 import struct
@@ -62,7 +63,13 @@ class FakeLauncher:
             cap = spec["target_max_time"]
             if value is not None and value > cap:  # the worker's probe stops the run at its cap
                 value = None
-                out.update(timed_out=True, cap_s=cap, cap_reason=spec["cap_reason"])
+                out.update(
+                    timed_out=True,
+                    cap_s=cap,
+                    cap_reason=spec["cap_reason"],
+                    cap_leader=spec.get("cap_leader"),
+                    cap_baseline_s=spec.get("cap_baseline_s"),
+                )
             out.update(
                 reached=value is not None,
                 time_to_target_s=value,
@@ -586,6 +593,7 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
         "baseline": [9.0, 9.0, 9.0],
         "preset:fast+converge @0.75x": [1.5, 1.5, 1.5],
         "T01 lr-schedule bold-peak @0.75x": [1.5, 1.5],
+        "preset:converge @0.75x": [1.5, 1.5],  # as fast as the confirmed leader: not stopped at its time
     }
     walls = {
         "baseline": 10.0,
@@ -1519,3 +1527,189 @@ def test_a_larger_batch_that_misses_on_its_likeliest_candidate_is_not_tried_on_t
     fake = FakeLauncher(figures, target=True)
     result = _bench(fake, tips=["T01", "T04"], repeats=2, target="val_acc=0.9", stack=True).run()
     assert result.record("stack:T04 + T01 lr-schedule bold-peak @1x").runs
+
+
+# --------------------------------------------------------------------------- adaptive capping, shorter cycles
+
+
+def _capping_bench(figures, budget=100.0):
+    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "T01 lr-schedule bold-peak @0.75x": 5.0}
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    caps = []
+    run = fake.run
+
+    def spy(spec, name, timeout=None):
+        caps.append((spec["variant"], spec["seed"], spec["target_max_time"], spec["cap_leader"]))
+        return run(spec, name, timeout)
+
+    fake.run = spy
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=budget)
+    return fake, bench, bench.run(), caps
+
+
+_CAPPING = {
+    "baseline": [80.0, 90.0, 85.0],
+    "preset:fast+converge @0.75x": [40.0, 41.0, 42.0],
+    "T01 lr-schedule bold-peak @0.75x": [44.0, 46.0, 45.0],
+    "preset:converge @0.75x": [60.0, 62.0, 61.0],
+    "preset:fast+converge @0.5x": [30.0, 33.0, 31.0],  # the pick, confirmed on its third seed
+    "T01 lr-schedule bold-peak @0.5x": [34.0, 70.0, 70.0],  # under the pick's time on its first seed
+    "preset:fast+converge @1x": [70.0, 70.0, 70.0],  # every candidate cut by the plan: slower than the pick
+}
+
+
+def test_a_confirmed_leader_stops_a_later_candidates_first_run_at_its_time():
+    """Adaptive capping (ParamILS): once a candidate reached the target on three seeds, a candidate that starts after
+    it stops once past its slowest time + the margin, not the baseline's: it could no longer be faster than that one
+    on its seed, and a miss runs no further seed. What ran before the leader was confirmed ran to the baseline's cap;
+    a candidate that reached under the leader's cap runs its next seed to the baseline's cap."""
+    figures = dict(_CAPPING)
+    figures.update({k: [70.0, 70.0, 70.0] for k in ("preset:converge @0.5x", "T01 lr-schedule bold-peak @1x")})
+    fake, bench, result, caps = _capping_bench(figures)
+    pick = "preset:fast+converge @0.5x"
+    assert result.pick.variant.name == pick and len(result.record(pick).runs) == 3
+    margin = 10.0 / 85.0  # the baseline's spread over its three seeds (80, 90, 85): wider than the 10% margin
+    by_leader = 33.0 * (1 + margin)  # the pick's slowest time + the margin
+    by_baseline = 90.0 * (1 + margin)
+    # before the pick had three seeds, every candidate ran to the baseline's cap
+    third = next(i for i, (v, seed, _, _) in enumerate(caps) if v == pick and seed == 2)
+    assert caps[third + 1 :] and all(leader is None for _, _, _, leader in caps[: third + 1])
+    slow = result.record("preset:fast+converge @1x")
+    (run,) = slow.runs
+    assert run["cap_s"] == pytest.approx(by_leader) and run["cap_leader"] == pick
+    assert run["cap_baseline_s"] == pytest.approx(by_baseline)
+    assert slow.summary.target_outpaced == 1 and slow.summary.outpaced_by == pick
+    assert f"stopped past the time to the target of {pick} in 1 of 1 run(s)" in slow.summary.picked_why
+    assert "could no longer be faster than that one on this seed" in run["cap_reason"]
+    # it reached under the leader's cap on its first seed; its second ran to the baseline's cap, and was slow
+    bold = [(s, cap, leader) for v, s, cap, leader in caps if v == "T01 lr-schedule bold-peak @0.5x"]
+    assert bold[:2] == [(0, pytest.approx(by_leader), pick), (1, pytest.approx(by_baseline), None)]
+    assert [r.get("time_to_target_s") for r in result.record("T01 lr-schedule bold-peak @0.5x").runs][:2] == [
+        34.0,
+        70.0,
+    ]
+    lost = [r for rec in result.records for r in rec.runs if r.get("cap_leader") and not r.get("reached")]
+    saved = sum(r["cap_baseline_s"] - r["cap_s"] for r in lost)
+    assert lost and any(
+        f"{len(lost)} candidate run(s) stopped once past a leading candidate's slowest time" in n
+        and f"{saved:.0f} s of training saved" in n
+        for n in result.notes
+    ), result.notes
+    # the other stopped runs are not said to be stopped at the baseline's time
+    assert not any("stopped once past the slowest baseline run's time" in n for n in result.notes)
+    # stopped at the leader's time is no miss of the schedule: a twin of it on another seed is still picked
+    assert all(not r.summary.picked_why.startswith("not picked:") for r in result.records if r.summary)
+
+
+def test_a_leader_on_two_seeds_stops_nothing():
+    """A candidate that reached on two seeds only may miss its third (run 10 of the GRU in issue 37): the candidates
+    it stopped could then have been picked. It caps no one until a third seed confirms it."""
+    _, bench, result, _ = _capping_bench(dict(_CAPPING))
+    pick = result.record("preset:fast+converge @0.5x")
+    later = result.record("preset:fast+converge @1x").variant
+    assert bench._cap(later).leader is None  # it has run: its next seed is capped by the baseline
+    fresh = dataclasses.replace(later, name="a candidate not run yet")
+    assert bench._cap(fresh).leader == pick.variant.name  # of the candidates confirmed, the one slowest the least
+    for record in result.records:
+        if record is not pick and record.variant.kind != "baseline":
+            record.runs[:] = record.runs[:2]
+    assert bench._cap(fresh).leader == pick.variant.name
+    pick.runs[:] = pick.runs[:2]
+    assert bench._cap(fresh).leader is None and bench._leader(fresh) is None
+    pick.runs.append({**pick.runs[0], "repeat": 2, "reached": False, "time_to_target_s": None})
+    assert bench._leader(fresh) is None  # a leader that missed a seed is none
+
+
+def test_a_run_stopped_at_a_leaders_time_is_no_miss_of_its_schedule_or_batch():
+    """An outpaced run lost to the leader on its seed; it says nothing of whether its schedule or its batch reaches the
+    target: the twin that trains the same schedule is still picked, and the larger batch is still tried."""
+    from lightning_speedups.bench.stats import outpaced
+
+    capped = {"status": "ok", "reached": False, "timed_out": True, "cap_leader": "x", "repeat": 2}
+    assert outpaced(capped)
+    assert not outpaced({**capped, "cap_leader": None})  # at the baseline's time: a miss
+    assert not outpaced({**capped, "flattened": True})  # it flattened before the cap: a miss
+    assert not outpaced({**capped, "reached": True})
+    figures = {
+        "baseline": [80.0, 91.0, 88.0],
+        "preset:fast+converge @0.75x": [40.0, 41.0, None],
+        "preset:converge @0.75x": [44.0, 46.0, 45.0],
+    }
+    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "preset:converge @0.75x": 5.0}
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=60.0)
+    result = bench.run()
+    conv = result.record("preset:converge @0.75x")
+    assert conv.summary.picked_why.startswith("not picked: preset:fast+converge @0.75x trains the same schedule")
+    (missed,) = [r for r in result.record("preset:fast+converge @0.75x").runs if not r.get("reached")]
+    missed.update(timed_out=True, cap_leader="another candidate")  # stopped at a leader's time instead
+    assert bench._sibling_missed(conv) is None
+    # the larger batch: its first candidate stopped at a leader's time does not drop the others
+    stacked = [r for r in bench.records if r.variant.kind == "stack"]
+    assert not stacked  # no stack phase here; the rule is read on a made-up record of the larger batch
+    from lightning_speedups.bench.results import VariantRecord
+    from lightning_speedups.bench.variants import Variant
+
+    def batch(name):
+        overrides = {"largest_batch.batch_size": 512, "lr_schedule.plan": 10}
+        return VariantRecord(Variant(name=name, kind="stack", overrides=overrides, presets=("converge",)), phase=1)
+
+    first, second = batch("stack:T04 + a @1x"), batch("stack:T04 + b @1x")
+    first.runs.append(dict(capped))
+    bench.records += [first, second]
+    assert bench._batch_failed(second) is None
+    first.runs[0]["cap_leader"] = None  # a miss at the baseline's time drops the others
+    assert "missed the target on stack:T04 + a @1x" in bench._batch_failed(second)
+
+
+def test_a_shorter_one_cycle_is_not_run_once_a_longer_span_of_it_flattened():
+    """LeNet-shaped (issue 37, every bench): fast+converge over 0.75x flattened short of the target, and over 0.5x
+    it missed too, lower, each time. The same one-cycle at a shorter span is not run (converge's, the same schedule,
+    neither); a one-cycle whose longer span missed by its time cap, still improving, is (it anneals sooner)."""
+    figures = {
+        "baseline": [80.0, 90.0, 85.0],
+        "preset:fast+converge @0.75x": [("flat", 50.0), None, None],
+        "T01 lr-schedule bold-peak @0.75x": [None, None, None],  # past the baseline's time: capped, not flat
+        "T01 lr-schedule bold-peak @0.5x": [40.0, 41.0, 42.0],
+    }
+    fake = FakeLauncher(figures, target=True)
+    result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=400.0).run()
+    ran = {v for v, _ in fake.calls}
+    for name in ("preset:fast+converge @0.5x", "preset:converge @0.5x"):
+        assert name not in ran
+        assert result.record(name).skipped.startswith(
+            "not run: preset:fast+converge @0.75x, the same one-cycle over a longer span, flattened short of the"
+            " target on seed 0"
+        )
+    assert "T01 lr-schedule bold-peak @0.5x" in ran and "preset:fast+converge @1x" in ran  # a longer span runs
+    assert any(
+        n.startswith("not run, since the same one-cycle over a longer span flattened")
+        and "preset:fast+converge @0.5x" in n
+        for n in result.notes
+    )
+    assert result.pick.variant.name == "T01 lr-schedule bold-peak @0.5x"
+
+
+def test_the_worker_keeps_the_leader_that_capped_its_run():
+    """The run's result names the leader whose time stopped it and the baseline's cap it would have had: what tells
+    an outpaced run from a miss, and what bench counts as saved."""
+    from types import SimpleNamespace
+
+    from lightning_speedups.bench.stats import outpaced
+    from lightning_speedups.bench.worker import _verdict
+
+    figures = {
+        "checks": [{"step": 80}],
+        "metric_seen": True,
+        "reached": False,
+        "best_value": 0.8,
+        "train_s": 33.0,
+        "timed_out": True,
+    }
+    probe = SimpleNamespace(max_time=33.0, results=lambda: dict(figures))
+    trainer = SimpleNamespace(callbacks=[], callback_metrics={})
+    spec = {"cap_reason": "stopped at 33 s of training, past ... of A", "cap_leader": "A", "cap_baseline_s": 99.0}
+    target = Target("val_acc", 0.9, "max")
+    out = _verdict({}, spec, probe, target, trainer)
+    assert out["cap_leader"] == "A" and out["cap_baseline_s"] == 99.0 and out["cap_s"] == 33.0
+    assert out["status"] == "ok" and out["miss"].startswith("stopped at 33 s") and outpaced(out)
