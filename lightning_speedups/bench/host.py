@@ -45,3 +45,6 @@ class BenchState:
 
     def _run_one(self, record: VariantRecord, repeat: int, timeout: Optional[float] = None) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _summarize_phase_one(self, base: VariantRecord) -> None:
+        raise NotImplementedError

@@ -1394,7 +1394,10 @@ def test_a_pick_the_budget_cannot_confirm_is_still_picked_and_the_notes_say_so()
     result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=42.0).run()
     assert [s for v, s in fake.calls if v == lead] == [0, 1]
     assert any(
-        f"{lead} would be picked on 2 seeds; one more seed of it (or of it alone)" in n and "not confirmed" in n
+        f"{lead} would be picked on 2 seeds; one more seed of it and the baseline (about 18 s) (or of it alone, about"
+        " 8 s) no longer fit"
+        in n
+        and "not confirmed" in n
         for n in result.notes
     ), result.notes
     assert result.pick.variant.name == lead
@@ -1713,3 +1716,32 @@ def test_the_worker_keeps_the_leader_that_capped_its_run():
     out = _verdict({}, spec, probe, target, trainer)
     assert out["cap_leader"] == "A" and out["cap_baseline_s"] == 99.0 and out["cap_s"] == 33.0
     assert out["status"] == "ok" and out["miss"].startswith("stopped at 33 s") and outpaced(out)
+
+
+def test_a_candidate_the_leftover_ran_is_confirmed_before_the_next_one_starts():
+    """LeNet-shaped (issue 37, bf16, run 8 of the task): the leftover budget ran the 0.5x one-cycle on two seeds
+    (2.06x), then the 1x fast+converge (47 s, slower than the baseline), and no budget was left for the 0.5x's third
+    seed. Now the would-be pick is confirmed before the next candidate starts, and once confirmed it caps that one's
+    first run at its own time."""
+    lead = "T01 lr-schedule bold-peak @0.5x"
+    figures = {
+        "baseline": [36.0, 43.0, 40.0],
+        "preset:fast+converge @0.75x": [None, None],
+        "T01 lr-schedule bold-peak @0.75x": [37.0, 35.0, 36.0],
+        "preset:fast+converge @0.5x": [None, None],
+        lead: [17.0, 20.0, 18.0],
+        "preset:converge @0.5x": [None, None],
+        "preset:fast+converge @1x": [42.0, 42.0],
+    }
+    walls = {"baseline": 45.0, lead: 20.0, "T01 lr-schedule bold-peak @0.75x": 40.0, "preset:fast+converge @1x": 47.0}
+    walls.update({k: 45.0 for k in figures if k not in walls})
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=520.0).run()
+    calls = fake.calls
+    assert (lead, 2) in calls and calls.index((lead, 2)) < calls.index(("preset:fast+converge @1x", 0))
+    assert any(
+        f"{lead} would have been picked on 2 seeds" in n and "reached the target again" in n for n in result.notes
+    )
+    (slow,) = result.record("preset:fast+converge @1x").runs
+    assert slow["cap_leader"] == lead and not slow["reached"]
+    assert result.pick.variant.name == lead and result.record(lead).summary.runs_ok == 3
