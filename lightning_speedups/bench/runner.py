@@ -241,7 +241,8 @@ class Bench(TargetRuns, CombinationRuns):
         return math.inf if self.options.budget is None else self.options.budget - self._elapsed()
 
     def _estimate(self, variant: Variant) -> float:
-        """Expected wall time of one run of ``variant`` from what has run so far."""
+        """Expected wall time of one run of ``variant`` from what has run so far: its own runs', else the baseline's,
+        or what its cap holds once a confirmed leader caps it (:meth:`_cap`), where that is shorter."""
         own = [r["wall_s"] for rec in self._all_records() if rec.variant.name == variant.name for r in rec.runs]
         if own:
             return statistics.median(own)
@@ -262,6 +263,18 @@ class Bench(TargetRuns, CombinationRuns):
                 for r in rec.runs
             ]
             guess = statistics.median(compiled) if compiled else guess * 3
+        elif self.target is not None:
+            # a confirmed leader caps this one's first run at its own time: it costs that much and its start-up
+            cap = self._cap(variant)
+            if cap.leader is not None:
+                spare = [
+                    r["wall_s"] - float(r["time_to_target_s"])
+                    for rec in self._all_records()
+                    if rec.variant.kind == "baseline"
+                    for r in rec.runs
+                    if r.get("reached") and r.get("time_to_target_s")
+                ]
+                guess = min(guess, cap.seconds + (statistics.median(spare) if spare else 0.0))
         return guess
 
     def _all_records(self) -> list[VariantRecord]:

@@ -611,7 +611,10 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
     assert second.skipped is None and len(second.runs) == 2
     third = result.record("preset:converge @0.75x")
     assert len(third.runs) == 1  # 54 - 28 - 12 = 14 s: its first seed; then 4 s, short of its own 10 s
-    assert result.record("preset:fast+converge @0.5x").runs == []
+    # 4 s left: at the baseline's 10 s it would not start; the confirmed leader caps it at 1.65 s (+ 1 s of start-up),
+    # so it runs once and stops there, slower than the leader on its seed
+    (capped,) = result.record("preset:fast+converge @0.5x").runs
+    assert capped["cap_leader"] == "preset:fast+converge @0.75x" and not capped["reached"]
     assert any(
         "the budget the planned candidates left" in n and "T01 lr-schedule bold-peak @0.75x" in n for n in result.notes
     )
@@ -1745,3 +1748,25 @@ def test_a_candidate_the_leftover_ran_is_confirmed_before_the_next_one_starts():
     (slow,) = result.record("preset:fast+converge @1x").runs
     assert slow["cap_leader"] == lead and not slow["reached"]
     assert result.pick.variant.name == lead and result.record(lead).summary.runs_ok == 3
+
+
+def test_a_candidate_a_leader_caps_is_estimated_at_its_cap_so_the_leftover_runs_it():
+    """GRU-shaped (issue 37, no bf16, run 13 of the task): the pick was confirmed on three seeds with 72 s of the
+    budget left, and the next candidate was estimated at the baseline's 90 s, so nothing more ran. Capped at the
+    leader's time, its run costs that and the start-up: here 52 s + 18.6% (the baselines' spread) + 4 s = 66 s,
+    which the 75 s left hold."""
+    lead = "preset:fast+converge @0.75x"
+    nxt = "T01 lr-schedule bold-peak @0.75x"
+    figures = {"baseline": [82.0, 98.0, 86.0], lead: [52.0, 50.0, 51.0], nxt: [49.0, 50.0]}
+    walls = {"baseline": 90.0, lead: 55.0, nxt: 53.0}
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=510.0)
+    result = bench.run()
+    assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]  # confirmed, with 75 s of the budget left
+    assert fake.calls[-1] == (nxt, 0)  # estimated at its cap (66 s), not the baseline's 90 s: it ran
+    (run,) = result.record(nxt).runs
+    margin = (98.0 - 82.0) / 86.0
+    assert run["reached"] and run["time_to_target_s"] == 49.0  # under its cap: 52 s + the margin
+    assert bench._estimate(dataclasses.replace(result.record(nxt).variant, name="fresh")) == pytest.approx(
+        52.0 * (1 + margin) + 4.0
+    )
