@@ -37,6 +37,7 @@ NOT_USER_INPUT = {
     "lightning_speedups.bench.host:_remaining": "a mixin's member the Bench class defines (the pack's bug if not)",
     "lightning_speedups.bench.host:_add_total": "a mixin's member the Bench class defines (the pack's bug if not)",
     "lightning_speedups.bench.host:_run_one": "a mixin's member the Bench class defines (the pack's bug if not)",
+    "lightning_speedups.bench.host:_summarize_phase_one": "a mixin's member the Bench class defines (the pack's bug if not)",
     "lightning_speedups.inspection.findings:from_items": "a check returning no item: the pack's bug",
     "lightning_speedups.tips.record:fill": "a settings group taking FROM_PART a parameter its part lacks: the pack's "
     "bug, met at import",
