@@ -1348,11 +1348,9 @@ def test_a_pick_that_misses_its_third_seed_is_not_picked_and_the_next_is_confirm
     assert result.pick.variant.name == conv
 
 
-def test_a_candidate_whose_schedule_twin_missed_a_seed_it_has_not_run_is_not_picked():
-    """GRU-shaped (bench of 2026-12-07, run 12): converge @0.75x at batch 512 missed seed 2 (it flattened at
-    0.880), and fast+converge @0.75x, the same schedule at the same batch, would have been picked on seeds 0 and 1
-    with no budget left for seed 2. The same curve on seed 2 is the likeliest outcome: it is not picked, and the
-    reason names the twin and the seed. A candidate with another schedule is no twin."""
+def _missed_twin_bench():
+    """fast+converge @0.75x reaches on seeds 0 and 1 and misses seed 2; converge @0.75x, its schedule twin, reaches on
+    all three (the budget holds two of them)."""
     figures = {
         "baseline": [80.0, 91.0, 88.0],
         "preset:fast+converge @0.75x": [40.0, 41.0, None],
@@ -1360,7 +1358,16 @@ def test_a_candidate_whose_schedule_twin_missed_a_seed_it_has_not_run_is_not_pic
     }
     walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "preset:converge @0.75x": 5.0}
     fake = FakeLauncher(figures, target=True, walls=walls)
-    result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=60.0).run()
+    return fake, _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=60.0)
+
+
+def test_a_candidate_whose_schedule_twin_missed_a_seed_it_has_not_run_is_not_picked():
+    """GRU-shaped (bench of 2026-12-07, run 12): converge @0.75x at batch 512 missed seed 2 (it flattened at
+    0.880), and fast+converge @0.75x, the same schedule at the same batch, would have been picked on seeds 0 and 1
+    with no budget left for seed 2. The same curve on seed 2 is the likeliest outcome: it is not picked, and the
+    reason names the twin and the seed. A candidate with another schedule is no twin."""
+    fake, bench = _missed_twin_bench()
+    result = bench.run()
     conv = result.record("preset:converge @0.75x")
     assert [s for v, s in fake.calls if v == "preset:converge @0.75x"] == [0, 1]
     assert result.record("preset:fast+converge @0.75x").summary.target_missed == 1
@@ -1636,14 +1643,7 @@ def test_a_run_stopped_at_a_leaders_time_is_no_miss_of_its_schedule_or_batch():
     assert not outpaced({**capped, "cap_leader": None})  # at the baseline's time: a miss
     assert not outpaced({**capped, "flattened": True})  # it flattened before the cap: a miss
     assert not outpaced({**capped, "reached": True})
-    figures = {
-        "baseline": [80.0, 91.0, 88.0],
-        "preset:fast+converge @0.75x": [40.0, 41.0, None],
-        "preset:converge @0.75x": [44.0, 46.0, 45.0],
-    }
-    walls = {"baseline": 10.0, "preset:fast+converge @0.75x": 5.0, "preset:converge @0.75x": 5.0}
-    fake = FakeLauncher(figures, target=True, walls=walls)
-    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=60.0)
+    _, bench = _missed_twin_bench()
     result = bench.run()
     conv = result.record("preset:converge @0.75x")
     assert conv.summary.picked_why.startswith("not picked: preset:fast+converge @0.75x trains the same schedule")
