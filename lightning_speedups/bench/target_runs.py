@@ -390,8 +390,8 @@ class TargetRuns(BenchState):
         first seed costs at most about one baseline run), and its next seed runs only while it has reached the
         target and that seed fits (estimated from its own runs, shorter than the baseline's when it can win). A
         candidate that reached on every seed it ran is confirmed, if it would be picked, before the next one starts
-        (:meth:`_confirm_pick`): on LeNet with bf16 (issue 37, run 8 of the task) the 0.5x one-cycle, picked on two seeds,
-        was left unconfirmed because the budget went to the 1x fast+converge after it (47 s, slower than the
+        (:meth:`_confirm_pick`): on LeNet with bf16 (issue 37, run 8 of the task) the 0.5x one-cycle, picked on two
+        seeds, was left unconfirmed because the budget went to the 1x fast+converge after it (47 s, slower than the
         baseline); confirmed, it caps the next ones at its time (:meth:`_cap`)."""
         base = self.records[0]
         ran, short = [], []
@@ -1012,11 +1012,12 @@ class TargetRuns(BenchState):
 
     def _cap(self, variant: Variant) -> Cap:
         """A target run's training-time cap (:class:`Cap`: why when it is not ``--target-max-time``, and the leader
-        that set it). A candidate stops once it passes the slowest baseline run's time to the target
-        (plus the noise), where it can no longer win; and once it passes the slowest time of a leading candidate
+        that set it). A candidate stops once it passes the slowest baseline run's time to the target (plus the
+        noise), where it can no longer win; and once it passes the slowest time of a leading candidate
         (:meth:`_leader`) by the same margin, where it can no longer be faster than that one on this seed (its first
-        run only: a candidate that reached before runs its next seeds on): adaptive capping (Hutter, Hoos, Leyton-Brown and Stuetzle 2009, "ParamILS": a challenger's run is cut once it has
-        taken longer than the incumbent's), which the racing of runtime configurators (SMAC, irace) shares."""
+        run only: a candidate that reached before runs its next seeds on). That is adaptive capping (Hutter, Hoos,
+        Leyton-Brown and Stuetzle 2009, "ParamILS": a challenger's run is cut once it has taken longer than the
+        incumbent's), which the racing of runtime configurators (SMAC, irace) shares."""
         o = self.options
         if variant.kind in ("baseline", "aa") or self.target is None:
             return Cap(o.target_max_time)
