@@ -216,6 +216,11 @@ def _side(record: VariantRecord) -> str:
     return "the baseline" if record.variant.kind == "baseline" else record.variant.name.removesuffix(" (samples/s)")
 
 
+def _curve_but_span(variant: Variant) -> dict[str, Any]:
+    """:func:`_schedule_settings` without the span (``lr_schedule.plan``): the same schedule at the same batch."""
+    return {k: v for k, v in _schedule_settings(variant).items() if k != "lr_schedule.plan"}
+
+
 def _carries(variant: Variant, overrides: Mapping[str, Any]) -> bool:
     """Whether ``variant`` already sets every one of ``overrides`` to the same value (:func:`_settings`): a twin
     with them stacked would be it."""
@@ -338,12 +343,12 @@ class TargetRuns(BenchState):
         v = record.variant
         if v.plan_fraction is None or _schedule_name(v) != "onecycle":
             return None
-        mine = {k: x for k, x in _schedule_settings(v).items() if k != "lr_schedule.plan"}
+        mine = _curve_but_span(v)
         for other in self.records:
             o = other.variant
             if other is record or o.plan_fraction is None or o.plan_fraction <= v.plan_fraction:
                 continue
-            if {k: x for k, x in _schedule_settings(o).items() if k != "lr_schedule.plan"} != mine:
+            if _curve_but_span(o) != mine:
                 continue
             flat = [r for r in other.runs if r.get("status") == "ok" and r.get("flattened")]
             if flat:
