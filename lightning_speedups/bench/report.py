@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import textwrap
 import time
 from typing import Any, Optional
@@ -336,6 +337,28 @@ def decided_speedups(record: VariantRecord) -> dict[str, Any]:
     return out
 
 
+#: the settings of ``lr_schedule`` that only a range test reads (``max_lr: auto``)
+RANGE_TEST_KEYS = ("lr_schedule.range_test_steps", "lr_schedule.peak_divisor")
+
+
+def pinned_peak(record: VariantRecord) -> Optional[tuple[float, list[float]]]:
+    """The peak learning rate a written preset pins in place of the variant's ``lr_schedule.max_lr: auto``, and the
+    peaks it is the median of: each completed run's, as its schedule started from the range test's pick (before any
+    back-off; the pick raised to the optimizer's own lr where it was below it). ``None`` where the variant does not
+    range-test, or one of its runs set no peak or several (parameter groups with lrs of their own keep ``auto``).
+
+    The peak is the same measurement on the same setup each time (a fit's range test is 50 to 100 steps of it),
+    so a preset that carries it saves every later fit that time; ``auto`` in the preset tests again."""
+    if decided_speedups(record).get("lr_schedule.max_lr") != "auto":
+        return None
+    ok = [r for r in record.runs if r.get("status") == "ok"]
+    peaks = [r.get("range_peaks") for r in ok]
+    if not ok or any(not p or len(set(p)) != 1 for p in peaks):
+        return None
+    values = sorted(float(p[0]) for p in peaks if p)
+    return float(f"{statistics.median(values):.3g}"), values
+
+
 def _replaced(result: BenchResult, decided: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{key: (the user's value, bench's value)}`` for the user's keys the pick sets to another value."""
     return {
@@ -358,6 +381,11 @@ def preset_dict(result: BenchResult, record: Optional[VariantRecord] = None) -> 
         raise SettingError(f"variant {record.variant.name!r} has no completed run to take its settings from.")
     defaults = speedups_defaults()
     decided = decided_speedups(record) if record.variant.kind not in ("baseline", "yours") else {}
+    pinned = pinned_peak(record) if decided else None
+    if pinned is not None:
+        decided["lr_schedule.max_lr"] = pinned[0]
+        for key in RANGE_TEST_KEYS:
+            decided.pop(key, None)
     keep = {
         k: v
         for k, v in decided.items()
@@ -393,6 +421,14 @@ def write_preset(result: BenchResult, path: str, record: Optional[VariantRecord]
             f"# speedups.{key}: bench's pick sets {_yaml_value(theirs)} in place of your {_yaml_value(mine)}"
             f" (measured with {record.variant.name}); delete that key below to keep yours."
         )
+    pinned = pinned_peak(record) if record.variant.kind not in ("baseline", "yours") else None
+    if pinned is not None:
+        text = (
+            f"speedups.lr_schedule.max_lr: {pinned[0]:g}, the median of the peaks the range tests of its"
+            f" {len(pinned[1])} run(s) set ({', '.join(f'{v:.3g}' for v in pinned[1])}): a fit starts its schedule"
+            " there without a range test of its own; set it to auto to test again."
+        )
+        header += ["# " + line for line in textwrap.wrap(text, 100, break_on_hyphens=False)]
     kept = [k for k in result.user_speedups_keys if k not in written and k != "summary"]
     if kept:
         how = (

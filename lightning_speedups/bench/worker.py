@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from lightning_speedups.bench.args import override_args
-from lightning_speedups.callbacks import AutoProbe, SpeedupCallback
+from lightning_speedups.callbacks import AutoProbe, LRSchedule, SpeedupCallback
 from lightning_speedups.trainer.attributes import set_at_init
 
 __all__ = ["child_main", "main", "parts_of", "run_variant"]
@@ -58,6 +58,15 @@ def parts_of(trainer: Any) -> list[list[str]]:
         if type(cb).__name__ == "SpeedupsSummary" and notes:
             out.extend([[name, "", "active" if active else "skipped", reason] for name, active, reason in notes])
     return out
+
+
+def range_peaks(trainer: Any) -> Optional[list[float]]:
+    """The peak learning rates (one per parameter group) that a learning-rate range test set for the schedule of this
+    run (``lr_schedule.max_lr: auto``), as the schedule started from them; ``None`` where no range test chose one."""
+    for cb in trainer.callbacks:
+        if isinstance(cb, LRSchedule) and cb.max_lr == "auto" and cb.range_pick is not None and cb.start_peaks:
+            return [float(p) for p in cb.start_peaks]
+    return None
 
 
 #: optimizer steps a throughput run may take per batch it times before max_steps would end it first
@@ -177,6 +186,7 @@ def _leave_the_end_to_the_probe(trainer: Any) -> None:
 def _verdict(result: dict[str, Any], spec: Mapping[str, Any], probe: Any, target: Any, trainer: Any) -> dict[str, Any]:
     """The figures of a run that trained, and whether it is ``ok``: all batches timed, or the target checked."""
     result["parts"] = parts_of(trainer)
+    result["range_peaks"] = range_peaks(trainer)
     result.update(probe.results())
     if target is not None:
         result["cap_s"] = probe.max_time

@@ -245,6 +245,9 @@ class LRSchedule(SpeedupCallback):
         self.range_pick: Optional[RangePick] = None
         self.scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
         self._peaks: Optional[list[float]] = None
+        #: the peak learning rates the schedule started from in this fit (one per parameter group), before any
+        #: back-off halved them; ``None`` until it starts
+        self.start_peaks: Optional[list[float]] = None
         self._total_steps: Optional[int] = None
         self._pending_state: Optional[dict[str, Any]] = None
 
@@ -388,6 +391,7 @@ class LRSchedule(SpeedupCallback):
         else:
             self._peaks = [peak for _ in own]
         self._floored = self.range_pick is not None and peak is not None and any(peak < lr for lr in own)
+        self.start_peaks = list(self._peaks)  # before any back-off halves them
         if state:  # a resume keeps the peaks it was planned with
             self._peaks = list(state["peaks"])
             self._floored = False

@@ -284,6 +284,51 @@ def test_target_mode_ranks_by_time_seeds_per_repeat_and_never_picks_a_miss(tmp_p
     assert yaml.safe_load(text)["speedups"]["lr_schedule"] == {"name": "onecycle", "max_lr": "auto", "plan": 1000}
 
 
+class PeakLauncher(FakeLauncher):
+    """:class:`FakeLauncher` whose target runs of the variants in ``peaks`` report the peaks their range test set
+    (``peaks[variant][repeat]``, the worker's ``range_peaks``: one per parameter group, or ``None``)."""
+
+    def __init__(self, figures, peaks):
+        super().__init__(figures, target=True)
+        self.peaks = peaks
+
+    def run(self, spec, name, timeout=None):
+        out = super().run(spec, name, timeout)
+        if spec["target"] is not None and spec["variant"] in self.peaks:
+            out["range_peaks"] = self.peaks[spec["variant"]][int(name.rsplit("-r", 1)[1])]
+        return out
+
+
+@pytest.mark.parametrize(
+    "peaks, written",
+    [
+        ([[0.00631], [0.004], [0.00631]], 0.00631),  # the median of the runs' peaks (seed 2's test chose lower)
+        ([[0.0315], [0.03154], [0.00792]], 0.0315),  # three significant digits
+        ([[0.00631], [0.004, 0.001], [0.00631]], "auto"),  # a run whose groups peaked apart: no one value to pin
+        ([[0.00631], None, [0.00631]], "auto"),  # a run without a range test's peak
+    ],
+)
+def test_written_preset_pins_the_peak_its_range_tests_set(tmp_path, peaks, written):
+    from lightning_speedups.session import build
+
+    one = "T01 lr-schedule onecycle @1x"
+    fake = PeakLauncher({"baseline": [100.0] * 4, one: [50.0] * 4}, {one: peaks + [peaks[0]]})
+    result = _bench(fake, tips=["T01"], repeats=3, target="val_acc=0.9").run()
+    assert result.pick.variant.name == one
+    path = write_preset(result, str(tmp_path / "fastest.yaml"))
+    text = open(path).read()
+    section = yaml.safe_load(text)["speedups"]["lr_schedule"]
+    assert section["max_lr"] == written and section["plan"] == result.pick.variant.overrides["lr_schedule.plan"]
+    if written == "auto":
+        assert "range tests" not in text
+        return
+    assert "range_test_steps" not in section and "peak_divisor" not in section  # only an auto peak reads them
+    assert f"speedups.lr_schedule.max_lr: {written:g}, the median of the peaks the range tests of its 3" in text
+    # fed back to fit, the schedule starts at that peak
+    cli = build(TINY_CNN + ["--config", path])
+    assert cli._get(cli.config_init, "speedups").lr_schedule.max_lr == written
+
+
 def test_target_mode_default_presets_and_composition():
     bench = _bench(
         FakeLauncher({"baseline": [1.0]}, target=True), tips=["T15"], presets=None, repeats=1, target="val_loss=0.5"
@@ -384,6 +429,23 @@ def test_lr_schedule_auto_runs_lightnings_range_test_and_reports_the_peak(tmp_pa
     assert cb._total_steps == 3 and cb._peaks == [pytest.approx(max(cb.range_pick.lr, 1e-3))]  # never below the user's
     assert "LR range test" in caplog.text and "chose peak lr" in caplog.text
     assert "peak lr" in cb.status[1] and "LR range test" in cb.status[1]  # the pick, or why the user's lr is the peak
+    # what a bench worker records of the run, and what a preset pinning that peak gives the next fit: no range test
+    from lightning_speedups.bench.worker import range_peaks
+
+    assert range_peaks(trainer) == cb._peaks == cb.start_peaks
+    pinned = LRSchedule("onecycle", max_lr=cb._peaks[0], horizon=0.5)
+    again = pl.Trainer(
+        max_steps=6,
+        callbacks=[pinned],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=str(tmp_path),
+    )
+    again.fit(TinyCNN(optimizer="adamw", lr=1e-3))
+    assert pinned.range_pick is None and pinned.start_peaks == cb._peaks and range_peaks(again) is None
     with pytest.raises(ValueError, match="auto"):
         LRSchedule(max_lr="high")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="horizon"):
