@@ -128,6 +128,49 @@ def decide_confirming(
     return again, True
 
 
+def decide_budgeted(
+    base: list[dict],
+    cand: list[dict],
+    others: Sequence[Sequence[dict]],
+    more: Callable[[], tuple],
+    min_gain: float,
+    pairs: int,
+) -> bool:
+    """The rule bench runs when its budget holds ``pairs`` more seeds a side at most (0, 1, 2, ...): a candidate
+    left undecided that one more seed would decide gets it (the leader confirmed), a gain that one run carries
+    gets one more seed and is decided again, and a carried gain whose seed no longer fits is settled by ranks
+    (:func:`~lightning_speedups.bench.stats.ranks_lead`, ``pick_verdict(..., by_ranks=True)``)."""
+    left = [pairs]
+
+    def draw() -> tuple | None:
+        if not left[0]:
+            return None
+        left[0] -= 1
+        return more()
+
+    cs = _summary(base, cand, others)
+    if pick_verdict(cs, min_gain)[0]:
+        return True
+    if cs.carried_by is None:
+        if not cs.one_more_decides or (cs.speedup or 0.0) < 1.0 + min_gain:
+            return False
+        extra = draw()
+        if extra is None:
+            return False
+        base, cand = [*base, extra[0]], [*cand, extra[1]]
+        cs = _summary(base, cand, others)
+        if pick_verdict(cs, min_gain)[0] or cs.carried_by is None:
+            return pick_verdict(cs, min_gain)[0]
+    extra = draw()
+    if extra is None:
+        return pick_verdict(cs, min_gain, by_ranks=True)[0]
+    return pick_verdict(_summary([*base, extra[0]], [*cand, extra[1]], others), min_gain)[0]
+
+
+#: the budgets (more seeds a side it holds) :func:`decide_budgeted` is simulated at
+BUDGETS = (0, 1, 2)
+
+
 def _unused_pair(runs: list[dict], unused: list[int], labels: Iterator[int]) -> tuple[dict, dict] | None:
     """One more run of each side from the runs a split left unused (``None`` when fewer than two are left), as the
     next seed of ``labels``; the two are taken out of ``unused``."""
@@ -212,13 +255,15 @@ def simulate(ns: Sequence[int], trials: int, groups: int, gains: Sequence[float]
     print(
         "| law | seeds per variant | true gain | picked: interval alone | picked: issue 37's rule |"
         " picked: confirming the leader too | carried | confirmed |"
+        + "".join(f" budget of {k} seed(s): ranks when short |" for k in BUDGETS)
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|" + "---|" * len(BUDGETS))
     for law, draw in LAWS.items():
         for n in ns:
             for gain in gains:
                 seeds = Seeds(draw, seed)
                 old = new = carried = confirming = confirmed = 0
+                budgeted = [0] * len(BUDGETS)
                 for _ in range(trials):
                     seeds.trial()
                     base, cand = seeds.runs(n), seeds.runs(n, gain)
@@ -231,10 +276,13 @@ def simulate(ns: Sequence[int], trials: int, groups: int, gains: Sequence[float]
                     f, k = decide_confirming(base, cand, others, more, min_gain)
                     old, new, carried = old + o, new + w, carried + c
                     confirming, confirmed = confirming + f, confirmed + k
+                    for i, pairs in enumerate(BUDGETS):
+                        more = functools.partial(seeds.one_more, itertools.count(n), gain)
+                        budgeted[i] += decide_budgeted(base, cand, others, more, min_gain, pairs)
                 print(
                     f"| {law} | {n} | {gain:g}x | {100 * old / trials:.2f}% | {100 * new / trials:.2f}% |"
                     f" {100 * confirming / trials:.2f}% | {100 * carried / trials:.1f}% |"
-                    f" {100 * confirmed / trials:.1f}% |",
+                    f" {100 * confirmed / trials:.1f}% |" + "".join(f" {100 * b / trials:.2f}% |" for b in budgeted),
                     flush=True,
                 )
 

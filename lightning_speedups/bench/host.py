@@ -30,6 +30,7 @@ class BenchState:
     _stopped: list[str]
     _spared: list[float]
     _confirmed_carried: list[str]
+    _short_of_seed: list[str]
     _confirming: list[str]
     _batch_dropped: list[str]
     _shorter_dropped: list[str]

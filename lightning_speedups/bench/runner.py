@@ -130,6 +130,9 @@ class Bench(TargetRuns, CombinationRuns):
         self._spared: list[float] = []  # the estimated seconds of each run not run after a miss
         #: target mode: the candidate whose gain one run carried and that got its one more seed as the leader
         self._confirmed_carried: list[str] = []
+        #: target mode: the candidates whose gain one run carried and whose one more seed a side did not fit the
+        #: budget: a lead by ranks settles them (:func:`~lightning_speedups.bench.stats.ranks_lead`)
+        self._short_of_seed: list[str] = []
         #: target mode: the picks given their third seed before the leftover budget explored (:meth:`_confirm_pick`)
         self._confirming: list[str] = []
         #: target mode: candidates at the stack's larger batch not run once that batch missed (:meth:`_batch_failed`)
@@ -529,7 +532,7 @@ class Bench(TargetRuns, CombinationRuns):
             s = rec.summary
             if rec.variant.kind in ("idle", "baseline", "aa") or s is None:
                 continue
-            ok, why = pick_verdict(s, self.options.min_gain, noise)
+            ok, why = pick_verdict(s, self.options.min_gain, noise, by_ranks=rec.variant.name in self._short_of_seed)
             if ok and rec.variant.kind == "combo" and tuple(sorted(rec.variant.tips)) in dropped:
                 ok, why = False, "the search dropped it (no gain over its subset)"
             sibling = self._sibling_missed(rec) if ok else None

@@ -827,6 +827,8 @@ class TargetRuns(BenchState):
         name = leader.variant.name
         need = self._one_more_pair(base, leader)
         if need is not None:
+            if carried:
+                self._short_of_seed.append(name)
             self.notes.append(
                 f"{name} led, but {why}: one more seed of it and the baseline (about {need:.0f} s) no longer fit in"
                 f" the {self.options.flag('budget')}"
@@ -938,6 +940,10 @@ class TargetRuns(BenchState):
             why = record.summary.carried_by
             if self._one_more_pair(base, record) is None:
                 ran.append(f"{record.variant.name} (without {why} its interval reached 1.0)")
+                if record.variant.name in self._short_of_seed:  # it got its seed after all
+                    self._short_of_seed.remove(record.variant.name)
+            elif record.variant.name not in self._short_of_seed:
+                self._short_of_seed.append(record.variant.name)
         if ran:
             self.notes.append(
                 "one run carried the gain of " + "; ".join(ran) + ": one more seed of it and the baseline was run"

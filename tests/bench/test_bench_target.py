@@ -825,6 +825,38 @@ def test_a_carried_gain_with_no_budget_for_one_more_seed_is_not_picked():
     assert result.pick.variant.kind == "baseline"
 
 
+@pytest.mark.parametrize(
+    "candidate, baseline, picked",
+    [
+        # seed 1's gain (2.1x) carries the interval; every run of it before every run of the baseline: a lead by ranks
+        ([60.0, 61.0, 62.0], [94.1, 129.1, 97.2], True),
+        # the same gains seed by seed, but its seed 2 behind the baseline's seed 0: the ranks interleave
+        ([60.0, 61.0, 100.0], [94.1, 129.1, 156.8], False),
+    ],
+)
+def test_a_carried_gain_short_of_its_seed_is_settled_by_ranks_on_three_seeds(candidate, baseline, picked):
+    """Three seeds a side, one seed carrying the interval, and no budget for a fourth pair: the gain is picked when
+    its runs lead by ranks (1 in 20 for an A/A pair), and the reason says so; not when they interleave."""
+
+    class Slow(FakeLauncher):  # each run takes 3.5 s: the budget holds the 6 runs (and the A/A pair's), not one more
+        def run(self, spec, name, timeout=None):
+            out = super().run(spec, name, timeout)
+            self.now += 2.5
+            return {**out, "wall_s": 3.5}
+
+    figures = {"baseline": baseline, "T15 grad-clipping norm": candidate}
+    fake = Slow(figures, target=True)
+    result = _bench(fake, tips=["T15"], repeats=3, target="val_acc=0.9", budget=34.0).run()
+    clip = result.record("T15 grad-clipping norm")
+    assert len(clip.runs) == 3 and clip.summary.speedup_ci[0] > 1.0
+    assert clip.summary.carried_by == "seed 1" and clip.summary.rank_lead is picked
+    assert clip.summary.to_dict()["rank_lead"] is picked
+    if picked:
+        assert result.pick is clip and "settled by ranks" in clip.summary.picked_why, clip.summary.picked_why
+    else:
+        assert result.pick.variant.kind == "baseline" and "one more seed" in clip.summary.picked_why
+
+
 # ------------------------------------------------------------------- stacked candidates (issue 37, item 1)
 
 
