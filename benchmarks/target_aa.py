@@ -28,6 +28,10 @@ does since 2026-12-07 (:func:`~lightning_speedups.bench.stats.seed_blocks`); ``-
 draws by the pooled spread alone (the rule before).
 
     python benchmarks/target_aa.py --simulate --n 2 3 --trials 2000                # and --rule pooled
+
+The last columns decide each draw by the rule at the budget bench has left (:func:`decide_budgeted`): at most 0, 1
+or 2 more seeds a side, a carried gain whose seed does not fit settled by ranks
+(:func:`~lightning_speedups.bench.stats.ranks_lead`).
 """
 
 from __future__ import annotations

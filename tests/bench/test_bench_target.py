@@ -409,21 +409,24 @@ def test_lr_schedule_auto_runs_lightnings_range_test_and_reports_the_peak(tmp_pa
 
     from lightning_speedups.callbacks import LRSchedule
 
+    def six_steps(cb: LRSchedule) -> pl.Trainer:
+        trainer = pl.Trainer(
+            max_steps=6,
+            callbacks=[cb],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            default_root_dir=str(tmp_path),
+        )
+        trainer.fit(TinyCNN(optimizer="adamw", lr=1e-3))
+        return trainer
+
     pl.seed_everything(0)
     cb = LRSchedule("onecycle", max_lr="auto", range_test_steps=10, horizon=0.5)
-    model = TinyCNN(optimizer="adamw", lr=1e-3)
-    trainer = pl.Trainer(
-        max_steps=6,
-        callbacks=[cb],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=str(tmp_path),
-    )
     with caplog.at_level(logging.INFO):
-        trainer.fit(model)
+        trainer = six_steps(cb)
     assert cb.range_pick is not None and cb.range_pick.points >= 3
     assert trainer.global_step == 6  # the range test's steps were undone
     assert cb._total_steps == 3 and cb._peaks == [pytest.approx(max(cb.range_pick.lr, 1e-3))]  # never below the user's
@@ -434,17 +437,7 @@ def test_lr_schedule_auto_runs_lightnings_range_test_and_reports_the_peak(tmp_pa
 
     assert range_peaks(trainer) == cb._peaks == cb.start_peaks
     pinned = LRSchedule("onecycle", max_lr=cb._peaks[0], horizon=0.5)
-    again = pl.Trainer(
-        max_steps=6,
-        callbacks=[pinned],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=str(tmp_path),
-    )
-    again.fit(TinyCNN(optimizer="adamw", lr=1e-3))
+    again = six_steps(pinned)
     assert pinned.range_pick is None and pinned.start_peaks == cb._peaks and range_peaks(again) is None
     with pytest.raises(ValueError, match="auto"):
         LRSchedule(max_lr="high")  # type: ignore[arg-type]
