@@ -345,11 +345,12 @@ def pinned_peak(record: VariantRecord) -> Optional[tuple[float, list[float]]]:
     """The peak learning rate a written preset pins in place of the variant's ``lr_schedule.max_lr: auto``, and the
     peaks it is the median of: each completed run's, as its schedule started from the range test's pick (before any
     back-off; the pick raised to the optimizer's own lr where it was below it). ``None`` where the variant does not
-    range-test, or one of its runs set no peak or several (parameter groups with lrs of their own keep ``auto``).
+    range-test (the baseline and the user's own section decide nothing), or one of its runs set no peak or several
+    (parameter groups with lrs of their own keep ``auto``).
 
     The peak is the same measurement on the same setup each time (a fit's range test is 50 to 100 steps of it),
     so a preset that carries it saves every later fit that time; ``auto`` in the preset tests again."""
-    if decided_speedups(record).get("lr_schedule.max_lr") != "auto":
+    if record.variant.kind in ("baseline", "yours") or decided_speedups(record).get("lr_schedule.max_lr") != "auto":
         return None
     ok = [r for r in record.runs if r.get("status") == "ok"]
     peaks = [r.get("range_peaks") for r in ok]
@@ -381,7 +382,7 @@ def preset_dict(result: BenchResult, record: Optional[VariantRecord] = None) -> 
         raise SettingError(f"variant {record.variant.name!r} has no completed run to take its settings from.")
     defaults = speedups_defaults()
     decided = decided_speedups(record) if record.variant.kind not in ("baseline", "yours") else {}
-    pinned = pinned_peak(record) if decided else None
+    pinned = pinned_peak(record)
     if pinned is not None:
         decided["lr_schedule.max_lr"] = pinned[0]
         for key in RANGE_TEST_KEYS:
@@ -421,7 +422,7 @@ def write_preset(result: BenchResult, path: str, record: Optional[VariantRecord]
             f"# speedups.{key}: bench's pick sets {_yaml_value(theirs)} in place of your {_yaml_value(mine)}"
             f" (measured with {record.variant.name}); delete that key below to keep yours."
         )
-    pinned = pinned_peak(record) if record.variant.kind not in ("baseline", "yours") else None
+    pinned = pinned_peak(record)
     if pinned is not None:
         text = (
             f"speedups.lr_schedule.max_lr: {pinned[0]:g}, the median of the peaks the range tests of its"

@@ -750,18 +750,16 @@ def pick_verdict(
         return False, f"missed the target in {summary.target_missed} of {summary.runs_ok} run(s)"
     if not summary.sane:
         return False, f"failed the sanity check ({summary.sanity})"
+    if summary.carried_by is not None and not (by_ranks and summary.rank_lead):
+        return False, (
+            f"one run carries its interval (without {summary.carried_by} it no longer lies above 1.0): one more seed"
+            " of it and the baseline would decide"
+        )
     lo, hi = summary.speedup_ci
-    if summary.carried_by is not None:
-        if not (by_ranks and summary.rank_lead):
-            return False, (
-                f"one run carries its interval (without {summary.carried_by} it no longer lies above 1.0): one more"
-                " seed of it and the baseline would decide"
-            )
-        ok, why = gain_verdict(summary.speedup, lo, hi, min_gain, noise, min_gain_name="--min-gain")
-        return ok, why + (
+    ok, why = gain_verdict(summary.speedup, lo, hi, min_gain, noise, min_gain_name="--min-gain")
+    if ok and summary.carried_by is not None:
+        why += (
             f"; {summary.carried_by} carries the interval and one more seed a side did not fit the budget: settled"
             " by ranks, every run of it beat every run of the baseline"
-            if ok
-            else ""
         )
-    return gain_verdict(summary.speedup, lo, hi, min_gain, noise, min_gain_name="--min-gain")
+    return ok, why
