@@ -32,6 +32,7 @@ class BenchState:
     _confirmed_carried: list[str]
     _short_of_seed: list[str]
     _confirming: list[str]
+    _descended: list[str]
     _batch_dropped: list[str]
     _shorter_dropped: list[str]
 

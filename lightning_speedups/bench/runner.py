@@ -135,6 +135,8 @@ class Bench(TargetRuns, CombinationRuns):
         self._short_of_seed: list[str] = []
         #: target mode: the picks given their third seed before the leftover budget explored (:meth:`_confirm_pick`)
         self._confirming: list[str] = []
+        #: target mode: the picks whose shorter span ran before their confirmation (:meth:`_descend_span`)
+        self._descended: list[str] = []
         #: target mode: candidates at the stack's larger batch not run once that batch missed (:meth:`_batch_failed`)
         self._batch_dropped: list[str] = []
         #: target mode: one-cycles not run once a longer span of theirs flattened short (:meth:`_longer_flattened`)
@@ -368,8 +370,7 @@ class Bench(TargetRuns, CombinationRuns):
             self._summarize_phase_one(base)
             if self._confirm_leader(base):
                 self._summarize_phase_one(base)
-            while self._confirm_pick(base):
-                self._summarize_phase_one(base)
+            self._settle_pick(base, repeats)
             self._run_waiting(repeats)
             if self._batch_dropped:
                 self.notes.append(

@@ -401,26 +401,20 @@ class TargetRuns(BenchState):
         base = self.records[0]
         ran, short = [], []
         for record in list(self._waiting):
+            if record not in self._waiting:  # a span descent ran it already (:meth:`_descend_span`)
+                continue
             if self._skip_twin(record):
                 self._waiting.remove(record)
                 continue
             if self._estimate(record.variant) > self._remaining():
                 break
-            self._waiting.remove(record)
-            record.skipped = None
-            self._add_total(repeats)
-            for repeat in range(repeats):
-                if self._cannot_win(record) or self._estimate(record.variant) > self._remaining():
-                    self._add_total(-1)
-                    continue
-                self._run_one(record, repeat)
+            self._run_cut(record, repeats)
             ran.append(record.variant.name)
             if len(record.runs) < repeats and all(r.get("reached") for r in record.runs):
                 short.append(f"{record.variant.name} ({len(record.runs)} of {repeats})")
             elif record.runs and all(r.get("reached") for r in record.runs):
                 self._summarize_phase_one(base)
-                while self._confirm_pick(base):
-                    self._summarize_phase_one(base)
+                self._settle_pick(base, repeats)
         if short:
             self.notes.append(
                 "the budget ran out before every seed of: " + ", ".join(short) + " (fewer seeds than the others: a"
@@ -431,6 +425,97 @@ class TargetRuns(BenchState):
                 f"the budget the planned candidates left (a miss cannot be picked, so its other repeats were not run;"
                 f" a candidate that reached ran shorter than planned) ran: {', '.join(ran)}"
             )
+
+    def _run_cut(self, record: VariantRecord, repeats: int) -> None:
+        """Run a candidate the plan had cut, from the leftover budget: one seed at a time, up to ``repeats``, while
+        it can still win (a miss stops it) and each seed fits the budget."""
+        self._waiting.remove(record)
+        record.skipped = None
+        self._add_total(repeats)
+        for repeat in range(repeats):
+            if self._cannot_win(record) or self._estimate(record.variant) > self._remaining():
+                self._add_total(-1)
+                continue
+            self._run_one(record, repeat)
+
+    def _settle_pick(self, base: VariantRecord, repeats: int) -> None:
+        """Target mode, once a candidate reached on every seed it ran: the would-be pick's shorter span first
+        (:meth:`_descend_span`), then its confirmation (:meth:`_confirm_pick`), until neither runs anything; the
+        summaries are made again after each."""
+        while self._descend_span(base, repeats) or self._confirm_pick(base):
+            self._summarize_phase_one(base)
+
+    def _would_pick(self) -> Optional[VariantRecord]:
+        """The candidate that would be picked now (``None``: none would): of those whose verdict picks them, the
+        fastest."""
+        min_gain = self.options.min_gain
+        pickable = [
+            r
+            for r in self.records
+            if r.summary is not None
+            and r.variant.kind not in ("baseline", "aa")
+            and r.summary.speedup is not None
+            and pick_verdict(r.summary, min_gain)[0]
+        ]
+        if not pickable:
+            return None
+        return max(pickable, key=lambda r: (r.summary.speedup if r.summary is not None else None) or 0.0)
+
+    def _descend_span(self, base: VariantRecord, repeats: int) -> bool:
+        """Target mode, before the would-be pick is confirmed: when it trains a schedule over a planned span and the
+        plan cut the same schedule at the same batch over the next shorter span, that one runs next, ahead of the
+        plan's order (its seeds up to ``repeats``, stopped at a miss). The span is the one lever whose direction is
+        known: the same curve that reaches over fewer steps reaches sooner, and its runs cost less than the pick's
+        when it does. It is the pick's neighbour, and an iterated local search tries the incumbent's neighbours
+        first (Hutter et al. 2009, "ParamILS"). On LeNet with bf16 (issue 37, run 9 of the task) the plan's order
+        gave the leftover budget to fast+converge @0.5x and the 0.75x pick's confirmation, and the bold peak over
+        0.5x, which reached in two other benches of the task (2.3x and 2.5x by ``fit``), did not fit after them.
+        Once per pick; returns whether a run ran (then the summaries are made again, and the faster of the two is
+        the one :meth:`_confirm_pick` confirms)."""
+        pick = self._would_pick()
+        if pick is None or pick.variant.name in self._descended:
+            return False
+        v = pick.variant
+        if v.plan_fraction is None or not schedules(v):
+            return False
+        self._descended.append(v.name)
+        curve = _curve_but_span(v)
+        shorter = [
+            r
+            for r in self._waiting
+            if r.variant.plan_fraction is not None
+            and r.variant.plan_fraction < v.plan_fraction
+            and _curve_but_span(r.variant) == curve
+        ]
+        if not shorter:
+            return False
+        span = max(r.variant.plan_fraction or 0.0 for r in shorter)
+        for record in [r for r in shorter if r.variant.plan_fraction == span]:
+            if self._skip_twin(record):
+                self._waiting.remove(record)
+                continue
+            need = self._estimate(record.variant)
+            if need > self._remaining():
+                self.notes.append(
+                    f"{v.name} led on {len(pick.runs)} seeds; the same schedule over the next shorter span,"
+                    f" {record.variant.name} (about {need:.0f} s a run), no longer fit in the"
+                    f" {self.options.flag('budget')}"
+                )
+                return False
+            self._run_cut(record, repeats)
+            reached = [r for r in record.runs if r.get("reached")]
+            said = (
+                f"reached the target on {len(reached)} of {len(record.runs)} seeds"
+                if len(reached) == len(record.runs)
+                else "missed the target: it cannot be picked"
+            )
+            self.notes.append(
+                f"{v.name} led on {len(pick.runs)} seeds: the same schedule over the next shorter span,"
+                f" {record.variant.name}, ran before its confirmation and the plan's other candidates (a shorter span"
+                f" that reaches is faster), and it {said}"
+            )
+            return bool(record.runs)
+        return False
 
     def _stack_from_throughput(self) -> None:
         """Target mode (issue 37, item 1): the throughput tips in the plan (precision, compilation, memory layout,
@@ -850,18 +935,9 @@ class TargetRuns(BenchState):
         reaches it on some seeds and flattens short of it on others (the GRU of issue 37 at batch 512, one-cycle over
         0.75x: 0.890 on seeds 0 and 1, 0.880 on seed 2). A miss on the new seed rules it out, and the next pick is
         confirmed in turn. Returns whether a seed ran (then the summaries are made again)."""
-        min_gain = self.options.min_gain
-        pickable = [
-            r
-            for r in self.records
-            if r.summary is not None
-            and r.variant.kind not in ("baseline", "aa")
-            and r.summary.speedup is not None
-            and pick_verdict(r.summary, min_gain)[0]
-        ]
-        if not pickable:
+        record = self._would_pick()
+        if record is None:
             return False
-        record = max(pickable, key=lambda r: (r.summary.speedup if r.summary is not None else None) or 0.0)
         name = record.variant.name
         if len(record.runs) >= CONFIRM_SEEDS or name in self._confirming:
             return False

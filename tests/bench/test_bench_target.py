@@ -649,6 +649,7 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
         "preset:fast+converge @0.75x": [1.5, 1.5, 1.5],
         "T01 lr-schedule bold-peak @0.75x": [1.5, 1.5],
         "preset:converge @0.75x": [1.5, 1.5],  # as fast as the confirmed leader: not stopped at its time
+        "preset:fast+converge @0.5x": [None, None],  # the would-be pick's shorter span: a miss
     }
     walls = {
         "baseline": 10.0,
@@ -657,18 +658,21 @@ def test_the_budget_left_starts_a_cut_candidate_one_seed_at_a_time():
         "preset:converge @0.75x": 10.0,
     }
     fake = FakeLauncher(figures, target=True, walls=walls)
-    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=54.0)
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=55.0)
     result = bench.run()
     assert bench.repeats_used == 2
-    # the would-be pick's third seed, and the baseline's, ran first (12 s of the 26 s left)
+    # the would-be pick's shorter span ran first (it missed: 1 s), then its third seed and the baseline's (12 s of
+    # the 30 s left)
+    assert fake.calls[4] == ("preset:fast+converge @0.5x", 0), fake.calls
+    assert len(result.record("preset:fast+converge @0.5x").runs) == 1
     assert len(result.record("preset:fast+converge @0.75x").runs) == 3 and len(result.record("baseline").runs) == 3
     second = result.record("T01 lr-schedule bold-peak @0.75x")
     assert second.skipped is None and len(second.runs) == 2
     third = result.record("preset:converge @0.75x")
-    assert len(third.runs) == 1  # 54 - 28 - 12 = 14 s: its first seed; then 4 s, short of its own 10 s
+    assert len(third.runs) == 1  # 55 - 29 - 12 = 14 s: its first seed; then 4 s, short of its own 10 s
     # 4 s left: at the baseline's 10 s it would not start; the confirmed leader caps it at 1.65 s (+ 1 s of start-up),
     # so it runs once and stops there, slower than the leader on its seed
-    (capped,) = result.record("preset:fast+converge @0.5x").runs
+    (capped,) = result.record("T01 lr-schedule bold-peak @0.5x").runs
     assert capped["cap_leader"] == "preset:fast+converge @0.75x" and not capped["reached"]
     assert any(
         "the budget the planned candidates left" in n and "T01 lr-schedule bold-peak @0.75x" in n for n in result.notes
@@ -1035,10 +1039,13 @@ def _leader_bench(candidate, budget=57.0):
 
 
 def _third_seed_ran_before_the_cut_candidates(fake, lead):
-    """``lead`` and the baseline ran seeds 0-2, and every other candidate ran after ``lead``'s third seed."""
+    """``lead`` and the baseline ran seeds 0-2, and every other candidate ran after ``lead``'s third seed, but for
+    its own schedule over the next shorter span (:meth:`~lightning_speedups.bench.target_runs.TargetRuns._descend_span`),
+    which runs before it."""
     assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]
     assert [s for v, s in fake.calls if v == "baseline"] == [0, 1, 2]
-    others = [i for i, (v, _) in enumerate(fake.calls) if v not in ("baseline", lead)]
+    shorter = lead.replace("@0.75x", "@0.5x")
+    others = [i for i, (v, _) in enumerate(fake.calls) if v not in ("baseline", lead, shorter)]
     assert others and all(i > fake.calls.index((lead, 2)) for i in others)  # the cut candidates ran after it
 
 
@@ -1515,9 +1522,9 @@ def test_a_pick_whose_third_seed_fits_but_not_the_baseline_s_runs_its_own_alone(
     assert result.record(lead).summary.target_missed == 1 and result.pick.variant.kind == "baseline"
 
 
-#: the baseline's two seeds and fast+converge's (30 s), its third and the baseline's (15 s), bold-peak's two (9 s),
-#: and bold-peak's third (4.5 s) no longer fits
-BUDGET_NO_THIRD = 56.0
+#: the baseline's two seeds and fast+converge's (30 s), bold-peak's shorter span (a miss: 1 s), fast+converge's third
+#: and the baseline's (15 s), bold-peak's two (9 s), and bold-peak's third (4.5 s) no longer fits
+BUDGET_NO_THIRD = 57.0
 
 
 def test_a_faster_pick_the_budget_cannot_confirm_gives_way_to_one_that_reached_on_three_seeds():
@@ -1526,7 +1533,8 @@ def test_a_faster_pick_the_budget_cannot_confirm_gives_way_to_one_that_reached_o
     A candidate that reached on three seeds is picked over it, and the notes say why; with the budget for the faster
     one's third seed, it is confirmed and picked."""
     fc, lead = "preset:fast+converge @0.75x", "T01 lr-schedule bold-peak @0.75x"
-    figures = {"baseline": [80.0, 91.0, 88.0], fc: [40.0, 41.0, 42.0], lead: [30.0, 31.0, 32.0]}
+    shorter = "T01 lr-schedule bold-peak @0.5x"  # the lead's shorter span runs first, and misses
+    figures = {"baseline": [80.0, 91.0, 88.0], fc: [40.0, 41.0, 42.0], lead: [30.0, 31.0, 32.0], shorter: [None]}
     walls = {"baseline": 10.0, fc: 5.0, lead: 4.5}
     fake = FakeLauncher(figures, target=True, walls=walls)
     result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=BUDGET_NO_THIRD).run()
@@ -1536,6 +1544,11 @@ def test_a_faster_pick_the_budget_cannot_confirm_gives_way_to_one_that_reached_o
     assert result.pick.variant.name == fc
     assert result.record(lead).summary.picked_why.startswith("faster on 2 seeds")
     assert any(n.startswith(f"{lead} was faster on 2 seeds") and f"{fc} (" in n for n in result.notes)
+    assert any(
+        n.startswith(f"{lead} led on 2 seeds: the same schedule")
+        and n.endswith("missed the target: it cannot be picked")
+        for n in result.notes
+    )
     fake = FakeLauncher(figures, target=True, walls=walls)
     result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=BUDGET_NO_THIRD + 3).run()
     assert [s for v, s in fake.calls if v == lead] == [0, 1, 2]
@@ -1857,3 +1870,41 @@ def test_a_candidate_a_leader_caps_is_estimated_at_its_cap_so_the_leftover_runs_
     assert bench._estimate(dataclasses.replace(result.record(nxt).variant, name="fresh")) == pytest.approx(
         52.0 * (1 + margin) + 4.0
     )
+
+
+def test_the_would_be_pick_s_shorter_span_runs_before_its_confirmation_and_the_plan_s_order():
+    """LeNet-shaped (issue 37, bf16, run 9 of the task): the bold peak over 0.75x led on two seeds; its confirmation
+    (a seed of it and of the baseline) and the plan's next candidates took the budget, and the same schedule over
+    0.5x, which reached in two other benches of the task, never ran. Now the leader's shorter span runs first, ahead
+    of the plan's order (fast+converge @0.5x, converge @0.75x), and once it reaches on both seeds it is the pick the
+    budget confirms. Without the descent, this budget holds the 0.75x's confirmation and converge @0.75x, not the
+    0.5x."""
+    longer, shorter = "T01 lr-schedule bold-peak @0.75x", "T01 lr-schedule bold-peak @0.5x"
+    figures = {
+        "baseline": [40.0, 42.0, 41.0],
+        "preset:fast+converge @0.75x": [None, None],
+        longer: [27.0, 27.5, 28.0],
+        "preset:converge @0.75x": [None, None],
+        "preset:fast+converge @0.5x": [None, None],
+        shorter: [18.0, 18.5, 19.0],
+    }
+    walls = {"baseline": 45.0, longer: 30.0, shorter: 22.0}
+    walls.update({k: 45.0 for k in figures if k not in walls})
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    result = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=320.0).run()
+    calls = fake.calls
+    assert calls.index((shorter, 0)) == calls.index((longer, 1)) + 2  # the baseline's second seed, then the descent
+    assert [s for v, s in calls if v == shorter] == [0, 1, 2] and [s for v, s in calls if v == longer] == [0, 1]
+    assert ("preset:fast+converge @0.5x", 0) not in calls and ("preset:converge @0.75x", 0) not in calls
+    assert any(
+        n.startswith(f"{longer} led on 2 seeds: the same schedule over the next shorter span, {shorter}, ran before")
+        and n.endswith("reached the target on 2 of 2 seeds")
+        for n in result.notes
+    ), result.notes
+    assert result.pick.variant.name == shorter and result.record(shorter).summary.runs_ok == 3
+    # the plan's order, as before the descent: the 0.75x is confirmed and the budget goes on to the next candidate
+    fake = FakeLauncher(figures, target=True, walls=walls)
+    bench = _bench(fake, tips=None, presets=None, repeats=2, target="val_acc=0.9", budget=320.0)
+    bench._descend_span = lambda base, repeats: False  # type: ignore[method-assign]
+    result = bench.run()
+    assert (shorter, 0) not in fake.calls and result.pick.variant.name == longer
